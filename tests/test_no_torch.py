@@ -16,7 +16,9 @@ sys.meta_path.insert(0, Block())
 from gpuwise.cli import main
 for argv in (['fit', 'llama-3.1-8b', '--gpu', 'h100', '--json'], ['models', '--json'], ['gpus', '--json'],
              ['fit', 'deepseek-v3', '--gpu', 'h200', '--num-gpus', '8'],
-             ['fit', 'mixtral-8x7b', '--gpu', 'rtx-4090', '--engine', 'llamacpp', '--weights', 'Q4_K_M']):
+             ['fit', 'mixtral-8x7b', '--gpu', 'rtx-4090', '--engine', 'llamacpp', '--weights', 'Q4_K_M'],
+             ['train', 'llama-3.1-70b', '--gpu', 'h100', '--num-gpus', '64', '--tp', '8', '--pp', '4', '--json'],
+             ['train', 'llama-3.1-8b', '--gpu', 'a100-80gb', '--finetune', 'qlora', '--optimizer', 'adamw-8bit']):
     assert main(argv) == 0, argv
 assert not any(m.split('.')[0] in ('torch', 'transformers') for m in sys.modules)
 print('OK')

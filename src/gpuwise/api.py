@@ -11,6 +11,8 @@ from .catalog.gpus import GPU, get_gpu
 from .catalog.models import LoadedModel, load_model
 from .plan.fit import FitRequest, FitResult
 from .plan.fit import fit as _fit
+from .plan.train import TrainRequest, TrainResult
+from .plan.train import train as _train
 
 
 def fit(model: str | LoadedModel, *, gpu: str | GPU, num_gpus: int = 1, weights: str | None = None,
@@ -21,3 +23,11 @@ def fit(model: str | LoadedModel, *, gpu: str | GPU, num_gpus: int = 1, weights:
     g = gpu if isinstance(gpu, GPU) else get_gpu(gpu)
     return _fit(FitRequest(model=m, gpu=g, num_gpus=num_gpus, weights=weights, kv_dtype=kv_dtype,
                            context=context, batch=batch, engine=engine))
+
+
+def train(model: str | LoadedModel, *, gpu: str | GPU, **options) -> TrainResult:
+    """Training memory per GPU and FLOPs per step (options: the fields of plan.train.TrainRequest, named
+    like the CLI flags: num_gpus, seq, global_batch, micro_batch, tp, pp, zero, fsdp, recompute ...)."""
+    m = model if isinstance(model, LoadedModel) else load_model(model)
+    g = gpu if isinstance(gpu, GPU) else get_gpu(gpu)
+    return _train(TrainRequest(model=m, gpu=g, **options))

@@ -51,6 +51,8 @@ def _build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--engine", choices=["hf", "vllm", "llamacpp"], default="vllm", help="default vllm")
     fit.add_argument("--json", action="store_true", help="machine-readable output (docs/json-schema.md)")
 
+    _add_train(sub)
+
     models = sub.add_parser("models", help="list the embedded model catalog")
     models.add_argument("query", nargs="?", help="filter by id, Hugging Face id or family")
     models.add_argument("--json", action="store_true")
@@ -59,6 +61,64 @@ def _build_parser() -> argparse.ArgumentParser:
     gpus.add_argument("query", nargs="?", help="filter by id, name, vendor, segment or architecture")
     gpus.add_argument("--json", action="store_true")
     return p
+
+
+def _add_train(sub) -> None:
+    t = sub.add_parser("train", help="training memory per GPU and FLOPs per step: will this job fit?")
+    t.add_argument("model", help="catalog name, Hugging Face id, or path to a config.json (or its folder)")
+    t.add_argument("--gpu", required=True, help="GPU id or name, e.g. h100-sxm, a100-80gb")
+    t.add_argument("--num-gpus", type=_positive_int, default=1, help="GPUs in the job (default 1)")
+    t.add_argument("--seq", type=_positive_int, default=4096, help="tokens per sequence (default 4096)")
+    t.add_argument("--global-batch", type=_positive_int, help="sequences per optimizer step (default: dp x micro-batch)")
+    t.add_argument("--micro-batch", type=_positive_int, default=1, help="sequences per forward/backward per rank")
+    for name, what in (("tp", "tensor"), ("pp", "pipeline"), ("vpp", "virtual pipeline (interleaved)"),
+                       ("cp", "context"), ("ep", "expert")):
+        t.add_argument(f"--{name}", type=_positive_int, default=1, help=f"{what} parallel degree (default 1)")
+    t.add_argument("--sp", action="store_true", help="sequence parallelism with TP")
+    t.add_argument("--pp-first-layers", type=_positive_int, help="layers on the first pipeline stage (uneven split)")
+    t.add_argument("--pp-last-layers", type=_positive_int, help="layers on the last pipeline stage (uneven split)")
+    t.add_argument("--schedule", choices=["1f1b", "gpipe", "interleaved"], help="pipeline schedule (default 1f1b)")
+    t.add_argument("--zero", type=int, choices=[0, 1, 2, 3], help="ZeRO stage (DeepSpeed; 3 = FSDP full shard)")
+    t.add_argument("--fsdp", choices=["full", "grad-op", "no-reshard", "hybrid"], help="FSDP sharding mode")
+    t.add_argument("--shard-group", type=_positive_int, help="HSDP: ranks sharding model states (--fsdp hybrid)")
+    t.add_argument("--recompute", choices=["none", "selective", "full"], default="none",
+                   help="activation checkpointing (default none)")
+    t.add_argument("--offload", default="", help="comma list of optimizer, params, activations to host memory")
+    t.add_argument("--optimizer", choices=["adamw", "adamw-8bit", "sgd", "adafactor", "none"], default="adamw")
+    t.add_argument("--precision", choices=["fp32", "bf16", "fp16", "bf16-pure", "fp8"], default="bf16",
+                   help="bf16/fp16 = mixed with fp32 master weights (default bf16)")
+    t.add_argument("--framework", choices=["megatron", "torchtitan", "fsdp", "hf", "deepspeed"],
+                   help="implementation profile (default: from the other options, see docs/training-memory.md)")
+    t.add_argument("--finetune", choices=["full", "lora", "qlora"], default="full")
+    t.add_argument("--lora-rank", type=_positive_int, default=16, help="LoRA rank (default 16)")
+    t.add_argument("--lora-targets", default="all-linear", help="all-linear or a comma list of q,k,v,o,gate,up,down")
+    t.add_argument("--flops-convention", choices=["causal", "full"], default="causal",
+                   help="attention FLOPs: causal (default) or full (FlopCounterMode)")
+    t.add_argument("--json", action="store_true", help="machine-readable output (docs/json-schema.md)")
+
+
+def _cmd_train(args: argparse.Namespace) -> str:
+    from .api import train
+
+    offload = tuple(x.strip() for x in args.offload.split(",") if x.strip())
+    global_batch = args.global_batch
+    if global_batch is None:  # one micro-batch per data-parallel rank
+        mp = args.tp * args.pp * args.cp
+        global_batch = max(1, args.num_gpus // mp) * args.micro_batch if args.num_gpus % mp == 0 else args.micro_batch
+    result = train(args.model, gpu=args.gpu, num_gpus=args.num_gpus, seq=args.seq, global_batch=global_batch,
+                   micro_batch=args.micro_batch, tp=args.tp, pp=args.pp, vpp=args.vpp, cp=args.cp, ep=args.ep,
+                   sp=args.sp, zero=args.zero, fsdp=args.fsdp, shard_group=args.shard_group, schedule=args.schedule,
+                   pp_first_layers=args.pp_first_layers, pp_last_layers=args.pp_last_layers,
+                   recompute=args.recompute, optimizer=args.optimizer, precision=args.precision,
+                   framework=args.framework, finetune=args.finetune, lora_rank=args.lora_rank,
+                   lora_targets=args.lora_targets, offload=offload, flops_convention=args.flops_convention)
+    if args.json:
+        from .report.json_out import dumps, train_to_dict
+
+        return dumps(train_to_dict(result))
+    from .report.text import render_train
+
+    return render_train(result)
 
 
 def _cmd_fit(args: argparse.Namespace) -> str:
@@ -106,7 +166,7 @@ def _cmd_gpus(args: argparse.Namespace) -> str:
     return render_gpus(found)
 
 
-COMMANDS = {"fit": _cmd_fit, "models": _cmd_models, "gpus": _cmd_gpus}
+COMMANDS = {"fit": _cmd_fit, "train": _cmd_train, "models": _cmd_models, "gpus": _cmd_gpus}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

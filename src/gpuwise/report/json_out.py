@@ -14,6 +14,7 @@ from ..catalog.gpus import GPU
 from ..catalog.models import CatalogEntry
 from ..estimate.params import param_counts
 from ..plan.fit import FitResult
+from ..plan.train import TrainResult
 
 SCHEMA_VERSION = "1"
 
@@ -66,6 +67,63 @@ def fit_to_dict(r: FitResult) -> dict[str, Any]:
         "min_gpus": r.min_gpus,
         "min_mig_profile": r.min_mig_profile,
         "engine_details": {k: (_num(v) if isinstance(v, float) else v) for k, v in r.estimate.details.items()},
+        "assumptions": list(r.assumptions),
+    }
+
+
+def train_to_dict(r: TrainResult) -> dict[str, Any]:
+    req = r.request
+    spec = req.model.spec
+    lay = r.layout
+    mem = r.memory
+    from ..estimate.parallel import stage_layers
+
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "command": "train",
+        "model": {"id": req.model.id, "hf_id": req.model.hf_id, "family": spec.family, "source": req.model.source,
+                  "layers": spec.num_layers},
+        "gpu": {"id": req.gpu.id, "name": req.gpu.name, "memory_bytes": req.gpu.memory_bytes,
+                "memory_source": req.gpu.memory_bytes_source},
+        "num_gpus": req.num_gpus,
+        "framework": r.framework,
+        "framework_reason": r.framework_reason,
+        "layout": {"dp": lay.dp, "tp": lay.tp, "pp": lay.pp, "vpp": lay.vpp, "cp": lay.cp, "ep": lay.ep,
+                   "sp": lay.sp, "sharding": lay.sharding, "shard_size": lay.shard_size,
+                   "schedule": lay.schedule, "layers_per_stage": list(stage_layers(lay, spec.num_layers))},
+        "seq": req.seq,
+        "global_batch": req.global_batch,
+        "micro_batch": req.micro_batch,
+        "num_microbatches": r.num_microbatches,
+        "tokens_per_step": req.seq * req.global_batch,
+        "precision": req.precision,
+        "optimizer": req.optimizer,
+        "recompute": req.recompute,
+        "offload": list(req.offload),
+        "finetune": {"mode": req.finetune, "lora_rank": req.lora_rank if req.finetune != "full" else None,
+                     "lora_targets": req.lora_targets if req.finetune != "full" else None},
+        "params": r.params.total,
+        "active_params": r.params.active,
+        "params_on_gpu": _num(mem.states.params_on_rank),
+        "trainable_params_on_gpu": _num(mem.states.trainable_params),
+        "memory_per_gpu": mem.as_dict(),
+        "memory_peak": {"pipeline_stage": mem.stage, "moment": mem.moment,
+                        "in_flight_microbatches": mem.activation_in_flight},
+        "buffers": {k: _num(v) for k, v in mem.buffer_parts.items()},
+        "cpu_memory_per_gpu_bytes": _num(mem.cpu),
+        "flops": {
+            "convention": req.flops_convention,
+            "model_per_step": _num(r.flops.model),
+            "hardware_per_step": _num(r.flops.hardware),
+            "model_per_token": _num(r.flops.model_per_token),
+            "recompute_per_step": _num(r.flops.recompute),
+            "forward_per_step_by_operation": {k: _num(v) for k, v in r.flops.forward.as_dict().items()},
+        },
+        "gpu_memory": req.gpu.memory_bytes,
+        "headroom_bytes": _num(r.headroom_bytes),
+        "fits": r.fits,
+        "tight": r.tight,
+        "max_micro_batch": r.max_micro_batch,
         "assumptions": list(r.assumptions),
     }
 

@@ -9,6 +9,7 @@ from ..catalog.gpus import GPU
 from ..catalog.models import CatalogEntry, entry_spec
 from ..estimate.params import param_counts
 from ..plan.fit import FitResult
+from ..plan.train import TrainResult
 from ..units import GiB, fmt_bytes, fmt_count, fmt_gib
 
 
@@ -134,3 +135,49 @@ def render_models(entries: list[CatalogEntry]) -> str:
         rows.append([e.id, e.hf_id, e.family, fmt_count(c.total), fmt_count(c.active) if spec.is_moe else "",
                      spec.attention_kind, f"{spec.max_position_embeddings:,}" if spec.max_position_embeddings else "-"])
     return _table(rows, ["id", "hugging face id", "family", "params", "active", "attn", "max ctx"], right={3, 4, 6})
+
+
+def render_train(r: TrainResult) -> str:
+    req = r.request
+    spec = req.model.spec
+    lay = r.layout
+    mem = r.memory
+    gpu = req.gpu
+    params = fmt_count(r.params.total) + (f", {fmt_count(r.params.active)} active" if spec.is_moe else "")
+    degrees = f"dp {lay.dp} x tp {lay.tp}{' (sp)' if lay.sp and lay.tp > 1 else ''} x pp {lay.pp}" + \
+        (f" (vpp {lay.vpp})" if lay.vpp > 1 else "") + f" x cp {lay.cp}" + (f", ep {lay.ep}" if lay.ep > 1 else "")
+    tune = "" if req.finetune == "full" else f", {req.finetune} rank {req.lora_rank} on {req.lora_targets}"
+    lines = [
+        f"{req.model.id}: {params} params, {spec.family}, {spec.num_layers} layers",
+        f"on {req.num_gpus} x {gpu.name} ({fmt_gib(gpu.memory_bytes)} each): {degrees}, {lay.sharding}",
+        f"{r.framework} profile ({r.framework_reason}); {req.precision}, {req.optimizer}, recompute {req.recompute}"
+        f"{tune}",
+        f"batch {req.global_batch} x {req.seq:,} tokens = {req.global_batch * req.seq:,} tokens/step; micro-batch "
+        f"{req.micro_batch}, {r.num_microbatches} micro-batches per rank",
+        "",
+    ]
+    names = [("parameters", mem.params), ("master weights", mem.master_weights), ("gradients", mem.grads),
+             ("optimizer states", mem.optimizer), ("activations", mem.activations), ("logits + loss", mem.logits),
+             ("buffers", mem.buffers), ("CUDA runtime", mem.runtime), ("allocator", mem.allocator)]
+    parts = [(k, v) for k, v in names if v > 0]
+    rows = [[k, fmt_gib(v), f"{100 * v / mem.total:.0f}%"] for k, v in parts]
+    rows.append(["total per GPU", fmt_gib(mem.total), ""])
+    rows.append(["GPU memory", fmt_gib(gpu.memory_bytes), ""])
+    lines.append(_table(rows, ["memory per GPU", "size", "share"], right={1, 2}))
+    where = f"pipeline stage {mem.stage} of {lay.pp}" if lay.pp > 1 else "every rank"
+    lines.append(f"(peak at the {mem.moment.replace('-', ' ')}, {where}; activations of "
+                 f"{mem.activation_in_flight:g} micro-batch(es) in flight)")
+    if mem.cpu:
+        lines.append(f"offloaded to host memory: {fmt_gib(mem.cpu)} per GPU")
+    bar, legend = breakdown_bar(parts[:6] + [("other", sum(v for _, v in parts[6:]))], gpu.memory_bytes)
+    lines += ["", f"{bar}", f"{legend}", ""]
+    verdict = "FITS" + (" (tight: within 15% allocator fragmentation)" if r.tight else "") if r.fits \
+        else "DOES NOT FIT"
+    lines.append(f"{verdict}: {fmt_gib(abs(r.headroom_bytes))} {'headroom' if r.fits else 'short'} per GPU")
+    mb = r.max_micro_batch
+    lines.append(f"largest micro-batch that fits: {mb if mb is not None else 'none (even 1 does not fit)'}")
+    f = r.flops
+    lines.append(f"FLOPs per step: model {f.model:.3e} (MFU numerator), hardware {f.hardware:.3e} (with recompute); "
+                 f"{f.model_per_token:.3e} per token ({req.flops_convention} attention)")
+    lines += ["", "assumptions:"] + [f"  - {a}" for a in r.assumptions]
+    return "\n".join(lines)

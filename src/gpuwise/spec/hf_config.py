@@ -525,8 +525,24 @@ def spec_from_hf_config(raw: Any) -> ModelSpec:
         raise
     except (ValueError, TypeError, KeyError) as exc:
         raise ConfigError(f"config.json ({model_type}) is inconsistent: {exc}") from None
-    if notes:
-        from dataclasses import replace
+    from dataclasses import replace
 
-        spec = replace(spec, notes=spec.notes + notes)
-    return spec
+    hidden_p, attn_p = _dropout(raw, family)
+    return replace(spec, notes=spec.notes + notes, hidden_dropout=hidden_p, attention_dropout=attn_p)
+
+
+# Dropout probabilities: config keys per meaning, and the class defaults where they are not 0
+# (GPT2Config: resid/embd/attn_pdrop 0.1; OPTConfig: dropout 0.1).
+_DROPOUT_KEYS = {"hidden": ("resid_pdrop", "hidden_dropout", "dropout"), "attention": ("attn_pdrop", "attention_dropout")}
+_DROPOUT_DEFAULTS = {"gpt2": (0.1, 0.1), "opt": (0.1, 0.0)}
+
+
+def _dropout(raw: dict[str, Any], family: str) -> tuple[float, float]:
+    defaults = _DROPOUT_DEFAULTS.get(family, (0.0, 0.0))
+    out = []
+    for keys, default in zip(_DROPOUT_KEYS.values(), defaults):
+        value = next((raw[k] for k in keys if isinstance(raw.get(k), (int, float)) and not isinstance(raw.get(k), bool)), default)
+        if not 0.0 <= float(value) < 1.0:
+            raise ConfigError(f"config.json: dropout probability {value} is outside [0, 1)")
+        out.append(float(value))
+    return out[0], out[1]

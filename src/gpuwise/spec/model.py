@@ -106,6 +106,10 @@ class ModelSpec:
     """Checkpoint dtype as the config states it (bfloat16, float16, float32) or None."""
     checkpoint_quant: str | None = None
     """Quantization the checkpoint ships in (e.g. 'fp8' for DeepSeek-V3), from quantization_config."""
+    hidden_dropout: float = 0.0
+    """Dropout on the residual branches (GPT-2's resid_pdrop, OPT's dropout): a 1-byte mask per element in training."""
+    attention_dropout: float = 0.0
+    """Dropout on the attention probabilities (flash kernels regenerate it from the RNG state)."""
     hf_expands_kv_cache: bool = False
     """transformers caches K/V broadcast to all query heads for this architecture (Falcon's new decoder)."""
     notes: tuple[str, ...] = field(default_factory=tuple)

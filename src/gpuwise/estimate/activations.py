@@ -1,0 +1,213 @@
+"""Activation memory: the bytes each transformer layer saves for its backward pass.
+
+Per layer and token, every tensor an op keeps for its gradient is listed once (a tensor shared by two ops is
+one storage). Terms are split into those TP divides (attention heads, MLP width) and those it replicates
+unless sequence parallelism splits them along the sequence (norm inputs, block inputs, dropout masks).
+
+Profiles (`framework`):
+- `megatron`: fused kernels, the accounting of Korthikanti et al. 2022 ("Reducing Activation Recomputation in
+  Large Transformer Models", section 4): per layer s b h (34 + 5 a s / h) bytes for GPT with 16-bit
+  activations, dropout and materialized attention scores; s b h (10 + 24 / t + 5 a s / (h t)) with TP t,
+  s b h (34 / t + 5 a s / (h t)) with TP + SP; selective recompute drops the 5 a s / h term; full recompute
+  keeps the layer input 2 s b h. Generalized term by term to GQA, gated MLPs, MoE and flash attention
+  (Transformer Engine's fused attention saves only the softmax statistics, fp32 per head and token), which is
+  Megatron-Core's default: `korthikanti_layer_bytes` reproduces the paper's formulas exactly.
+- `hf` and `deepspeed` (a transformers model, SDPA attention that runs the flash kernel on a GPU): RMSNorm
+  keeps an fp32 copy of its input and the normalized 16-bit tensor; a gated MLP keeps gate, act, up and
+  product. Checked against the bytes the real model saves (tests/estimate/test_activations_hf_oracle.py).
+- `torchtitan` / `fsdp`: PyTorch-native Llama-style blocks with flash SDPA: like `hf` (same op-level
+  decomposition in eager PyTorch).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import InvalidArgument
+from ..spec.model import ModelSpec
+from .parallel import Layout, in_flight_microbatches, stage_layers
+
+RECOMPUTE = ("none", "selective", "full")
+
+
+@dataclass(frozen=True, slots=True)
+class LayerTerms:
+    """Bytes per token saved by one layer for one micro-batch, before parallel splits."""
+
+    replicated: dict[str, float]
+    """Terms TP does not split (sequence parallelism does)."""
+    split: dict[str, float]
+    """Terms TP splits over heads / MLP width."""
+    score_per_key: float = 0.0
+    """Materialized attention probabilities: bytes per token per attended key (0 with flash attention)."""
+
+    def per_token(self, tp: int = 1, sp: bool = False, keys: float = 0.0) -> float:
+        rep = sum(self.replicated.values()) / (tp if sp else 1)
+        return rep + (sum(self.split.values()) + self.score_per_key * keys) / tp
+
+
+def _dims(spec: ModelSpec) -> tuple[int, int, int, int]:
+    """(query width, key width, value width, heads): what attention keeps per token."""
+    a = spec.num_heads
+    if spec.mla is not None:
+        m = spec.mla
+        return a * m.qk_head_dim, a * m.qk_head_dim, a * m.v_head_dim, a
+    return a * spec.head_dim, spec.num_kv_heads * spec.head_dim, spec.num_kv_heads * spec.head_dim, a
+
+
+def _mlp_terms(spec: ModelSpec, width: int, e: float, lin_in: float, framework: str) -> float:
+    """Bytes per token a dense MLP of `width` keeps beyond its input."""
+    if spec.gated_mlp:
+        if framework == "megatron":  # fused SwiGLU: fc1 output (gate and up) and the fc2 input
+            return e * 2 * width + lin_in * width
+        return e * 3 * width + lin_in * width  # gate out (act input), act out, up out, product (fc2 input)
+    if spec.activation == "relu" and framework != "megatron":
+        return lin_in * width  # relu keeps its output, which is also the fc2 input
+    if spec.activation == "gelu_new" and framework != "megatron":
+        # transformers' NewGELUActivation is written out in Python ops: x, tanh(.), 0.5 x and 1 + tanh(.)
+        return 4 * e * width + lin_in * width
+    return e * width + lin_in * width  # activation input, activation output = fc2 input
+
+
+def _norm_bytes(spec: ModelSpec, dim: int, e: float, framework: str) -> float:
+    """Bytes per token one normalization over `dim` keeps (its output is counted by whoever reads it)."""
+    if framework == "megatron" or spec.norm == "layernorm":
+        return e * dim + (0 if framework == "megatron" else 8)  # input (+ fp32 mean and rstd per token)
+    if spec.family.startswith("gemma") or spec.family == "olmo2":
+        return 8 * dim + 4  # fp32 input and fp32 normalized (the weight multiplies in fp32), rsqrt
+    return max(4, e) * dim + e * dim + 4  # fp32 upcast of the input, normalized 16-bit tensor, rsqrt
+
+
+def layer_terms(spec: ModelSpec, layer: int, *, framework: str, e: float = 2.0, fp8: bool = False,
+                flash: bool = True) -> LayerTerms:
+    """What layer `layer` saves per token, by term (bytes, 16-bit activations when e = 2)."""
+    h = spec.hidden_size
+    q, k, v, a = _dims(spec)
+    lin_in = 1.0 if fp8 else e  # Transformer Engine saves fp8 copies of linear inputs
+    megatron = framework == "megatron"
+    rep: dict[str, float] = {}
+    split: dict[str, float] = {}
+    rep["norm_inputs"] = spec.norms_per_layer * _norm_bytes(spec, h, e, framework)
+    block_inputs = 1 if spec.norms_per_layer == 1 else 2
+    rep["linear_inputs"] = block_inputs * lin_in * h  # QKV input and MLP input (one for a parallel block)
+    if spec.hidden_dropout > 0:
+        rep["dropout_masks"] = 2 * h  # one byte per element, after attention and after the MLP
+    if spec.qk_norm == "head":
+        split["qk_norm"] = _norm_bytes(spec, q, e, framework) + _norm_bytes(spec, k, e, framework) + 4 * (a + spec.num_kv_heads)
+    elif spec.qk_norm == "full":
+        split["qk_norm"] = _norm_bytes(spec, q, e, framework) + _norm_bytes(spec, k, e, framework)
+    if spec.mla is not None:
+        m = spec.mla
+        lat = (m.q_lora_rank or 0) + m.kv_lora_rank
+        split["mla_latents"] = _norm_bytes(spec, lat, e, framework) + lin_in * lat
+    split["qkv"] = e * (q + k + v)
+    split["attention_output"] = lin_in * v  # the output projection's input (flash output shares it)
+    score = 0.0
+    if flash:
+        split["softmax_stats"] = 4 * a  # fp32 log-sum-exp per head
+    else:
+        score = a * (e + (1 + e if spec.attention_dropout > 0 else 0))  # softmax out (+ dropout mask and output)
+    moe = spec.moe
+    if moe is not None and moe.moe_layers[layer]:
+        rep["router"] = 4 * moe.num_experts + (0 if megatron else e * moe.num_experts)
+        # tokens permuted to top_k experts: their input copies and the experts' MLP activations
+        rep["expert_inputs"] = moe.top_k * lin_in * h
+        split["routed_experts"] = moe.top_k * _mlp_terms(spec, moe.expert_intermediate_size, e, lin_in, framework)
+        if moe.shared_intermediate_size:
+            split["shared_experts"] = _mlp_terms(spec, moe.shared_intermediate_size, e, lin_in, framework)
+    else:
+        split["mlp"] = _mlp_terms(spec, spec.intermediate_size, e, lin_in, framework)
+    return LayerTerms(replicated=rep, split=split, score_per_key=score)
+
+
+def korthikanti_layer_bytes(s: int, b: int, h: int, a: int, *, t: int = 1, sp: bool = False,
+                            recompute: str = "none") -> float:
+    """Korthikanti et al. 2022, eqs. 1-4 and section 5: activation bytes of one GPT layer (16-bit, dropout,
+    materialized scores), per tensor-parallel rank."""
+    if recompute == "full":
+        return 2 * s * b * h / (t if sp else 1)
+    score = 0.0 if recompute == "selective" else 5 * a * s / h
+    if sp:
+        return s * b * h * (34 / t + score / t)
+    return s * b * h * (10 + 24 / t + score / t)
+
+
+@dataclass(frozen=True, slots=True)
+class Activations:
+    """Activation-side bytes on one rank at its peak (the start of a backward pass)."""
+
+    layers: float
+    """Saved by the transformer layers for every micro-batch in flight."""
+    outside_layers: float
+    """Embedding dropout masks, final norm, LM head input, rotary tables (first / last stage only)."""
+    recompute_working: float
+    """One layer's full activations, rebuilt during the backward under full recompute or offload."""
+    logits: float
+    """Logits and the loss workspace at the peak (last stage only)."""
+    in_flight: float
+    """Micro-batches in flight on this stage."""
+    layer_bytes: tuple[float, ...]
+    """Per layer of this stage, for one micro-batch."""
+
+    @property
+    def total(self) -> float:
+        return self.layers + self.outside_layers + self.recompute_working
+
+
+def logits_bytes_per_element(framework: str, e: float) -> tuple[float, float]:
+    """(saved, peak) bytes per logit element on the last stage.
+
+    All keep the fp32 log-softmax for the backward (4 B). At the start of the backward: transformers also holds
+    the returned 16-bit logits (CausalLMOutput.logits) and the fp32 gradients of the log-probabilities and of the
+    logits (4 + 4 B); torchtitan deletes `pred` before `loss.backward()`; Megatron's fused vocab-parallel
+    cross-entropy writes the gradient into its saved fp32 buffer and hands back a 16-bit one.
+    """
+    if framework == "megatron":
+        return 4.0, 4.0 + e
+    if framework in ("torchtitan", "fsdp"):
+        return 4.0, 12.0
+    return 4.0, 4.0 + 8.0 + e
+
+
+def stage_activations(spec: ModelSpec, layout: Layout, stage: int, *, framework: str, precision: str, seq: int,
+                      micro_batch: int, num_microbatches: int, recompute: str = "none",
+                      offload_activations: bool = False, flash: bool = True) -> Activations:
+    """Activation bytes on a rank of pipeline stage `stage` at its peak."""
+    if recompute not in RECOMPUTE:
+        raise InvalidArgument(f"unknown recompute mode '{recompute}'; valid: {', '.join(RECOMPUTE)}")
+    e = 4.0 if precision == "fp32" else 2.0
+    fp8 = precision == "fp8"
+    tp, sp = layout.tp, layout.sp and layout.tp > 1
+    tokens = micro_batch * seq / layout.cp
+    keys = seq / layout.cp  # materialized scores: local queries against local keys
+    layers_per_stage = stage_layers(layout, spec.num_layers)
+    first = sum(layers_per_stage[:stage])
+    own = range(first, first + layers_per_stage[stage])
+    per_layer = []
+    for i in own:
+        terms = layer_terms(spec, i, framework=framework, e=e, fp8=fp8, flash=flash)
+        if recompute == "selective":
+            terms = LayerTerms(terms.replicated, terms.split, 0.0)
+        per_layer.append(tokens * terms.per_token(tp, sp, keys))
+    full_layer = max(per_layer, default=0.0)
+    in_flight = in_flight_microbatches(layout, stage, num_microbatches)
+    if recompute == "full":
+        stored = e * spec.hidden_size / (tp if sp else 1) * tokens * len(per_layer)
+        layers, working = stored * in_flight, full_layer
+    elif offload_activations:
+        layers, working = 0.0, 2 * full_layer  # the layer computing and the one in transfer
+    else:
+        layers, working = sum(per_layer) * in_flight, 0.0
+    h = spec.hidden_size
+    outside = 0.0
+    if stage == 0 and spec.hidden_dropout > 0:
+        outside += tokens * h / (tp if sp else 1) * in_flight  # embedding dropout mask
+    if spec.position == "rope":
+        outside += tokens / micro_batch * 2 * e * spec.head_dim  # cos and sin, shared by the layers
+    logits = 0.0
+    if stage == layout.pp - 1:
+        outside += tokens * (_norm_bytes(spec, h, e, framework) + e * h) / (tp if sp else 1)
+        _, peak = logits_bytes_per_element(framework, e)
+        logits = tokens * spec.vocab_size * peak / tp
+    return Activations(layers=layers, outside_layers=outside, recompute_working=working, logits=logits,
+                       in_flight=in_flight, layer_bytes=tuple(per_layer))

@@ -1,0 +1,282 @@
+"""Model states per GPU: parameters, gradients, optimizer states and master weights.
+
+Bytes per parameter follow each framework's precision layout (sources next to `precision_layout`), then
+the sharding divides what it shards: ZeRO-1 the optimizer states and master weights, ZeRO-2 also the
+gradients, ZeRO-3 / FSDP also the parameters (Rajbhandari et al. 2020, "ZeRO", section 5: with mixed-precision
+Adam, 2 + 2 + 12 bytes per parameter; per GPU over N_d ranks DDP 16 P, ZeRO-1 4 P + 12 P / N_d,
+ZeRO-2 2 P + 14 P / N_d, ZeRO-3 16 P / N_d). Tensor, pipeline and expert parallelism decide which
+parameters a rank holds at all (`rank_tensors`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import InvalidArgument
+from ..spec.model import ModelSpec
+from .params import Tensor, tensor_inventory
+from .parallel import Layout, stage_layers
+
+FRAMEWORKS = ("megatron", "torchtitan", "fsdp", "hf", "deepspeed")
+PRECISIONS = ("fp32", "bf16", "fp16", "bf16-pure", "fp8")
+OPTIMIZERS = ("adamw", "adamw-8bit", "sgd", "adafactor", "none")
+FINETUNE = ("full", "lora", "qlora")
+LORA_TARGETS = {"q": ("attn_q", "attn_q_a", "attn_q_b"), "k": ("attn_k", "attn_kv_a_mqa"), "v": ("attn_v", "attn_kv_b"),
+                "o": ("attn_output",), "gate": ("ffn_gate", "ffn_gate_shexp"), "up": ("ffn_up", "ffn_up_shexp"),
+                "down": ("ffn_down", "ffn_down_shexp")}
+
+# bitsandbytes 8-bit optimizers (bitsandbytes/optim/optimizer.py, v0.44+): uint8 states quantized block-wise,
+# one fp32 absmax per 256 elements and state; tensors under min_8bit_size = 4096 elements keep fp32 states.
+BNB_BLOCK = 256
+BNB_MIN_8BIT_SIZE = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class PrecisionLayout:
+    """Bytes per trainable parameter of each model state (before sharding)."""
+
+    working: float
+    """The copy the matmuls read: 16-bit weights, or fp32 ones under fp32 training."""
+    master: float
+    """fp32 master weights kept beside a 16-bit working copy (0 when the working copy is the master)."""
+    grad: float
+    state: float
+    """Bytes of one optimizer state element (fp32, or the parameter dtype in pure 16-bit training)."""
+    grad_copy: float = 0.0
+    """An fp32 copy of 16-bit gradients kept by the optimizer (Megatron fp16), sharded with the optimizer."""
+    fp8_cache: float = 0.0
+    """fp8 weight copies cached for the step (Transformer Engine on Hopper: weight and its transpose)."""
+    persistent_working: bool = True
+    """False where the 16-bit copy exists only while a layer runs (FSDP2 all-gathers it from fp32 shards)."""
+
+
+def precision_layout(framework: str, precision: str) -> PrecisionLayout:
+    """Per-framework bytes per parameter.
+
+    - fp32: 4 + 4 + fp32 states. bf16-pure: 2 + 2 + states in bf16 (torch optimizers keep the param dtype).
+    - megatron bf16: 2 (bf16) + 4 (fp32 main_grad: arguments.py forces accumulate_allreduce_grads_in_fp32 for
+      bf16) + 4 master + 8 = 18 B; fp16: 2 + 2 + 4 fp32 grad copy + 4 + 8 = 20 B (docs/source/distrib_optimizer.md:
+      20 / 18 / 16 B per parameter, 4 + 16/d and 6 + 12/d with the distributed optimizer).
+    - deepspeed: the ZeRO paper's 2 + 2 + 12 (bf16 gradients: grad_accum_dtype defaults to the model dtype).
+    - torchtitan / fsdp (FSDP2 MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)): fp32 sharded
+      parameters are the master, fp32 gradients, fp32 states; the bf16 copy is all-gathered per layer (or,
+      without sharded parameters, torch.autocast's cached casts hold it through the step).
+    - hf (Trainer with bf16=True: fp32 weights under torch.autocast): 4 master + 2 cached bf16 casts + 4 + 8.
+    - fp8: the framework's bf16 layout plus Transformer Engine's cached fp8 weight and transpose (2 B per matrix
+      element; TE docs, performance_considerations).
+    """
+    if precision == "fp32":
+        return PrecisionLayout(working=4, master=0, grad=4, state=4)
+    if precision == "bf16-pure":
+        return PrecisionLayout(working=2, master=0, grad=2, state=2)
+    fp16 = precision == "fp16"
+    fp8 = 2.0 if precision == "fp8" else 0.0
+    if framework == "megatron":
+        return PrecisionLayout(working=2, master=4, grad=2 if fp16 else 4, state=4, grad_copy=4 if fp16 else 0,
+                               fp8_cache=fp8)
+    if framework == "deepspeed":
+        return PrecisionLayout(working=2, master=4, grad=2, state=4, fp8_cache=fp8)
+    if framework in ("torchtitan", "fsdp"):
+        return PrecisionLayout(working=2, master=4, grad=4, state=4, fp8_cache=fp8, persistent_working=False)
+    if framework == "hf":
+        return PrecisionLayout(working=2, master=4, grad=4, state=4, fp8_cache=fp8, persistent_working=False)
+    raise InvalidArgument(f"unknown framework '{framework}'; valid: {', '.join(FRAMEWORKS)}")
+
+
+def optimizer_state_bytes(optimizer: str, t: Tensor, numel: float, state: float) -> float:
+    """Optimizer state bytes for `numel` elements of tensor `t` (a rank's share of it)."""
+    if optimizer == "adamw":
+        return 2 * state * numel  # exp_avg and exp_avg_sq
+    if optimizer == "sgd":
+        return state * numel  # momentum buffer
+    if optimizer == "adamw-8bit":
+        if t.numel < BNB_MIN_8BIT_SIZE:
+            return 8 * numel
+        return numel * 2 * (1 + 4 / BNB_BLOCK)
+    if optimizer == "adafactor":
+        # Factored second moment, no first moment (torch.optim.Adafactor; transformers' Adafactor beta1=None):
+        # a row and a column vector per matrix, a full vector for 1-D tensors.
+        if len(t.shape) < 2:
+            return state * numel
+        rows, cols = t.shape[0], t.shape[-1]
+        share = numel / t.numel
+        return state * t.experts * (rows * share + cols)
+    if optimizer == "none":
+        return 0.0
+    raise InvalidArgument(f"unknown optimizer '{optimizer}'; valid: {', '.join(OPTIMIZERS)}")
+
+
+@dataclass(frozen=True, slots=True)
+class RankTensor:
+    tensor: Tensor
+    numel: float
+    """Elements of the tensor on this rank (after TP / EP splits)."""
+    expert: bool
+
+
+def _stage_of_layers(layout: Layout, num_layers: int) -> list[int]:
+    owner = []
+    for stage, n in enumerate(stage_layers(layout, num_layers)):
+        owner += [stage] * n
+    return owner
+
+
+def rank_tensors(spec: ModelSpec, layout: Layout, stage: int) -> list[RankTensor]:
+    """The parameters a rank of pipeline stage `stage` holds, with its share of each under TP and EP.
+
+    Matrices split over TP (column/row parallel, vocabulary-parallel embeddings and LM head); norms and biases
+    are counted whole. Routed experts split over EP and, like Megatron-Core's default expert tensor parallelism,
+    over TP. The token embedding sits on the first stage, the final norm and LM head on the last; a tied
+    embedding is held by both when pp > 1 (Megatron keeps a copy on the last stage).
+    """
+    owner = _stage_of_layers(layout, spec.num_layers)
+    last = layout.pp - 1
+    out = []
+    seen_blocks = False
+    for t in tensor_inventory(spec):
+        if t.layer is not None:
+            seen_blocks = True
+            if owner[t.layer] != stage:
+                continue
+        else:
+            head_side = t.role in ("output", "proj_out") or seen_blocks
+            if head_side and stage != last:
+                continue
+            if not head_side:
+                on_stage = stage == 0 or (t.role == "token_embd" and spec.tie_word_embeddings and stage == last)
+                if not on_stage:
+                    continue
+        expert = t.experts > 1 or t.role.endswith("_exps")
+        share = 1.0 / layout.tp if t.is_matrix else 1.0
+        if expert:
+            share /= layout.ep
+        out.append(RankTensor(t, t.numel * share, expert))
+    return out
+
+
+def lora_targets(targets: str) -> frozenset[str]:
+    """Tensor roles that LoRA adapts ('all-linear' = every attention and MLP matrix, as PEFT's option)."""
+    names = list(LORA_TARGETS) if targets == "all-linear" else [x.strip() for x in targets.split(",") if x.strip()]
+    unknown = [n for n in names if n not in LORA_TARGETS]
+    if unknown or not names:
+        raise InvalidArgument(f"unknown LoRA target '{','.join(unknown) or targets}'; valid: all-linear or a comma list "
+                              f"of {', '.join(LORA_TARGETS)}")
+    return frozenset(role for n in names for role in LORA_TARGETS[n])
+
+
+@dataclass(frozen=True, slots=True)
+class ModelStates:
+    """Bytes on one GPU (and in host memory, for offloaded states)."""
+
+    params: float
+    """Working parameters the matmuls read (16-bit, or fp32 under fp32; quantized base under QLoRA)."""
+    master_weights: float
+    grads: float
+    optimizer: float
+    cpu: float
+    """Offloaded states in host memory."""
+    trainable_params: float
+    """Trainable parameters on this rank (before sharding)."""
+    params_on_rank: float
+    """Parameters held by this rank's stage and TP/EP shard (before ZeRO/FSDP sharding)."""
+    layer_params: float
+    """Parameters of this rank's largest block (before sharding): FSDP all-gathers one at a time."""
+    working_bytes_per_param: float
+
+    @property
+    def total(self) -> float:
+        return self.params + self.master_weights + self.grads + self.optimizer
+
+
+def model_states(spec: ModelSpec, layout: Layout, stage: int, *, framework: str, precision: str, optimizer: str,
+                 finetune: str = "full", lora_rank: int = 16, lora_targets_spec: str = "all-linear",
+                 offload: frozenset[str] = frozenset()) -> ModelStates:
+    """Model-state bytes on one rank of pipeline stage `stage`."""
+    if precision not in PRECISIONS:
+        raise InvalidArgument(f"unknown precision '{precision}'; valid: {', '.join(PRECISIONS)}")
+    if finetune not in FINETUNE:
+        raise InvalidArgument(f"unknown fine-tuning mode '{finetune}'; valid: {', '.join(FINETUNE)}")
+    lay = precision_layout(framework, precision)
+    sh = layout.sharding_spec
+    dense_n = layout.shard_size
+    expert_n = max(1, dense_n // layout.ep)
+    tensors = rank_tensors(spec, layout, stage)
+    targets = lora_targets(lora_targets_spec) if finetune != "full" else frozenset()
+    frozen_bits = None
+    if finetune == "qlora":
+        from ..quant.formats import get_weight_format, tensor_bytes
+
+        frozen_bits = {id(t): b * 8 / t.numel for t, b in tensor_bytes(get_weight_format("nf4-dq"), spec)}
+    frozen_working = 4.0 if precision == "fp32" else 2.0
+
+    params = master = grads = opt = cpu = trainable = 0.0
+    layers: dict[int, float] = {}
+    for rt in tensors:
+        t, n = rt.tensor, rt.numel
+        shard = expert_n if rt.expert else dense_n
+        if t.layer is not None:
+            layers[t.layer] = layers.get(t.layer, 0.0) + n
+        if finetune != "full":
+            # Frozen base: stored once in the compute dtype (NF4 + double-quantized scales under QLoRA).
+            bits = frozen_bits[id(t)] if frozen_bits is not None else frozen_working * 8
+            params += n * bits / 8 / (shard if sh.params else 1)
+            if t.role not in targets:
+                continue
+            rows, cols = t.shape[0], t.shape[-1]
+            n = lora_rank * (rows + cols) * t.experts / (layout.tp if t.is_matrix else 1)  # A (r x in) + B (out x r)
+            ad = precision_layout("hf", "bf16" if precision != "fp32" else "fp32")  # PEFT keeps adapters in fp32
+            _add = _tensor_states(ad, optimizer, t, n, shard, sh, offload)
+        else:
+            _add = _tensor_states(lay, optimizer, t, n, shard, sh, offload)
+            if lay.fp8_cache and t.is_matrix and t.role not in ("token_embd", "pos_embd", "output"):
+                params += lay.fp8_cache * n
+        trainable += n
+        params += _add[0]
+        master += _add[1]
+        grads += _add[2]
+        opt += _add[3]
+        cpu += _add[4]
+    return ModelStates(params=params, master_weights=master, grads=grads, optimizer=opt, cpu=cpu,
+                       trainable_params=trainable, params_on_rank=sum(rt.numel for rt in tensors),
+                       layer_params=max(layers.values(), default=0.0),
+                       working_bytes_per_param=lay.working if finetune == "full" else frozen_working)
+
+
+def _tensor_states(lay: PrecisionLayout, optimizer: str, t: Tensor, n: float, shard: int, sh,
+                   offload: frozenset[str]) -> tuple[float, float, float, float, float]:
+    """(params, master, grads, optimizer, cpu) bytes for `n` trainable elements of tensor `t`."""
+    opt_n = shard if sh.optimizer else 1
+    grad_n = shard if sh.grads else 1
+    states = optimizer_state_bytes(optimizer, t, n, lay.state) + lay.grad_copy * n
+    master = lay.master * n if optimizer != "none" else 0.0
+    if sh.params:
+        # At rest the parameters are sharded; the master copy (or the sharded fp32 params of FSDP2) with them.
+        params = lay.working * n / shard if lay.persistent_working else 0.0
+        if sh.keep_unsharded:
+            params = lay.working * n
+        if not lay.persistent_working and lay.master == 0:  # fp32 / pure training with FSDP: the shard is the param
+            params = lay.working * n / shard + (lay.working * n if sh.keep_unsharded else 0.0)
+    else:
+        params = lay.working * n
+    cpu = 0.0
+    opt_bytes, master_bytes = states / opt_n, master / opt_n
+    if "optimizer" in offload:
+        cpu += opt_bytes + master_bytes
+        opt_bytes = master_bytes = 0.0
+    if "params" in offload and sh.params:
+        at_rest = lay.working * n / shard if (lay.persistent_working or lay.master == 0) else 0.0
+        cpu += at_rest
+        params -= at_rest
+    return params, master_bytes, lay.grad * n / grad_n, opt_bytes, cpu
+
+
+def bytes_per_param(*, framework: str, precision: str, optimizer: str, layout: Layout) -> dict[str, float]:
+    """Model-state bytes per parameter of a large dense matrix on one GPU (params, master, grads, optimizer).
+
+    The ZeRO paper's arithmetic: deepspeed + bf16 + adamw gives 2 + 4 + 2 + 8 = 16 bytes with DDP and
+    16 / N_d with ZeRO-3.
+    """
+    big = Tensor("ffn_up", 0, (1 << 16, 1 << 16))
+    p, m, g, o, _ = _tensor_states(precision_layout(framework, precision), optimizer, big, 1.0, layout.shard_size,
+                                   layout.sharding_spec, frozenset())
+    return {"params": p, "master_weights": m, "grads": g, "optimizer": o}

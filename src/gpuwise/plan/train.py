@@ -1,0 +1,219 @@
+"""`gpuwise train`: memory per GPU and FLOPs per step of a training or fine-tuning job, and whether it fits.
+
+One request (model, GPU, layout, batch, precision, optimizer ...) gives one `TrainResult`: the per-GPU memory
+breakdown on the most loaded rank, model and hardware FLOPs per step, the verdict, and the largest micro-batch
+that fits. The performance model (step time, MFU) builds on the same request and result.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..catalog.gpus import GPU
+from ..catalog.models import LoadedModel
+from ..errors import InvalidArgument
+from ..estimate.activations import RECOMPUTE
+from ..estimate.flops import CONVENTIONS, StepFlops, step_flops
+from ..estimate.model_states import FINETUNE, FRAMEWORKS, OPTIMIZERS, PRECISIONS, lora_targets
+from ..estimate.parallel import SCHEDULES, Layout, validate_layout
+from ..estimate.params import ParamCounts, param_counts
+from ..estimate.train_memory import FRAGMENTATION_RISK, TrainMemory, train_memory
+
+FSDP_MODES = {"full": "fsdp-full", "grad-op": "fsdp-grad-op", "no-reshard": "fsdp-no-reshard", "hybrid": "hsdp"}
+ZERO_STAGES = {0: "ddp", 1: "zero1", 2: "zero2", 3: "zero3"}
+OFFLOAD = ("optimizer", "params", "activations")
+MAX_DEGREE = 1 << 20
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TrainRequest:
+    """A training job: the CLI's `gpuwise train` options, one field each."""
+
+    model: LoadedModel
+    gpu: GPU
+    num_gpus: int = 1
+    seq: int = 4096
+    """Tokens per sequence."""
+    global_batch: int = 1
+    """Sequences per optimizer step over all data-parallel ranks."""
+    micro_batch: int = 1
+    """Sequences per forward/backward on one rank."""
+    tp: int = 1
+    pp: int = 1
+    vpp: int = 1
+    cp: int = 1
+    ep: int = 1
+    sp: bool = False
+    zero: int | None = None
+    fsdp: str | None = None
+    """full | grad-op | no-reshard | hybrid (HSDP, with shard_group)."""
+    shard_group: int | None = None
+    schedule: str | None = None
+    """gpipe | 1f1b | interleaved; default 1f1b, interleaved when vpp > 1."""
+    pp_first_layers: int | None = None
+    pp_last_layers: int | None = None
+    recompute: str = "none"
+    optimizer: str = "adamw"
+    precision: str = "bf16"
+    framework: str | None = None
+    """None: derived from the other options (see `choose_framework`)."""
+    finetune: str = "full"
+    lora_rank: int = 16
+    lora_targets: str = "all-linear"
+    offload: tuple[str, ...] = ()
+    flops_convention: str = "causal"
+
+    def __post_init__(self) -> None:
+        for name in ("num_gpus", "seq", "global_batch", "micro_batch", "tp", "pp", "vpp", "cp", "ep", "lora_rank"):
+            _positive_int("--" + name.replace("_", "-"), getattr(self, name))
+        for name, value, valid in (("--recompute", self.recompute, RECOMPUTE), ("--optimizer", self.optimizer, OPTIMIZERS),
+                                   ("--precision", self.precision, PRECISIONS), ("--finetune", self.finetune, FINETUNE),
+                                   ("--flops-convention", self.flops_convention, CONVENTIONS)):
+            if value not in valid:
+                raise InvalidArgument(f"{name}: unknown value '{value}'; valid: {', '.join(valid)}")
+        if self.framework is not None and self.framework not in FRAMEWORKS:
+            raise InvalidArgument(f"--framework: unknown value '{self.framework}'; valid: {', '.join(FRAMEWORKS)}")
+        if self.schedule is not None and self.schedule not in SCHEDULES:
+            raise InvalidArgument(f"--schedule: unknown value '{self.schedule}'; valid: {', '.join(SCHEDULES)}")
+        if self.zero is not None and self.fsdp is not None:
+            raise InvalidArgument("--zero and --fsdp both set: choose one sharding (--zero 3 is FSDP full shard)")
+        if self.zero is not None and self.zero not in ZERO_STAGES:
+            raise InvalidArgument(f"--zero must be 0, 1, 2 or 3, got {self.zero!r}")
+        if self.fsdp is not None and self.fsdp not in FSDP_MODES:
+            raise InvalidArgument(f"--fsdp: unknown mode '{self.fsdp}'; valid: {', '.join(FSDP_MODES)}")
+        bad = [o for o in self.offload if o not in OFFLOAD]
+        if bad:
+            raise InvalidArgument(f"--offload: unknown target '{bad[0]}'; valid: {', '.join(OFFLOAD)}")
+        if "params" in self.offload and self.sharding not in ("zero3", "fsdp-full", "hsdp"):
+            raise InvalidArgument("--offload params needs sharded parameters (--zero 3 or --fsdp full/hybrid)")
+        if "activations" in self.offload and self.recompute == "full":
+            raise InvalidArgument("--offload activations and --recompute full both set: choose one")
+        if self.finetune == "qlora" and self.precision in ("fp32", "fp8"):
+            raise InvalidArgument(f"--finetune qlora computes in bf16/fp16 over an NF4 base; --precision "
+                                  f"{self.precision} does not apply")
+        if self.finetune != "full":
+            lora_targets(self.lora_targets)
+        spec = self.model.spec
+        if spec.position == "learned" and spec.learned_positions and self.seq > spec.max_position_embeddings:
+            raise InvalidArgument(f"--seq {self.seq} is longer than the model's {spec.max_position_embeddings} "
+                                  f"learned positions")
+
+    @property
+    def sharding(self) -> str:
+        if self.fsdp is not None:
+            return FSDP_MODES[self.fsdp]
+        return ZERO_STAGES[self.zero or 0]
+
+    def layout(self) -> Layout:
+        schedule = self.schedule or ("interleaved" if self.vpp > 1 else "1f1b")
+        return Layout(num_gpus=self.num_gpus, tp=self.tp, pp=self.pp, vpp=self.vpp, cp=self.cp, ep=self.ep,
+                      sp=self.sp, sharding=self.sharding, shard_group=self.shard_group, schedule=schedule,
+                      pp_first_layers=self.pp_first_layers, pp_last_layers=self.pp_last_layers)
+
+
+def _positive_int(flag: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgument(f"{flag} must be a whole number, got {value!r}")
+    if value < 1:
+        raise InvalidArgument(f"{flag} must be at least 1, got {value}")
+    if value > MAX_DEGREE * 1024:
+        raise InvalidArgument(f"{flag} {value} is absurdly large")
+
+
+def choose_framework(req: TrainRequest) -> tuple[str, str]:
+    """The implementation profile, and why (when --framework is not given)."""
+    if req.framework is not None:
+        return req.framework, "as requested"
+    if req.finetune != "full":
+        return "hf", "LoRA/QLoRA fine-tuning is usually transformers + PEFT"
+    if req.fsdp is not None:
+        return "fsdp", "--fsdp given: PyTorch FSDP2"
+    if req.zero is not None:
+        return "deepspeed", "--zero given: DeepSpeed ZeRO"
+    if max(req.tp, req.pp, req.cp, req.ep) > 1:
+        return "megatron", "model parallelism given: Megatron-LM"
+    return "fsdp", "default: PyTorch-native training (FSDP2 / DDP) with flash attention"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TrainResult:
+    request: TrainRequest
+    framework: str
+    framework_reason: str
+    layout: Layout
+    params: ParamCounts
+    memory: TrainMemory
+    flops: StepFlops
+    num_microbatches: int
+    """Micro-batches per rank per step (gradient accumulation x pipeline)."""
+    max_micro_batch: int | None
+    """Largest micro-batch dividing the per-rank batch that fits; None if even 1 does not."""
+    assumptions: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def fits(self) -> bool:
+        return self.memory.total <= self.request.gpu.memory_bytes
+
+    @property
+    def headroom_bytes(self) -> float:
+        return self.request.gpu.memory_bytes - self.memory.total
+
+    @property
+    def tight(self) -> bool:
+        """Fits, but within the fragmentation GMLake measured on average (FRAGMENTATION_RISK)."""
+        return self.fits and self.memory.total * (1 + FRAGMENTATION_RISK) > self.request.gpu.memory_bytes
+
+
+def _memory(req: TrainRequest, framework: str, layout: Layout, micro_batch: int) -> TrainMemory:
+    per_rank = req.global_batch // layout.dp
+    return train_memory(req.model.spec, layout, framework=framework, precision=req.precision,
+                        optimizer=req.optimizer, seq=req.seq, micro_batch=micro_batch,
+                        num_microbatches=per_rank // micro_batch, recompute=req.recompute, finetune=req.finetune,
+                        lora_rank=req.lora_rank, lora_targets=req.lora_targets, offload=frozenset(req.offload))
+
+
+def train(req: TrainRequest) -> TrainResult:
+    spec = req.model.spec
+    layout = req.layout()
+    validate_layout(layout, spec, seq=req.seq, global_batch=req.global_batch, micro_batch=req.micro_batch)
+    framework, why = choose_framework(req)
+    memory = _memory(req, framework, layout, req.micro_batch)
+    per_rank = req.global_batch // layout.dp
+    fitting = [b for b in range(1, per_rank + 1) if per_rank % b == 0]
+    best = None
+    # Memory grows with the micro-batch: scan the divisors upward until one does not fit.
+    for b in fitting:
+        if _memory(req, framework, layout, b).total > req.gpu.memory_bytes:
+            break
+        best = b
+    flops = step_flops(spec, seq=req.seq, global_batch=req.global_batch, convention=req.flops_convention,
+                       recompute=req.recompute)
+    return TrainResult(request=req, framework=framework, framework_reason=why, layout=layout,
+                       params=param_counts(spec), memory=memory, flops=flops,
+                       num_microbatches=per_rank // req.micro_batch, max_micro_batch=best,
+                       assumptions=_assumptions(req, framework, layout, memory))
+
+
+def _assumptions(req: TrainRequest, framework: str, layout: Layout, mem: TrainMemory) -> tuple[str, ...]:
+    out = [f"framework profile '{framework}'; peak at the {mem.moment.replace('-', ' ')} on pipeline stage "
+           f"{mem.stage} of {layout.pp} (rank 0 of that stage's data-parallel group; all its ranks are alike)"]
+    out.append("activations with flash attention (no materialized scores); gradients counted in full "
+               "(as from the second micro-batch of accumulation on)")
+    if framework in ("hf", "deepspeed") and req.finetune == "full" and req.precision in ("bf16", "fp16", "fp8"):
+        out.append("mixed precision as torch.autocast: fp32 weights (master) plus cached 16-bit casts (params)")
+    if req.finetune != "full":
+        out.append(f"LoRA rank {req.lora_rank} on {req.lora_targets}, adapters in fp32 (PEFT's default), "
+                   f"frozen base in {'NF4 with double quantization' if req.finetune == 'qlora' else 'the compute dtype'}")
+    if req.recompute == "selective" and framework != "megatron":
+        out.append("selective recompute = attention core only; with flash attention it saves nothing more "
+                   "(torchtitan's op-level SAC is not modelled)")
+    if layout.sp and layout.tp == 1:
+        out.append("--sp without tensor parallelism has no effect")
+    peaks = req.gpu.peak_flops
+    if req.precision in ("bf16", "bf16-pure") and "bf16" not in peaks:
+        out.append(f"{req.gpu.name} has no bf16 tensor cores: bf16 runs emulated (slow); fp16 is the usual choice")
+    if req.precision == "fp8" and "fp8" not in peaks:
+        out.append(f"{req.gpu.name} has no fp8 tensor cores")
+    out.append("runtime = CUDA context 0.5 GiB + cuBLAS workspace + NCCL buffers; allocator allowance 5% "
+               "(Megatron-LM's estimate)")
+    return tuple(out)

@@ -1,0 +1,103 @@
+"""Model states per GPU against published arithmetic: the ZeRO paper, Megatron-LM's table, the rule of thumb."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuwise.catalog.models import load_model
+from gpuwise.estimate.model_states import bytes_per_param, model_states, optimizer_state_bytes
+from gpuwise.estimate.params import Tensor, param_counts
+from gpuwise.estimate.parallel import Layout
+
+GB = 1e9
+
+
+@pytest.mark.parametrize(("sharding", "expected_gb"), [("ddp", 120), ("zero1", 31.4), ("zero2", 16.6), ("zero3", 1.9)])
+def test_zero_paper_worked_example(sharding, expected_gb) -> None:
+    # Rajbhandari et al. 2020, Figure 1: Psi = 7.5B, N_d = 64, K = 12 (mixed-precision Adam).
+    per_param = bytes_per_param(framework="deepspeed", precision="bf16", optimizer="adamw",
+                                layout=Layout(num_gpus=64, sharding=sharding))
+    assert round(sum(per_param.values()) * 7.5e9 / GB, 1) == expected_gb
+
+
+@pytest.mark.parametrize(("precision", "dist_opt", "expected"), [
+    # Megatron-LM docs/source/distrib_optimizer.md: bytes per parameter, d = data-parallel size
+    ("fp16", False, 20), ("bf16", False, 18), ("fp32", False, 16),
+    ("fp16", True, 4 + 16 / 8), ("bf16", True, 6 + 12 / 8), ("fp32", True, 8 + 8 / 8),
+])
+def test_megatron_distributed_optimizer_table(precision, dist_opt, expected) -> None:
+    layout = Layout(num_gpus=8, sharding="zero1" if dist_opt else "ddp")
+    per_param = bytes_per_param(framework="megatron", precision=precision, optimizer="adamw", layout=layout)
+    assert sum(per_param.values()) == pytest.approx(expected)
+
+
+def test_rule_of_thumb_eight_bytes_per_param_in_pure_16_bit() -> None:
+    # 16-bit weights + 16-bit grads + two 16-bit Adam moments = 8 B/param: an 80 GB GPU holds ~10B params of
+    # model states with plain data parallelism; fp32 master weights and states double it (16 B, ~5B params).
+    pure = sum(bytes_per_param(framework="fsdp", precision="bf16-pure", optimizer="adamw",
+                               layout=Layout(num_gpus=1)).values())
+    mixed = sum(bytes_per_param(framework="deepspeed", precision="bf16", optimizer="adamw",
+                                layout=Layout(num_gpus=1)).values())
+    assert pure == 8 and 80 * GB / pure == 10e9
+    assert mixed == 16 and 80 * GB / mixed == 5e9
+
+
+def test_eight_bit_adam_states_follow_bitsandbytes_blocks() -> None:
+    big = Tensor("ffn_up", 0, (4096, 4096))
+    assert optimizer_state_bytes("adamw-8bit", big, big.numel, 4) == pytest.approx(big.numel * (2 + 8 / 256))
+    small = Tensor("norm", 0, (4095,))  # under min_8bit_size: two fp32 states
+    assert optimizer_state_bytes("adamw-8bit", small, small.numel, 4) == 8 * 4095
+
+
+def test_adafactor_keeps_row_and_column_factors() -> None:
+    m = Tensor("ffn_up", 0, (1000, 300))
+    assert optimizer_state_bytes("adafactor", m, m.numel, 4) == 4 * (1000 + 300)
+    v = Tensor("norm", 0, (300,))
+    assert optimizer_state_bytes("adafactor", v, v.numel, 4) == 4 * 300
+
+
+def test_model_states_of_a_real_model_use_its_exact_parameter_count() -> None:
+    spec = load_model("llama-3.1-8b").spec
+    p = param_counts(spec).total
+    s = model_states(spec, Layout(num_gpus=64, sharding="zero3"), 0, framework="deepspeed", precision="bf16",
+                     optimizer="adamw")
+    assert s.total == pytest.approx(16 * p / 64)
+
+
+def test_tensor_and_pipeline_parallel_split_the_parameters() -> None:
+    spec = load_model("llama-3.1-8b").spec
+    total = param_counts(spec).total
+    held = [model_states(spec, Layout(num_gpus=8, tp=2, pp=4), stage, framework="megatron", precision="bf16",
+                         optimizer="adamw").params_on_rank for stage in range(4)]
+    norms = sum(t.numel for t in _vectors(spec))  # norms are replicated over TP, not split
+    assert sum(held) * 2 == pytest.approx(total + norms, rel=1e-9)
+
+
+def _vectors(spec):
+    from gpuwise.estimate.params import tensor_inventory
+
+    return [t for t in tensor_inventory(spec) if not t.is_matrix]
+
+
+def test_lora_trains_only_the_adapters_and_qlora_stores_an_nf4_base() -> None:
+    spec = load_model("llama-3.1-8b").spec
+    layout = Layout(num_gpus=1)
+    kw = dict(framework="hf", precision="bf16", optimizer="adamw")
+    full = model_states(spec, layout, 0, **kw)
+    lora = model_states(spec, layout, 0, finetune="lora", lora_rank=16, **kw)
+    qlora = model_states(spec, layout, 0, finetune="qlora", lora_rank=16, **kw)
+    h, kv, inter, n = 4096, 1024, 14336, 32
+    adapters = 16 * n * ((h + h) * 2 + (h + kv) * 2 + (h + inter) * 3)  # q, o; k, v; gate, up, down
+    assert lora.trainable_params == adapters
+    assert lora.optimizer == 8 * adapters and lora.grads == 4 * adapters
+    assert qlora.params < 0.4 * lora.params  # NF4 matrices, 16-bit embeddings and head
+    assert qlora.total < lora.total < full.total
+
+
+def test_optimizer_offload_moves_states_to_host_memory() -> None:
+    spec = load_model("llama-3.1-8b").spec
+    kw = dict(framework="deepspeed", precision="bf16", optimizer="adamw")
+    on = model_states(spec, Layout(num_gpus=8, sharding="zero2"), 0, **kw)
+    off = model_states(spec, Layout(num_gpus=8, sharding="zero2"), 0, offload=frozenset({"optimizer"}), **kw)
+    assert off.optimizer == off.master_weights == 0
+    assert off.cpu == pytest.approx(on.optimizer + on.master_weights)

@@ -1,0 +1,137 @@
+"""`gpuwise.train`: end-to-end requests, monotonicity and sharding properties (hypothesis), bad input."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import gpuwise
+from gpuwise.catalog.gpus import get_gpu
+from gpuwise.catalog.models import load_model
+from gpuwise.errors import InvalidArgument
+from gpuwise.estimate.params import param_counts
+from gpuwise.plan.train import TrainRequest, train
+
+MODEL = load_model("llama-3.1-8b")
+MOE = load_model("mixtral-8x7b")
+H100 = get_gpu("h100-sxm")
+
+
+def _run(**kw):
+    kw.setdefault("seq", 2048)
+    return train(TrainRequest(model=kw.pop("model", MODEL), gpu=kw.pop("gpu", H100), **kw))
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 5), st.integers(0, 5), st.sampled_from(["zero3", "fsdp"]))
+def test_more_gpus_never_raise_model_states_under_full_sharding(a, b, kind) -> None:
+    small, large = sorted((2 ** a, 2 ** b))
+    opts = {"zero": 3} if kind == "zero3" else {"fsdp": "full"}
+    states = [_run(num_gpus=n, global_batch=n, **opts).memory.states.total for n in (small, large)]
+    assert states[1] <= states[0]
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(7, 14), st.integers(7, 14), st.sampled_from(["megatron", "hf", "fsdp"]),
+       st.sampled_from(["none", "selective", "full"]))
+def test_longer_sequences_never_lower_activations(a, b, framework, recompute) -> None:
+    short, long = sorted((2 ** a, 2 ** b))
+    acts = [_run(seq=s, framework=framework, recompute=recompute).memory for s in (short, long)]
+    assert acts[1].activations + acts[1].logits >= acts[0].activations + acts[0].logits
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.sampled_from([1, 2, 4, 8]), st.booleans(), st.sampled_from(["megatron", "hf", "torchtitan"]))
+def test_recompute_full_le_selective_le_none(tp, sp, framework) -> None:
+    acts = [_run(num_gpus=tp, tp=tp, sp=sp, seq=4096, framework=framework, recompute=r).memory.activations
+            for r in ("full", "selective", "none")]
+    assert acts[0] <= acts[1] <= acts[2]
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.sampled_from([2, 4, 8, 64]), st.sampled_from(["deepspeed", "megatron", "fsdp", "hf"]))
+def test_higher_zero_stages_never_raise_model_states(n, framework) -> None:
+    states = [_run(num_gpus=n, global_batch=n, zero=z, framework=framework).memory.states.total for z in range(4)]
+    assert states == sorted(states, reverse=True)
+
+
+@pytest.mark.parametrize("tp", [2, 4, 8])
+def test_sequence_parallelism_never_raises_activations(tp) -> None:
+    without = _run(num_gpus=tp, tp=tp, seq=4096).memory.activations
+    assert _run(num_gpus=tp, tp=tp, sp=True, seq=4096).memory.activations < without
+
+
+def test_largest_micro_batch_fits_and_the_next_does_not() -> None:
+    r = _run(num_gpus=8, global_batch=64, micro_batch=1, fsdp="full", recompute="full", seq=4096)
+    b = r.max_micro_batch
+    assert b is not None and b < 8
+    assert _run(num_gpus=8, global_batch=64, micro_batch=b, fsdp="full", recompute="full", seq=4096).fits
+    nxt = next(x for x in range(b + 1, 9) if 8 % x == 0)
+    assert not _run(num_gpus=8, global_batch=64, micro_batch=nxt, fsdp="full", recompute="full", seq=4096).fits
+
+
+def test_first_pipeline_stage_is_the_peak_under_1f1b() -> None:
+    r = _run(num_gpus=8, pp=8, global_batch=32, micro_batch=1, framework="megatron", seq=4096)
+    assert r.memory.stage == 0 and r.memory.activation_in_flight == 8
+
+
+def test_expert_parallelism_splits_the_experts() -> None:
+    one = _run(model=MOE, num_gpus=8, global_batch=8, zero=1, framework="megatron")
+    ep = _run(model=MOE, num_gpus=8, global_batch=8, zero=1, framework="megatron", ep=8)
+    routed = param_counts(MOE.spec).routed_experts
+    assert one.memory.states.params_on_rank - ep.memory.states.params_on_rank == pytest.approx(routed * 7 / 8)
+    assert "ep_all_to_all" in ep.memory.buffer_parts
+
+
+def test_context_parallelism_splits_activations() -> None:
+    one = _run(num_gpus=2, global_batch=2, seq=8192, framework="megatron").memory.activations
+    cp = _run(num_gpus=2, cp=2, seq=8192, framework="megatron").memory
+    assert cp.activations == pytest.approx(one / 2, rel=0.01) and "cp_kv_exchange" in cp.buffer_parts
+
+
+def test_hsdp_shards_over_the_group_only() -> None:
+    full = _run(num_gpus=64, global_batch=64, fsdp="full").memory.states.total
+    hsdp = _run(num_gpus=64, global_batch=64, fsdp="hybrid", shard_group=8).memory.states.total
+    assert hsdp == pytest.approx(full * 8, rel=0.01)
+
+
+def test_model_flops_are_the_same_whatever_the_layout_and_recompute_adds_hardware_flops() -> None:
+    a = _run(num_gpus=8, global_batch=8)
+    b = _run(num_gpus=8, tp=2, pp=2, global_batch=8, recompute="full")
+    assert a.flops.model == b.flops.model and b.flops.hardware > b.flops.model == b.flops.model
+
+
+def test_api_takes_names() -> None:
+    r = gpuwise.train("llama-3.2-1b", gpu="rtx-4090", seq=1024, optimizer="adamw-8bit", finetune="qlora")
+    assert r.fits and r.framework == "hf"
+
+
+BAD = [
+    (dict(num_gpus=8, tp=3), "attention heads"),
+    (dict(num_gpus=6, tp=4), "does not divide --num-gpus"),
+    (dict(num_gpus=64, pp=64), "deeper than the model's 32 layers"),
+    (dict(num_gpus=5, pp=5), "split 32 layers"),
+    (dict(num_gpus=2, global_batch=2, micro_batch=4), "larger than the per-rank batch"),
+    (dict(num_gpus=2, global_batch=3), "not a multiple of the data-parallel degree"),
+    (dict(global_batch=6, micro_batch=4), "does not divide the per-rank batch"),
+    (dict(num_gpus=8, ep=2, global_batch=8), "mixture-of-experts"),
+    (dict(zero=3, fsdp="full"), "choose one"),
+    (dict(num_gpus=8, fsdp="hybrid", shard_group=3, global_batch=8), "--shard-group 3 does not divide"),
+    (dict(num_gpus=2, pp=2, vpp=3, global_batch=1), "--vpp 3"),
+    (dict(num_gpus=4, cp=4, seq=1004, global_batch=1), "--cp 4"),
+    (dict(offload=("params",)), "sharded parameters"),
+    (dict(precision="int3"), "--precision"),
+    (dict(micro_batch=0), "at least 1"),
+]
+
+
+@pytest.mark.parametrize(("kw", "message"), BAD, ids=[m for _, m in BAD])
+def test_bad_layouts_name_the_constraint(kw, message) -> None:
+    with pytest.raises(InvalidArgument, match=message.replace("(", r"\(").replace("-", r"\-")):
+        _run(**kw)
+
+
+def test_mixtral_ep_must_divide_experts() -> None:
+    with pytest.raises(InvalidArgument, match="number of experts"):
+        _run(model=MOE, num_gpus=16, ep=16, global_batch=16)

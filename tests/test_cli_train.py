@@ -1,0 +1,77 @@
+"""`gpuwise train` on the command line: the JSON contract, the text view, and one-line errors with exit 2."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gpuwise.cli import main
+from gpuwise.estimate.flops import step_flops
+from gpuwise.catalog.models import load_model
+
+
+def _json(capsys, *argv) -> dict:
+    assert main(["train", *argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_json_has_the_documented_keys(capsys) -> None:
+    doc = _json(capsys, "llama-3.1-8b", "--gpu", "h100-sxm", "--num-gpus", "8", "--seq", "4096",
+                "--global-batch", "16", "--micro-batch", "1", "--fsdp", "full", "--recompute", "full")
+    assert doc["schema_version"] == "1" and doc["command"] == "train"
+    assert doc["params"] == 8030261248
+    mem = doc["memory_per_gpu"]
+    assert {"params", "grads", "optimizer", "activations", "buffers", "total"} <= set(mem)
+    assert mem["total"] == sum(v for k, v in mem.items() if k != "total")
+    assert {"model_per_step", "hardware_per_step", "model_per_token"} <= set(doc["flops"])
+    assert doc["fits"] is True and doc["gpu_memory"] == doc["gpu"]["memory_bytes"]
+    assert doc["max_micro_batch"] >= 1 and doc["layout"]["dp"] == 8
+    assert doc["memory_peak"]["pipeline_stage"] == 0
+
+
+def test_flops_convention_full_matches_the_flops_model(capsys) -> None:
+    doc = _json(capsys, "llama-3.1-8b", "--gpu", "h100", "--seq", "2048", "--global-batch", "4",
+                "--flops-convention", "full")
+    expected = step_flops(load_model("llama-3.1-8b").spec, seq=2048, global_batch=4, convention="full")
+    assert doc["flops"]["model_per_step"] == round(expected.model)
+    assert doc["flops"]["model_per_token"] == round(expected.model / (2048 * 4))
+
+
+def test_text_output_states_units_and_the_peak_rank(capsys) -> None:
+    assert main(["train", "llama-3.1-70b", "--gpu", "h100", "--num-gpus", "32", "--tp", "8", "--pp", "4",
+                 "--global-batch", "32", "--sp"]) == 0
+    out = capsys.readouterr().out
+    assert "GiB" in out and "pipeline stage 0 of 4" in out and "largest micro-batch" in out
+
+
+BAD = [
+    ["llama-3.1-8b", "--gpu", "h100", "--tp", "3"],
+    ["llama-3.1-8b", "--gpu", "h100", "--num-gpus", "6", "--tp", "4"],
+    ["llama-3.1-8b", "--gpu", "h100", "--num-gpus", "64", "--pp", "64"],
+    ["llama-3.1-8b", "--gpu", "h100", "--global-batch", "2", "--micro-batch", "4"],
+    ["llama-3.1-8b", "--gpu", "h100", "--zero", "3", "--fsdp", "full"],
+    ["llama-3.1-8b", "--gpu", "h100", "--zero", "4"],
+    ["llama-3.1-8b", "--gpu", "h100", "--num-gpus", "2", "--ep", "2"],
+    ["mixtral-8x7b", "--gpu", "h100", "--num-gpus", "16", "--ep", "16"],
+    ["llama-3.1-8b", "--gpu", "h100", "--seq", "0"],
+    ["llama-3.1-8b", "--gpu", "h100", "--offload", "disk"],
+    ["llama-3.1-8b", "--gpu", "nosuchgpu"],
+    ["nosuchmodel", "--gpu", "h100"],
+    ["llama-3.1-8b", "--gpu", "h100", "--fsdp", "hybrid", "--num-gpus", "8"],
+    ["gpt2", "--gpu", "h100", "--seq", "4096"],
+]
+
+
+def _exit_code(argv) -> int:
+    try:
+        return main(argv)
+    except SystemExit as exc:  # argparse's own errors (choices, types)
+        return int(exc.code)
+
+
+@pytest.mark.parametrize("argv", BAD, ids=[" ".join(a[2:]) or a[0] for a in BAD])
+def test_bad_input_is_one_line_and_exit_2(argv, capsys) -> None:
+    assert _exit_code(["train", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("gpuwise: error:") and "Traceback" not in err
