@@ -1,4 +1,4 @@
-"""Wall time of `gpuwise fit` as a user runs it: a fresh process each time (imports included).
+"""Wall time of `gpuwise fit` / `train` as a user runs it: a fresh process each time (imports included).
 
     python benchmarks/cli_speed.py [--runs 15]
 
@@ -21,6 +21,12 @@ COMMANDS = [
     ["fit", "llama-3.1-70b", "--gpu", "rtx-4090", "--engine", "llamacpp", "--weights", "Q4_K_M", "--json"],
     ["fit", "deepseek-r1", "--gpu", "h200", "--num-gpus", "8", "--json"],
     ["fit", "qwen3-235b-a22b", "--gpu", "a100-sxm-80gb", "--num-gpus", "8", "--engine", "hf"],
+    ["train", "llama-3.1-8b", "--gpu", "h100", "--num-gpus", "8", "--seq", "8192", "--global-batch", "64",
+     "--fsdp", "full", "--json"],
+    ["train", "llama-3.1-405b", "--gpu", "h100", "--num-gpus", "16384", "--tp", "8", "--pp", "16", "--cp", "16", "--pp-first-layers", "7", "--pp-last-layers", "7",
+     "--seq", "131072", "--global-batch", "128", "--sp", "--zero", "1", "--framework", "megatron"],
+    ["train", "deepseek-v3", "--gpu", "h200", "--num-gpus", "2048", "--pp", "16", "--pp-first-layers", "1", "--ep", "64", "--seq", "4096",
+     "--global-batch", "8192", "--zero", "1", "--framework", "megatron", "--json"],
     ["models"],
     ["gpus"],
 ]

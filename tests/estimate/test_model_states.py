@@ -101,3 +101,18 @@ def test_optimizer_offload_moves_states_to_host_memory() -> None:
     off = model_states(spec, Layout(num_gpus=8, sharding="zero2"), 0, offload=frozenset({"optimizer"}), **kw)
     assert off.optimizer == off.master_weights == 0
     assert off.cpu == pytest.approx(on.optimizer + on.master_weights)
+
+
+def test_without_an_optimizer_the_autocast_fp32_weights_remain_and_megatron_drops_its_master() -> None:
+    hf = bytes_per_param(framework="hf", precision="bf16", optimizer="none", layout=Layout(num_gpus=1))
+    assert hf == {"params": 2, "master_weights": 4, "grads": 4, "optimizer": 0}
+    mg = bytes_per_param(framework="megatron", precision="bf16", optimizer="none", layout=Layout(num_gpus=1))
+    assert mg == {"params": 2, "master_weights": 0, "grads": 4, "optimizer": 0}
+
+
+def test_zero1_with_fsdp2_style_weights_shards_only_the_optimizer_states() -> None:
+    z1 = bytes_per_param(framework="fsdp", precision="bf16", optimizer="adamw", layout=Layout(num_gpus=8, sharding="zero1"))
+    assert z1 == {"params": 2, "master_weights": 4, "grads": 4, "optimizer": 1}
+    full = bytes_per_param(framework="fsdp", precision="bf16", optimizer="adamw",
+                           layout=Layout(num_gpus=8, sharding="fsdp-full"))
+    assert full == {"params": 0, "master_weights": 0.5, "grads": 0.5, "optimizer": 1}

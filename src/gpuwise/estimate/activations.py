@@ -46,13 +46,14 @@ class LayerTerms:
         return rep + (sum(self.split.values()) + self.score_per_key * keys) / tp
 
 
-def _dims(spec: ModelSpec) -> tuple[int, int, int, int]:
-    """(query width, key width, value width, heads): what attention keeps per token."""
+def _dims(spec: ModelSpec) -> tuple[int, int, int, int, int]:
+    """(query, key, value, attention-output widths, heads): what attention keeps per token."""
     a = spec.num_heads
     if spec.mla is not None:
         m = spec.mla
-        return a * m.qk_head_dim, a * m.qk_head_dim, a * m.v_head_dim, a
-    return a * spec.head_dim, spec.num_kv_heads * spec.head_dim, spec.num_kv_heads * spec.head_dim, a
+        return a * m.qk_head_dim, a * m.qk_head_dim, a * m.v_head_dim, a * m.v_head_dim, a
+    kv = spec.num_kv_heads * spec.head_dim
+    return a * spec.head_dim, kv, kv, a * spec.head_dim, a
 
 
 def _mlp_terms(spec: ModelSpec, width: int, e: float, lin_in: float, framework: str) -> float:
@@ -82,7 +83,7 @@ def layer_terms(spec: ModelSpec, layer: int, *, framework: str, e: float = 2.0, 
                 flash: bool = True) -> LayerTerms:
     """What layer `layer` saves per token, by term (bytes, 16-bit activations when e = 2)."""
     h = spec.hidden_size
-    q, k, v, a = _dims(spec)
+    q, k, v, out, a = _dims(spec)
     lin_in = 1.0 if fp8 else e  # Transformer Engine saves fp8 copies of linear inputs
     megatron = framework == "megatron"
     rep: dict[str, float] = {}
@@ -101,7 +102,7 @@ def layer_terms(spec: ModelSpec, layer: int, *, framework: str, e: float = 2.0, 
         lat = (m.q_lora_rank or 0) + m.kv_lora_rank
         split["mla_latents"] = _norm_bytes(spec, lat, e, framework) + lin_in * lat
     split["qkv"] = e * (q + k + v)
-    split["attention_output"] = lin_in * v  # the output projection's input (flash output shares it)
+    split["attention_output"] = lin_in * out  # the output projection's input (flash output shares it)
     score = 0.0
     if flash:
         split["softmax_stats"] = 4 * a  # fp32 log-sum-exp per head

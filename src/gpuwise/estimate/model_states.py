@@ -248,7 +248,10 @@ def _tensor_states(lay: PrecisionLayout, optimizer: str, t: Tensor, n: float, sh
     opt_n = shard if sh.optimizer else 1
     grad_n = shard if sh.grads else 1
     states = optimizer_state_bytes(optimizer, t, n, lay.state) + lay.grad_copy * n
-    master = lay.master * n if optimizer != "none" else 0.0
+    # Where the fp32 weights are the model's own parameters (torch.autocast, FSDP2), they exist without an
+    # optimizer and are sharded only with the parameters (ZeRO-1/2 there shard the optimizer states alone).
+    master = lay.master * n if (optimizer != "none" or not lay.persistent_working) else 0.0
+    master_n = opt_n if lay.persistent_working else (shard if sh.params else 1)
     if sh.params:
         # At rest the parameters are sharded; the master copy (or the sharded fp32 params of FSDP2) with them.
         params = lay.working * n / shard if lay.persistent_working else 0.0
@@ -259,7 +262,7 @@ def _tensor_states(lay: PrecisionLayout, optimizer: str, t: Tensor, n: float, sh
     else:
         params = lay.working * n
     cpu = 0.0
-    opt_bytes, master_bytes = states / opt_n, master / opt_n
+    opt_bytes, master_bytes = states / opt_n, master / master_n
     if "optimizer" in offload:
         cpu += opt_bytes + master_bytes
         opt_bytes = master_bytes = 0.0
