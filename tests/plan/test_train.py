@@ -135,3 +135,52 @@ def test_bad_layouts_name_the_constraint(kw, message) -> None:
 def test_mixtral_ep_must_divide_experts() -> None:
     with pytest.raises(InvalidArgument, match="number of experts"):
         _run(model=MOE, num_gpus=16, ep=16, global_batch=16)
+
+
+@pytest.mark.parametrize(("kw", "message"), [
+    (dict(pp_first_layers=4), "need pipeline parallelism"),
+    (dict(num_gpus=4, pp=4, global_batch=4, schedule="interleaved"), "needs --vpp"),
+    (dict(num_gpus=4, pp=4, vpp=2, global_batch=4, schedule="gpipe"), "interleaved schedule, not gpipe"),
+])
+def test_conflicting_pipeline_options(kw, message) -> None:
+    with pytest.raises(InvalidArgument, match=message.replace("-", r"\-")):
+        _run(**kw)
+
+
+def test_uneven_pipeline_stages() -> None:
+    r = _run(num_gpus=4, pp=4, pp_first_layers=5, pp_last_layers=9, global_batch=8, framework="megatron")
+    from gpuwise.estimate.parallel import stage_layers
+
+    assert stage_layers(r.layout, 32) == (5, 9, 9, 9)
+
+
+def test_context_parallel_ranks_share_the_model_state_sharding() -> None:
+    # Megatron's distributed optimizer and torchtitan's FSDP shard over dp x cp: CP must not undo ZeRO.
+    flat = _run(num_gpus=8, global_batch=8, zero=1, framework="megatron", seq=8192).memory.states
+    cp = _run(num_gpus=8, cp=4, global_batch=2, zero=1, framework="megatron", seq=8192).memory.states
+    assert cp.optimizer == pytest.approx(flat.optimizer)
+
+
+def test_param_offload_under_fsdp2_moves_the_fp32_shards_and_their_grads() -> None:
+    on = _run(num_gpus=8, global_batch=8, fsdp="full").memory
+    off = _run(num_gpus=8, global_batch=8, fsdp="full", offload=("params",)).memory
+    assert off.master_weights == off.grads == 0
+    assert off.cpu == pytest.approx(on.master_weights + on.grads)
+
+
+def test_gpipe_keeps_every_micro_batch_on_the_last_stage() -> None:
+    kw = dict(num_gpus=4, pp=4, global_batch=16, seq=4096, framework="megatron")
+    gpipe = _run(schedule="gpipe", **kw).memory
+    assert gpipe.stage == 3 and gpipe.activation_in_flight == 16
+    assert gpipe.logits > 10 * _run(**kw).memory.logits / 2
+
+
+def test_autocast_casts_are_gone_at_the_optimizer_step() -> None:
+    r = _run(seq=128, framework="hf")  # tiny activations: the optimizer step is the peak
+    assert r.memory.moment == "optimizer-step"
+    assert r.memory.params == 0 and r.memory.master_weights == 4 * r.params.total
+
+
+def test_expert_parallel_buckets_hold_bf16_gradients() -> None:
+    r = _run(model=MOE, num_gpus=8, ep=8, global_batch=8, zero=2, framework="deepspeed")
+    assert r.memory.buffer_parts["reduce_bucket"] == 2 * 500_000_000

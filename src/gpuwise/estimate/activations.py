@@ -207,8 +207,9 @@ def stage_activations(spec: ModelSpec, layout: Layout, stage: int, *, framework:
         outside += tokens / micro_batch * 2 * e * spec.head_dim  # cos and sin, shared by the layers
     logits = 0.0
     if stage == layout.pp - 1:
-        outside += tokens * (_norm_bytes(spec, h, e, framework) + e * h) / (tp if sp else 1)
-        _, peak = logits_bytes_per_element(framework, e)
-        logits = tokens * spec.vocab_size * peak / tp
+        # saved per in-flight micro-batch (GPipe's last stage holds all m); the loss gradients once
+        outside += tokens * (_norm_bytes(spec, h, e, framework) + e * h) / (tp if sp else 1) * in_flight
+        saved, peak = logits_bytes_per_element(framework, e)
+        logits = tokens * spec.vocab_size * (saved * in_flight + peak - saved) / tp
     return Activations(layers=layers, outside_layers=outside, recompute_working=working, logits=logits,
                        in_flight=in_flight, layer_bytes=tuple(per_layer))

@@ -147,7 +147,7 @@ def rank_tensors(spec: ModelSpec, layout: Layout, stage: int) -> list[RankTensor
                 if not on_stage:
                     continue
         expert = t.experts > 1 or t.role.endswith("_exps")
-        share = 1.0 / layout.tp if t.is_matrix else 1.0
+        share = 1.0 / layout.tp if t.is_matrix and t.role not in ("pos_embd", "ffn_gate_inp") else 1.0
         if expert:
             share /= layout.ep
         out.append(RankTensor(t, t.numel * share, expert))
@@ -182,6 +182,11 @@ class ModelStates:
     layer_params: float
     """Parameters of this rank's largest block (before sharding): FSDP all-gathers one at a time."""
     working_bytes_per_param: float
+    grad_bytes_per_param: float
+    """Bytes of one (unsharded) gradient element of the trained weights."""
+    transient_params: float
+    """Part of `params` that lives only through forward and backward (autocast's cached casts, FSDP's
+    unsharded copies kept between them): absent at the optimizer step."""
 
     @property
     def total(self) -> float:
@@ -197,6 +202,7 @@ def model_states(spec: ModelSpec, layout: Layout, stage: int, *, framework: str,
     if finetune not in FINETUNE:
         raise InvalidArgument(f"unknown fine-tuning mode '{finetune}'; valid: {', '.join(FINETUNE)}")
     lay = precision_layout(framework, precision)
+    adapter_lay = precision_layout("hf", "bf16" if precision != "fp32" else "fp32")  # PEFT: fp32 adapters
     sh = layout.sharding_spec
     dense_n = layout.shard_size
     expert_n = max(1, dense_n // layout.ep)
@@ -209,7 +215,8 @@ def model_states(spec: ModelSpec, layout: Layout, stage: int, *, framework: str,
         frozen_bits = {id(t): b * 8 / t.numel for t, b in tensor_bytes(get_weight_format("nf4-dq"), spec)}
     frozen_working = 4.0 if precision == "fp32" else 2.0
 
-    params = master = grads = opt = cpu = trainable = 0.0
+    acc = dict(params=0.0, master=0.0, grads=0.0, optimizer=0.0, cpu=0.0, transient=0.0)
+    trainable = 0.0
     layers: dict[int, float] = {}
     for rt in tensors:
         t, n = rt.tensor, rt.numel
@@ -219,58 +226,67 @@ def model_states(spec: ModelSpec, layout: Layout, stage: int, *, framework: str,
         if finetune != "full":
             # Frozen base: stored once in the compute dtype (NF4 + double-quantized scales under QLoRA).
             bits = frozen_bits[id(t)] if frozen_bits is not None else frozen_working * 8
-            params += n * bits / 8 / (shard if sh.params else 1)
+            base = n * bits / 8 / (shard if sh.params else 1)
+            if "params" in offload and sh.params:
+                acc["cpu"] += base
+            else:
+                acc["params"] += base
             if t.role not in targets:
                 continue
             rows, cols = t.shape[0], t.shape[-1]
             n = lora_rank * (rows + cols) * t.experts / (layout.tp if t.is_matrix else 1)  # A (r x in) + B (out x r)
-            ad = precision_layout("hf", "bf16" if precision != "fp32" else "fp32")  # PEFT keeps adapters in fp32
-            _add = _tensor_states(ad, optimizer, t, n, shard, sh, offload)
+            parts = _tensor_states(adapter_lay, optimizer, t, n, shard, sh, offload)
         else:
-            _add = _tensor_states(lay, optimizer, t, n, shard, sh, offload)
+            parts = _tensor_states(lay, optimizer, t, n, shard, sh, offload)
             if lay.fp8_cache and t.is_matrix and t.role not in ("token_embd", "pos_embd", "output"):
-                params += lay.fp8_cache * n
+                acc["params"] += lay.fp8_cache * n
+                acc["transient"] += lay.fp8_cache * n
         trainable += n
-        params += _add[0]
-        master += _add[1]
-        grads += _add[2]
-        opt += _add[3]
-        cpu += _add[4]
-    return ModelStates(params=params, master_weights=master, grads=grads, optimizer=opt, cpu=cpu,
-                       trainable_params=trainable, params_on_rank=sum(rt.numel for rt in tensors),
-                       layer_params=max(layers.values(), default=0.0),
-                       working_bytes_per_param=lay.working if finetune == "full" else frozen_working)
+        for k, v in parts.items():
+            acc[k] += v
+    return ModelStates(params=acc["params"], master_weights=acc["master"], grads=acc["grads"],
+                       optimizer=acc["optimizer"], cpu=acc["cpu"], trainable_params=trainable,
+                       params_on_rank=sum(rt.numel for rt in tensors), layer_params=max(layers.values(), default=0.0),
+                       working_bytes_per_param=lay.working if finetune == "full" else frozen_working,
+                       grad_bytes_per_param=lay.grad if finetune == "full" else adapter_lay.grad,
+                       transient_params=acc["transient"])
 
 
 def _tensor_states(lay: PrecisionLayout, optimizer: str, t: Tensor, n: float, shard: int, sh,
-                   offload: frozenset[str]) -> tuple[float, float, float, float, float]:
-    """(params, master, grads, optimizer, cpu) bytes for `n` trainable elements of tensor `t`."""
+                   offload: frozenset[str]) -> dict[str, float]:
+    """Bytes of params, master, grads, optimizer, cpu and transient (part of params) for `n` trainable elements."""
     opt_n = shard if sh.optimizer else 1
     grad_n = shard if sh.grads else 1
-    states = optimizer_state_bytes(optimizer, t, n, lay.state) + lay.grad_copy * n
+    states = 0.0 if optimizer == "none" else optimizer_state_bytes(optimizer, t, n, lay.state) + lay.grad_copy * n
     # Where the fp32 weights are the model's own parameters (torch.autocast, FSDP2), they exist without an
     # optimizer and are sharded only with the parameters (ZeRO-1/2 there shard the optimizer states alone).
-    master = lay.master * n if (optimizer != "none" or not lay.persistent_working) else 0.0
-    master_n = opt_n if lay.persistent_working else (shard if sh.params else 1)
+    own_weights = not lay.persistent_working
+    master = lay.master * n if (optimizer != "none" or own_weights) else 0.0
+    master_n = (shard if sh.params else 1) if own_weights else opt_n
+    transient = 0.0
     if sh.params:
-        # At rest the parameters are sharded; the master copy (or the sharded fp32 params of FSDP2) with them.
-        params = lay.working * n / shard if lay.persistent_working else 0.0
-        if sh.keep_unsharded:
-            params = lay.working * n
-        if not lay.persistent_working and lay.master == 0:  # fp32 / pure training with FSDP: the shard is the param
-            params = lay.working * n / shard + (lay.working * n if sh.keep_unsharded else 0.0)
-    else:
-        params = lay.working * n
-    cpu = 0.0
-    opt_bytes, master_bytes = states / opt_n, master / master_n
-    if "optimizer" in offload:
-        cpu += opt_bytes + master_bytes
-        opt_bytes = master_bytes = 0.0
-    if "params" in offload and sh.params:
+        # At rest the parameters are sharded (DeepSpeed / Megatron: the 16-bit copy; FSDP2: the fp32 one, counted
+        # as master). Unsharded 16-bit copies exist only while a unit runs (buffers), or from forward to backward.
         at_rest = lay.working * n / shard if (lay.persistent_working or lay.master == 0) else 0.0
-        cpu += at_rest
-        params -= at_rest
-    return params, master_bytes, lay.grad * n / grad_n, opt_bytes, cpu
+        transient = lay.working * n if sh.keep_unsharded else 0.0
+    else:
+        at_rest = 0.0 if own_weights else lay.working * n
+        transient = lay.working * n if own_weights else 0.0  # autocast's cached casts
+    out = dict(params=at_rest + transient, master=master / master_n, grads=lay.grad * n / grad_n,
+               optimizer=states / opt_n, cpu=0.0, transient=transient)
+    if "optimizer" in offload:
+        out["cpu"] += out["optimizer"] + (out["master"] if not own_weights else 0.0)
+        out["optimizer"] = 0.0
+        if not own_weights:
+            out["master"] = 0.0
+    if "params" in offload and sh.params:
+        # ZeRO-Infinity offload_param / FSDP2 CPUOffloadPolicy: the shards at rest (FSDP2: with their gradients).
+        moved = at_rest + (out["master"] + out["grads"] if own_weights else 0.0)
+        out["cpu"] += moved
+        out["params"] -= at_rest
+        if own_weights:
+            out["master"] = out["grads"] = 0.0
+    return out
 
 
 def bytes_per_param(*, framework: str, precision: str, optimizer: str, layout: Layout) -> dict[str, float]:
@@ -280,6 +296,6 @@ def bytes_per_param(*, framework: str, precision: str, optimizer: str, layout: L
     16 / N_d with ZeRO-3.
     """
     big = Tensor("ffn_up", 0, (1 << 16, 1 << 16))
-    p, m, g, o, _ = _tensor_states(precision_layout(framework, precision), optimizer, big, 1.0, layout.shard_size,
-                                   layout.sharding_spec, frozenset())
-    return {"params": p, "master_weights": m, "grads": g, "optimizer": o}
+    d = _tensor_states(precision_layout(framework, precision), optimizer, big, 1.0, layout.shard_size,
+                       layout.sharding_spec, frozenset())
+    return {"params": d["params"], "master_weights": d["master"], "grads": d["grads"], "optimizer": d["optimizer"]}

@@ -78,20 +78,28 @@ class Layout:
 
     @property
     def shard_size(self) -> int:
-        """Ranks that model states are sharded over (1 when nothing is sharded)."""
+        """Ranks that model states are sharded over (1 when nothing is sharded): the data-parallel group with
+        the context-parallel ranks, which hold the same weights (Megatron's distributed optimizer and DDP use
+        the dp x cp group; torchtitan's FSDP mesh is dp_shard_cp)."""
         if self.sharding == "ddp":
             return 1
         if self.sharding == "hsdp":
-            return self.shard_group or self.dp
-        return self.dp
+            return self.shard_group or self.dp * self.cp
+        return self.dp * self.cp
 
     @property
     def sharding_spec(self) -> Sharding:
         return SHARDINGS[self.sharding]
 
 
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+def divisors(n: int) -> list[int]:
+    small = [d for d in range(1, int(n ** 0.5) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
+def _multiples_near(value: int, step: int) -> list[int]:
+    k = max(1, value // step)
+    return [step * j for j in range(max(1, k - 2), k + 3)]
 
 
 def _nearby(value: int, valid: list[int]) -> str:
@@ -103,7 +111,7 @@ def _nearby(value: int, valid: list[int]) -> str:
 def _require_divides(name: str, degree: int, what: str, total: int) -> None:
     if total % degree:
         raise InvalidArgument(f"--{name} {degree} does not divide {what} ({total}); valid --{name} values nearby: "
-                              f"{_nearby(degree, _divisors(total))}")
+                              f"{_nearby(degree, divisors(total))}")
 
 
 def validate_layout(layout: Layout, spec: ModelSpec, *, seq: int, global_batch: int, micro_batch: int) -> None:
@@ -123,7 +131,13 @@ def validate_layout(layout: Layout, spec: ModelSpec, *, seq: int, global_batch: 
         _require_divides("tp", layout.tp, "the MLP width", spec.intermediate_size)
     if layout.pp > spec.num_layers:
         raise InvalidArgument(f"--pp {layout.pp} is deeper than the model's {spec.num_layers} layers; "
-                              f"valid --pp values nearby: {_nearby(layout.pp, _divisors(spec.num_layers))}")
+                              f"valid --pp values nearby: {_nearby(layout.pp, divisors(spec.num_layers))}")
+    if layout.pp == 1 and (layout.pp_first_layers is not None or layout.pp_last_layers is not None):
+        raise InvalidArgument("--pp-first-layers/--pp-last-layers need pipeline parallelism (--pp > 1)")
+    if layout.schedule == "interleaved" and layout.vpp == 1:
+        raise InvalidArgument("the interleaved schedule needs --vpp > 1 (model chunks per pipeline rank)")
+    if layout.vpp > 1 and layout.schedule != "interleaved":
+        raise InvalidArgument(f"--vpp {layout.vpp} runs the interleaved schedule, not {layout.schedule}")
     stage_layers(layout, spec.num_layers)  # raises on uneven splits
     if layout.vpp > 1:
         if layout.pp == 1:
@@ -134,12 +148,12 @@ def validate_layout(layout: Layout, spec: ModelSpec, *, seq: int, global_batch: 
         _require_divides("vpp", layout.vpp, "the layers per pipeline stage", per_stage)
     model_parallel = layout.tp * layout.pp * layout.cp
     if layout.num_gpus % model_parallel:
-        valid = [n for n in range(model_parallel, 4 * max(layout.num_gpus, model_parallel) + 1, model_parallel)]
+        valid = _multiples_near(layout.num_gpus, model_parallel)
         raise InvalidArgument(
             f"tp x pp x cp = {layout.tp} x {layout.pp} x {layout.cp} = {model_parallel} does not divide "
             f"--num-gpus {layout.num_gpus}; GPU counts that work: {_nearby(layout.num_gpus, valid)}")
     if layout.cp > 1 and seq % (2 * layout.cp):
-        valid = [c for c in _divisors(seq) if seq % (2 * c) == 0]
+        valid = [c for c in divisors(seq) if seq % (2 * c) == 0]
         raise InvalidArgument(f"--cp {layout.cp}: the sequence ({seq}) must split into 2 x cp equal chunks "
                               f"(load-balanced causal attention); valid --cp values nearby: {_nearby(layout.cp, valid)}")
     dp = layout.dp
@@ -152,19 +166,19 @@ def validate_layout(layout: Layout, spec: ModelSpec, *, seq: int, global_batch: 
     if layout.sharding == "hsdp":
         if layout.shard_group is None:
             raise InvalidArgument("HSDP (--fsdp hybrid) needs --shard-group K: the ranks that shard model states")
-        _require_divides("shard-group", layout.shard_group, "the data-parallel degree", dp)
+        _require_divides("shard-group", layout.shard_group, "the data-parallel x context-parallel degree", dp * layout.cp)
     elif layout.shard_group is not None:
         raise InvalidArgument("--shard-group only applies to --fsdp hybrid")
     if global_batch % dp:
         raise InvalidArgument(f"--global-batch {global_batch} is not a multiple of the data-parallel degree {dp}; "
-                              f"valid batches nearby: {_nearby(global_batch, [dp * k for k in range(1, global_batch // dp + 3)])}")
+                              f"valid batches nearby: {_nearby(global_batch, _multiples_near(global_batch, dp))}")
     per_rank = global_batch // dp
     if micro_batch > per_rank:
         raise InvalidArgument(f"--micro-batch {micro_batch} is larger than the per-rank batch "
                               f"global-batch / dp = {global_batch} / {dp} = {per_rank}")
     if per_rank % micro_batch:
         raise InvalidArgument(f"--micro-batch {micro_batch} does not divide the per-rank batch {per_rank}; "
-                              f"valid micro-batches nearby: {_nearby(micro_batch, _divisors(per_rank))}")
+                              f"valid micro-batches nearby: {_nearby(micro_batch, divisors(per_rank))}")
 
 
 def stage_layers(layout: Layout, num_layers: int) -> tuple[int, ...]:
@@ -180,7 +194,7 @@ def stage_layers(layout: Layout, num_layers: int) -> tuple[int, ...]:
         hint = "" if first or last else "; or set --pp-first-layers/--pp-last-layers for an uneven split"
         raise InvalidArgument(
             f"--pp {pp} does not split {num_layers} layers evenly (first={first}, last={last}){hint}; "
-            f"valid --pp values nearby: {_nearby(pp, _divisors(num_layers))}")
+            f"valid --pp values nearby: {_nearby(pp, divisors(num_layers))}")
     per = rest // middle_stages if middle_stages else 0
     if middle_stages and per < 1:
         raise InvalidArgument(f"--pp {pp}: the middle stages would hold no layers")

@@ -72,7 +72,8 @@ def _buffers(spec: ModelSpec, layout: Layout, states: ModelStates, stage: int, *
     """Communication and prefetch buffers on one rank at the backward peak."""
     out: dict[str, float] = {}
     sh = layout.sharding_spec
-    grad_bytes = states.grads / max(states.trainable_params, 1) * (layout.shard_size if sh.grads else 1)
+    grad_bytes = states.grad_bytes_per_param
+    frozen_units = states.trainable_params < 0.5 * states.params_on_rank  # LoRA: the blocks' weights are frozen
     if layout.dp > 1 and not sh.params:
         if framework == "deepspeed" and layout.sharding != "ddp":
             out["reduce_bucket"] = min(DEEPSPEED_REDUCE_BUCKET, states.trainable_params) * grad_bytes
@@ -87,8 +88,8 @@ def _buffers(spec: ModelSpec, layout: Layout, states: ModelStates, stage: int, *
         elif not sh.keep_unsharded:
             # FSDP2: the block in use and the one prefetched (one ahead, forward and backward), unsharded.
             out["param_gather"] = 2 * unit_params * w
-        # the block's unsharded gradients in the compute dtype, and the fp32 copy reduce-scattered
-        out["grad_reduce_scatter"] = unit_params * (w + grad_bytes)
+        if not frozen_units:  # the block's unsharded gradients in the compute dtype, and the copy reduce-scattered
+            out["grad_reduce_scatter"] = unit_params * (w + grad_bytes)
     h = spec.hidden_size
     if layout.tp > 1 and layout.sp:
         out["sp_all_gather"] = e * tokens * h  # the sequence-gathered input of the QKV / MLP matmuls
@@ -143,13 +144,14 @@ def _stage_memory(spec: ModelSpec, layout: Layout, stage: int, *, framework: str
     if optimizer != "none" and framework in ("hf", "fsdp", "torchtitan") and "optimizer" not in offload:
         shard = layout.shard_size if layout.sharding_spec.optimizer else 1
         temp = 4 * states.trainable_params / shard
-    step = states.total + temp + parts.get("ddp_buckets", 0.0)
+    step = states.total - states.transient_params + temp + parts.get("ddp_buckets", 0.0)
     moment = "backward" if backward >= step else "optimizer-step"
     activations = act.total if moment == "backward" else 0.0
     logits = act.logits if moment == "backward" else 0.0
     buffers = buffers if moment == "backward" else temp + parts.get("ddp_buckets", 0.0)
-    allocated = states.total + activations + logits + buffers
-    return TrainMemory(params=states.params, master_weights=states.master_weights, grads=states.grads,
+    allocated = (backward if moment == "backward" else step)
+    params = states.params if moment == "backward" else states.params - states.transient_params
+    return TrainMemory(params=params, master_weights=states.master_weights, grads=states.grads,
                        optimizer=states.optimizer, activations=activations, logits=logits, buffers=buffers,
                        runtime=runtime, allocator=ALLOCATOR_FRACTION * allocated, stage=stage, moment=moment,
                        cpu=states.cpu, states=states, buffer_parts=parts, activation_in_flight=act.in_flight)

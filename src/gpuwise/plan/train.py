@@ -15,14 +15,16 @@ from ..errors import InvalidArgument
 from ..estimate.activations import RECOMPUTE
 from ..estimate.flops import CONVENTIONS, StepFlops, step_flops
 from ..estimate.model_states import FINETUNE, FRAMEWORKS, OPTIMIZERS, PRECISIONS, lora_targets
-from ..estimate.parallel import SCHEDULES, Layout, validate_layout
+from ..estimate.parallel import SCHEDULES, Layout, divisors, validate_layout
 from ..estimate.params import ParamCounts, param_counts
 from ..estimate.train_memory import FRAGMENTATION_RISK, TrainMemory, train_memory
 
 FSDP_MODES = {"full": "fsdp-full", "grad-op": "fsdp-grad-op", "no-reshard": "fsdp-no-reshard", "hybrid": "hsdp"}
 ZERO_STAGES = {0: "ddp", 1: "zero1", 2: "zero2", 3: "zero3"}
 OFFLOAD = ("optimizer", "params", "activations")
-MAX_DEGREE = 1 << 20
+# Upper bounds far beyond any real job, so that absurd input gets an error rather than a long search.
+LIMITS = {"num_gpus": 1 << 20, "seq": 1 << 24, "global_batch": 1 << 24, "micro_batch": 1 << 24, "tp": 1 << 16,
+          "pp": 1 << 16, "vpp": 1 << 10, "cp": 1 << 16, "ep": 1 << 16, "lora_rank": 1 << 16}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -64,8 +66,8 @@ class TrainRequest:
     flops_convention: str = "causal"
 
     def __post_init__(self) -> None:
-        for name in ("num_gpus", "seq", "global_batch", "micro_batch", "tp", "pp", "vpp", "cp", "ep", "lora_rank"):
-            _positive_int("--" + name.replace("_", "-"), getattr(self, name))
+        for name, maximum in LIMITS.items():
+            _positive_int("--" + name.replace("_", "-"), getattr(self, name), maximum)
         for name, value, valid in (("--recompute", self.recompute, RECOMPUTE), ("--optimizer", self.optimizer, OPTIMIZERS),
                                    ("--precision", self.precision, PRECISIONS), ("--finetune", self.finetune, FINETUNE),
                                    ("--flops-convention", self.flops_convention, CONVENTIONS)):
@@ -111,13 +113,13 @@ class TrainRequest:
                       pp_first_layers=self.pp_first_layers, pp_last_layers=self.pp_last_layers)
 
 
-def _positive_int(flag: str, value: object) -> None:
+def _positive_int(flag: str, value: object, maximum: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidArgument(f"{flag} must be a whole number, got {value!r}")
     if value < 1:
         raise InvalidArgument(f"{flag} must be at least 1, got {value}")
-    if value > MAX_DEGREE * 1024:
-        raise InvalidArgument(f"{flag} {value} is absurdly large")
+    if value > maximum:
+        raise InvalidArgument(f"{flag} {value} is absurdly large (maximum {maximum:,})")
 
 
 def choose_framework(req: TrainRequest) -> tuple[str, str]:
@@ -179,10 +181,9 @@ def train(req: TrainRequest) -> TrainResult:
     framework, why = choose_framework(req)
     memory = _memory(req, framework, layout, req.micro_batch)
     per_rank = req.global_batch // layout.dp
-    fitting = [b for b in range(1, per_rank + 1) if per_rank % b == 0]
     best = None
     # Memory grows with the micro-batch: scan the divisors upward until one does not fit.
-    for b in fitting:
+    for b in divisors(per_rank):
         if _memory(req, framework, layout, b).total > req.gpu.memory_bytes:
             break
         best = b
@@ -199,7 +200,7 @@ def _assumptions(req: TrainRequest, framework: str, layout: Layout, mem: TrainMe
            f"{mem.stage} of {layout.pp} (rank 0 of that stage's data-parallel group; all its ranks are alike)"]
     out.append("activations with flash attention (no materialized scores); gradients counted in full "
                "(as from the second micro-batch of accumulation on)")
-    if framework in ("hf", "deepspeed") and req.finetune == "full" and req.precision in ("bf16", "fp16", "fp8"):
+    if framework == "hf" and req.finetune == "full" and req.precision in ("bf16", "fp16", "fp8"):
         out.append("mixed precision as torch.autocast: fp32 weights (master) plus cached 16-bit casts (params)")
     if req.finetune != "full":
         out.append(f"LoRA rank {req.lora_rank} on {req.lora_targets}, adapters in fp32 (PEFT's default), "
