@@ -37,6 +37,16 @@ class UnknownFormatError(GpuwiseError):
     """A dtype or quantization format name that gpuwise does not know."""
 
 
+def require_positive_int(flag: str, value: object, maximum: int) -> None:
+    """InvalidArgument unless `value` is a whole number in [1, maximum] (`flag` names it as the CLI does)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgument(f"{flag} must be a whole number, got {value!r}")
+    if value < 1:
+        raise InvalidArgument(f"{flag} must be at least 1, got {value}")
+    if value > maximum:
+        raise InvalidArgument(f"{flag} {value} is absurdly large (maximum {maximum:,})")
+
+
 def suggest(name: str, candidates: list[str], n: int = 3) -> str:
     """' Did you mean: a, b?' for the closest candidates, or '' when none is close."""
     import difflib  # local: only needed on the error path

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import InvalidArgument
+from ..errors import InvalidArgument, require_positive_int
 from ..spec.model import ModelSpec
 
 SHARDING = ("ddp", "zero1", "zero2", "zero3", "fsdp-full", "fsdp-grad-op", "fsdp-no-reshard", "hsdp")
@@ -117,9 +117,7 @@ def _require_divides(name: str, degree: int, what: str, total: int) -> None:
 def validate_layout(layout: Layout, spec: ModelSpec, *, seq: int, global_batch: int, micro_batch: int) -> None:
     """Check every constraint of the layout against the model and the batch (InvalidArgument on the first)."""
     for name in ("num_gpus", "tp", "pp", "vpp", "cp", "ep"):
-        value = getattr(layout, name)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise InvalidArgument(f"--{name.replace('_', '-')} must be a positive integer, got {value!r}")
+        require_positive_int("--" + name.replace("_", "-"), getattr(layout, name), 1 << 20)
     if layout.sharding not in SHARDINGS:
         raise InvalidArgument(f"unknown sharding '{layout.sharding}'; valid: {', '.join(SHARDINGS)}")
     if layout.schedule not in SCHEDULES:

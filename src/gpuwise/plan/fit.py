@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from ..catalog.gpus import GPU
 from ..catalog.models import LoadedModel
 from ..dtypes import DType, get_dtype, kv_dtype, torch_dtype_to_name
-from ..errors import InvalidArgument
+from ..errors import InvalidArgument, require_positive_int
 from ..estimate import engines
 from ..estimate.inference_memory import InferenceMemory, inference_memory
 from ..estimate.kv_cache import kv_bytes_per_token
@@ -39,21 +39,12 @@ class FitRequest:
     engine: str = "vllm"
 
     def __post_init__(self) -> None:
-        _positive_int("--num-gpus", self.num_gpus, 4096)
-        _positive_int("--batch", self.batch, MAX_BATCH_SEARCH)
+        require_positive_int("--num-gpus", self.num_gpus, 4096)
+        require_positive_int("--batch", self.batch, MAX_BATCH_SEARCH)
         if self.context is not None:
-            _positive_int("--context", self.context, MAX_CONTEXT_SEARCH)
+            require_positive_int("--context", self.context, MAX_CONTEXT_SEARCH)
         if self.engine not in engines.ENGINES:
             raise InvalidArgument(f"unknown engine '{self.engine}'; use one of: {', '.join(engines.ENGINES)}")
-
-
-def _positive_int(flag: str, value: object, maximum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidArgument(f"{flag} must be a whole number, got {value!r}")
-    if value < 1:
-        raise InvalidArgument(f"{flag} must be at least 1, got {value}")
-    if value > maximum:
-        raise InvalidArgument(f"{flag} {value} is absurdly large (maximum {maximum:,})")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from ..catalog.gpus import GPU
 from ..catalog.models import LoadedModel
-from ..errors import InvalidArgument
+from ..errors import InvalidArgument, require_positive_int
 from ..estimate.activations import RECOMPUTE
 from ..estimate.flops import CONVENTIONS, StepFlops, step_flops
 from ..estimate.model_states import FINETUNE, FRAMEWORKS, OPTIMIZERS, PRECISIONS, lora_targets
@@ -67,7 +67,7 @@ class TrainRequest:
 
     def __post_init__(self) -> None:
         for name, maximum in LIMITS.items():
-            _positive_int("--" + name.replace("_", "-"), getattr(self, name), maximum)
+            require_positive_int("--" + name.replace("_", "-"), getattr(self, name), maximum)
         for name, value, valid in (("--recompute", self.recompute, RECOMPUTE), ("--optimizer", self.optimizer, OPTIMIZERS),
                                    ("--precision", self.precision, PRECISIONS), ("--finetune", self.finetune, FINETUNE),
                                    ("--flops-convention", self.flops_convention, CONVENTIONS)):
@@ -111,15 +111,6 @@ class TrainRequest:
         return Layout(num_gpus=self.num_gpus, tp=self.tp, pp=self.pp, vpp=self.vpp, cp=self.cp, ep=self.ep,
                       sp=self.sp, sharding=self.sharding, shard_group=self.shard_group, schedule=schedule,
                       pp_first_layers=self.pp_first_layers, pp_last_layers=self.pp_last_layers)
-
-
-def _positive_int(flag: str, value: object, maximum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidArgument(f"{flag} must be a whole number, got {value!r}")
-    if value < 1:
-        raise InvalidArgument(f"{flag} must be at least 1, got {value}")
-    if value > maximum:
-        raise InvalidArgument(f"{flag} {value} is absurdly large (maximum {maximum:,})")
 
 
 def choose_framework(req: TrainRequest) -> tuple[str, str]:
