@@ -31,3 +31,26 @@ def train(model: str | LoadedModel, *, gpu: str | GPU, **options) -> TrainResult
     m = model if isinstance(model, LoadedModel) else load_model(model)
     g = gpu if isinstance(gpu, GPU) else get_gpu(gpu)
     return _train(TrainRequest(model=m, gpu=g, **options))
+
+
+def infer(model: str | LoadedModel, *, gpu: str | GPU, **options):
+    """Inference latency and throughput (options: the fields of plan.infer.InferRequest: num_gpus, weights,
+    batch, prompt_tokens, output_tokens, samples, engine, profile, usd_per_gpu_hour)."""
+    from .plan.infer import InferRequest
+    from .plan.infer import infer as _infer
+
+    m = model if isinstance(model, LoadedModel) else load_model(model)
+    g = gpu if isinstance(gpu, GPU) else get_gpu(gpu)
+    return _infer(InferRequest(model=m, gpu=g, **options))
+
+
+def roofline(model: str | LoadedModel, *, gpu: str | GPU, phase: str = "decode", batch: int = 1, seq: int = 2048,
+             dtype: str | None = None, profile: str | None = None, plot: str | None = None):
+    """The model's operations on the GPU's roofline (see plan/roofline.py)."""
+    from .plan.roofline import RooflineRequest
+    from .plan.roofline import roofline as _roofline
+
+    m = model if isinstance(model, LoadedModel) else load_model(model)
+    g = gpu if isinstance(gpu, GPU) else get_gpu(gpu)
+    return _roofline(RooflineRequest(model=m, gpu=g, phase=phase, batch=batch, seq=seq, dtype=dtype, profile=profile,
+                                     plot=plot))

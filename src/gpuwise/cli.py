@@ -34,6 +34,16 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a number") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
+    return value
+
+
 def _build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="gpuwise", description="Will it fit, how fast, on what: GPU answers for LLM work.")
     p.add_argument("--version", action="store_true", help="print the version and exit")
@@ -52,6 +62,8 @@ def _build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--json", action="store_true", help="machine-readable output (docs/json-schema.md)")
 
     _add_train(sub)
+    _add_infer(sub)
+    _add_roofline(sub)
 
     models = sub.add_parser("models", help="list the embedded model catalog")
     models.add_argument("query", nargs="?", help="filter by id, Hugging Face id or family")
@@ -94,7 +106,74 @@ def _add_train(sub) -> None:
     t.add_argument("--lora-targets", default="all-linear", help="all-linear or a comma list of q,k,v,o,gate,up,down")
     t.add_argument("--flops-convention", choices=["causal", "full"], default="causal",
                    help="attention FLOPs: causal (default) or full (FlopCounterMode)")
+    t.add_argument("--gpus-per-node", type=_positive_int, help="GPUs per node (default 8)")
+    t.add_argument("--inter-node-gbps", type=_positive_float,
+                   help="per-GPU NIC line rate across nodes in Gb/s (default: 400 Hopper/Blackwell, 200 Ampere)")
+    t.add_argument("--profile", help="measured device profile (JSON, from `gpuwise calibrate`) overriding defaults")
+    t.add_argument("--train-tokens", type=_positive_float, help="token budget of the run (time, GPU-hours, cost)")
+    t.add_argument("--usd-per-gpu-hour", type=_positive_float, help="price (default: catalog on-demand rental)")
     t.add_argument("--json", action="store_true", help="machine-readable output (docs/json-schema.md)")
+
+
+def _add_infer(sub) -> None:
+    i = sub.add_parser("infer", help="inference speed: time to first token, time per token, throughput, cost")
+    i.add_argument("model", help="catalog name, Hugging Face id, or path to a config.json (or its folder)")
+    i.add_argument("--gpu", required=True, help="GPU id or name")
+    i.add_argument("--num-gpus", type=_positive_int, default=1, help="GPUs (tensor parallel or layer split by engine)")
+    i.add_argument("--weights", help="dtype or quantization (default: what the engine loads)")
+    i.add_argument("--kv-dtype", help="KV cache type")
+    i.add_argument("--batch", type=_positive_int, default=1, help="concurrent sequences (default 1)")
+    i.add_argument("--prompt-tokens", type=_positive_int, default=512, help="prompt tokens (default 512)")
+    i.add_argument("--output-tokens", type=_positive_int, default=128, help="output tokens (default 128)")
+    i.add_argument("--samples", type=_positive_int, default=1, help="completions per prompt (default 1)")
+    i.add_argument("--engine", choices=["hf", "vllm", "llamacpp", "trtllm"], default="vllm", help="default vllm")
+    i.add_argument("--profile", help="measured device profile (JSON) overriding the defaults")
+    i.add_argument("--usd-per-gpu-hour", type=_positive_float, help="price (default: catalog on-demand rental)")
+    i.add_argument("--json", action="store_true", help="machine-readable output (docs/json-schema.md)")
+
+
+def _add_roofline(sub) -> None:
+    r = sub.add_parser("roofline", help="the model's operations on the GPU's roofline (table and plot)")
+    r.add_argument("model", help="catalog name, Hugging Face id, or path to a config.json (or its folder)")
+    r.add_argument("--gpu", required=True, help="GPU id or name")
+    r.add_argument("--phase", choices=["prefill", "decode"], default="decode", help="default decode")
+    r.add_argument("--batch", type=_positive_int, default=1, help="sequences (default 1)")
+    r.add_argument("--seq", type=_positive_int, default=2048,
+                   help="prefill: prompt tokens; decode: cached tokens per sequence (default 2048)")
+    r.add_argument("--dtype", help="peak to use: bf16 (default), fp16, fp8, int8, tf32, fp32")
+    r.add_argument("--profile", help="measured device profile (JSON)")
+    r.add_argument("--plot", help="write a log-log roofline plot to FILE.png or FILE.svg")
+    r.add_argument("--json", action="store_true", help="machine-readable output (docs/json-schema.md)")
+
+
+def _cmd_infer(args: argparse.Namespace) -> str:
+    from .api import infer
+
+    result = infer(args.model, gpu=args.gpu, num_gpus=args.num_gpus, weights=args.weights, kv_dtype=args.kv_dtype,
+                   batch=args.batch, prompt_tokens=args.prompt_tokens, output_tokens=args.output_tokens,
+                   samples=args.samples, engine=args.engine, profile=args.profile,
+                   usd_per_gpu_hour=args.usd_per_gpu_hour)
+    if args.json:
+        from .report.json_out import dumps, infer_to_dict
+
+        return dumps(infer_to_dict(result))
+    from .report.text import render_infer
+
+    return render_infer(result)
+
+
+def _cmd_roofline(args: argparse.Namespace) -> str:
+    from .api import roofline
+
+    result = roofline(args.model, gpu=args.gpu, phase=args.phase, batch=args.batch, seq=args.seq, dtype=args.dtype,
+                      profile=args.profile, plot=args.plot)
+    if args.json:
+        from .report.json_out import dumps, roofline_to_dict
+
+        return dumps(roofline_to_dict(result))
+    from .report.text import render_roofline
+
+    return render_roofline(result)
 
 
 def _cmd_train(args: argparse.Namespace) -> str:
@@ -111,7 +190,9 @@ def _cmd_train(args: argparse.Namespace) -> str:
                    pp_first_layers=args.pp_first_layers, pp_last_layers=args.pp_last_layers,
                    recompute=args.recompute, optimizer=args.optimizer, precision=args.precision,
                    framework=args.framework, finetune=args.finetune, lora_rank=args.lora_rank,
-                   lora_targets=args.lora_targets, offload=offload, flops_convention=args.flops_convention)
+                   lora_targets=args.lora_targets, offload=offload, flops_convention=args.flops_convention,
+                   gpus_per_node=args.gpus_per_node, inter_node_gbps=args.inter_node_gbps, profile=args.profile,
+                   train_tokens=args.train_tokens, usd_per_gpu_hour=args.usd_per_gpu_hour)
     if args.json:
         from .report.json_out import dumps, train_to_dict
 
@@ -166,7 +247,8 @@ def _cmd_gpus(args: argparse.Namespace) -> str:
     return render_gpus(found)
 
 
-COMMANDS = {"fit": _cmd_fit, "train": _cmd_train, "models": _cmd_models, "gpus": _cmd_gpus}
+COMMANDS = {"fit": _cmd_fit, "train": _cmd_train, "infer": _cmd_infer, "roofline": _cmd_roofline,
+            "models": _cmd_models, "gpus": _cmd_gpus}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..catalog.devices import DeviceProfile, default_profile, load_profile, network_overrides, rental_price
 from ..catalog.gpus import GPU
 from ..catalog.models import LoadedModel
 from ..errors import InvalidArgument, require_positive_int
 from ..estimate.activations import RECOMPUTE
+from ..estimate.comm import Topology, topology
+from ..estimate.step_time import StepTime, step_time
 from ..estimate.flops import CONVENTIONS, StepFlops, step_flops
 from ..estimate.model_states import FINETUNE, FRAMEWORKS, OPTIMIZERS, PRECISIONS, lora_targets
 from ..estimate.parallel import SCHEDULES, Layout, divisors, validate_layout
@@ -64,10 +67,28 @@ class TrainRequest:
     lora_targets: str = "all-linear"
     offload: tuple[str, ...] = ()
     flops_convention: str = "causal"
+    gpus_per_node: int | None = None
+    """None: 8 (an HGX/DGX server), or the job's GPU count when smaller."""
+    inter_node_gbps: float | None = None
+    """Per-GPU NIC line rate across nodes; None: the default for the GPU's generation (data/devices.toml)."""
+    profile: str | None = None
+    """A measured device profile (JSON) overriding the default efficiencies."""
+    train_tokens: float | None = None
+    """Token budget of the whole run, for its time, GPU-hours, cost and energy."""
+    usd_per_gpu_hour: float | None = None
+    """None: the catalog's on-demand rental price for this GPU (unknown if it has none)."""
 
     def __post_init__(self) -> None:
         for name, maximum in LIMITS.items():
             require_positive_int("--" + name.replace("_", "-"), getattr(self, name), maximum)
+        if self.gpus_per_node is not None:
+            require_positive_int("--gpus-per-node", self.gpus_per_node, 1 << 10)
+        for name, value, hi in (("--inter-node-gbps", self.inter_node_gbps, 1e5),
+                                ("--train-tokens", self.train_tokens, 1e16),
+                                ("--usd-per-gpu-hour", self.usd_per_gpu_hour, 1e4)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                      or not 0 < value <= hi):
+                raise InvalidArgument(f"{name} must be a positive number up to {hi:g}, got {value!r}")
         for name, value, valid in (("--recompute", self.recompute, RECOMPUTE), ("--optimizer", self.optimizer, OPTIMIZERS),
                                    ("--precision", self.precision, PRECISIONS), ("--finetune", self.finetune, FINETUNE),
                                    ("--flops-convention", self.flops_convention, CONVENTIONS)):
@@ -129,6 +150,30 @@ def choose_framework(req: TrainRequest) -> tuple[str, str]:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class TrainPerf:
+    """Predicted speed, cost and energy of the job (the performance model on top of the memory model)."""
+
+    step: StepTime
+    profile: DeviceProfile
+    topology: Topology
+    peak_dtype: str
+    peak_flops_per_gpu: float | None
+    """The MFU/HFU denominator: dense peak of the GEMM dtype on one GPU (None: unknown)."""
+    mfu: float | None
+    hfu: float | None
+    tokens_per_s: float
+    tokens_per_s_per_gpu: float
+    train_tokens: float | None
+    train_time_s: float | None
+    gpu_hours: float | None
+    usd_per_gpu_hour: float | None
+    usd_source: str
+    cost_usd: float | None
+    energy_kwh: float | None
+    """At TDP for every GPU over the run: an upper-bound estimate (GPUs rarely sit at TDP)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TrainResult:
     request: TrainRequest
     framework: str
@@ -141,6 +186,7 @@ class TrainResult:
     """Micro-batches per rank per step (gradient accumulation x pipeline)."""
     max_micro_batch: int | None
     """Largest micro-batch dividing the per-rank batch that fits; None if even 1 does not."""
+    perf: TrainPerf
     assumptions: tuple[str, ...] = field(default_factory=tuple)
 
     @property
@@ -180,10 +226,56 @@ def train(req: TrainRequest) -> TrainResult:
         best = b
     flops = step_flops(spec, seq=req.seq, global_batch=req.global_batch, convention=req.flops_convention,
                        recompute=req.recompute)
+    perf = _perf(req, framework, layout, memory, flops)
     return TrainResult(request=req, framework=framework, framework_reason=why, layout=layout,
                        params=param_counts(spec), memory=memory, flops=flops,
-                       num_microbatches=per_rank // req.micro_batch, max_micro_batch=best,
+                       num_microbatches=per_rank // req.micro_batch, max_micro_batch=best, perf=perf,
                        assumptions=_assumptions(req, framework, layout, memory))
+
+
+def device_profile(gpu: GPU, path: str | None) -> DeviceProfile:
+    return load_profile(path, gpu) if path else default_profile(gpu)
+
+
+def _perf(req: TrainRequest, framework: str, layout: Layout, memory: TrainMemory, flops: StepFlops) -> TrainPerf:
+    profile = device_profile(req.gpu, req.profile)
+    topo = topology(req.gpu, num_gpus=req.num_gpus, gpus_per_node=req.gpus_per_node,
+                    inter_node_gbps=req.inter_node_gbps, overrides=network_overrides(req.profile))
+    st = memory.states
+    per_rank = req.global_batch // layout.dp
+    step = step_time(req.model.spec, layout, profile=profile, topo=topo, framework=framework, precision=req.precision,
+                     seq=req.seq, micro_batch=req.micro_batch, num_microbatches=per_rank // req.micro_batch,
+                     recompute=req.recompute, params_on_rank=st.params_on_rank, layer_params=st.layer_params,
+                     trainable_params=st.trainable_params, working_bytes=st.working_bytes_per_param,
+                     grad_bytes=st.grad_bytes_per_param, optimizer_bytes=st.optimizer + st.master_weights,
+                     frozen_base=req.finetune != "full", offload=frozenset(req.offload))
+    t = step.step_time_s
+    dtype = _peak_dtype(req.gpu, req.precision)
+    peak = req.gpu.peak_flops.get(dtype)
+    n = req.num_gpus
+    mfu = flops.model / (t * n * peak) if peak else None
+    hfu = flops.hardware / (t * n * peak) if peak else None
+    tokens_per_s = flops.tokens / t
+    price, price_source = (req.usd_per_gpu_hour, "as given") if req.usd_per_gpu_hour else rental_price(req.gpu)
+    run_s = req.train_tokens / tokens_per_s if req.train_tokens else None
+    gpu_hours = run_s * n / 3600 if run_s is not None else None
+    cost = gpu_hours * price if (gpu_hours is not None and price is not None) else None
+    energy = gpu_hours * req.gpu.tdp_w / 1000 if (gpu_hours is not None and req.gpu.tdp_w) else None
+    return TrainPerf(step=step, profile=profile, topology=topo, peak_dtype=dtype, peak_flops_per_gpu=peak, mfu=mfu,
+                     hfu=hfu, tokens_per_s=tokens_per_s, tokens_per_s_per_gpu=tokens_per_s / n,
+                     train_tokens=req.train_tokens, train_time_s=run_s, gpu_hours=gpu_hours, usd_per_gpu_hour=price,
+                     usd_source=price_source, cost_usd=cost, energy_kwh=energy)
+
+
+def _peak_dtype(gpu: GPU, precision: str) -> str:
+    """The dtype whose dense peak is the MFU denominator: the one the GEMMs run in."""
+    if precision == "fp32":
+        return "tf32" if "tf32" in gpu.peak_flops else "fp32"
+    if precision == "fp8" and "fp8" in gpu.peak_flops:
+        return "fp8"
+    if precision == "fp16":
+        return "fp16"
+    return "bf16" if "bf16" in gpu.peak_flops else "fp16"
 
 
 def _assumptions(req: TrainRequest, framework: str, layout: Layout, mem: TrainMemory) -> tuple[str, ...]:

@@ -14,7 +14,7 @@ from ..catalog.gpus import GPU
 from ..catalog.models import CatalogEntry
 from ..estimate.params import param_counts
 from ..plan.fit import FitResult
-from ..plan.train import TrainResult
+from ..plan.train import TrainPerf, TrainResult
 
 SCHEMA_VERSION = "1"
 
@@ -124,7 +124,125 @@ def train_to_dict(r: TrainResult) -> dict[str, Any]:
         "fits": r.fits,
         "tight": r.tight,
         "max_micro_batch": r.max_micro_batch,
+        **train_perf_to_dict(r.perf),
         "assumptions": list(r.assumptions),
+    }
+
+
+def _round(x: float | None, digits: int = 6) -> float | None:
+    return None if x is None else float(f"{x:.{digits}g}")
+
+
+def profile_to_dict(p) -> dict[str, Any]:
+    return {"gpu": p.gpu.id, "matmul_efficiency": dict(p.matmul_efficiency), "memory_efficiency": p.memory_efficiency,
+            "attention_forward_efficiency": p.attention_forward_efficiency,
+            "attention_backward_efficiency": p.attention_backward_efficiency,
+            "kernel_overhead_s": p.kernel_overhead_s, "sources": dict(p.sources)}
+
+
+def topology_to_dict(t) -> dict[str, Any]:
+    return {"gpus_per_node": t.gpus_per_node,
+            "intra_node": {"link": t.intra.name, "busbw_bytes_per_s": _num(t.intra.busbw_bytes_per_s),
+                           "latency_s": t.intra.latency_s},
+            "inter_node": {"link": t.inter.name, "busbw_bytes_per_s": _num(t.inter.busbw_bytes_per_s),
+                           "latency_s": t.inter.latency_s}}
+
+
+def train_perf_to_dict(p: TrainPerf) -> dict[str, Any]:
+    st = p.step
+    return {
+        "step_time_s": _round(st.step_time_s),
+        "mfu": _round(p.mfu, 4),
+        "hfu": _round(p.hfu, 4),
+        "mfu_denominator": {"dtype": p.peak_dtype, "peak_flops_per_gpu": _num(p.peak_flops_per_gpu),
+                            "gpu": p.profile.gpu.name, "note": "dense datasheet peak of the GEMM dtype"},
+        "tokens_per_s": _round(p.tokens_per_s),
+        "tokens_per_s_per_gpu": _round(p.tokens_per_s_per_gpu),
+        "time_breakdown_s": {k: _round(v) for k, v in st.breakdown.items()},
+        "bound": st.bound,
+        "bubble_fraction": _round(st.bubble_fraction, 4),
+        "microbatch_time_s": _round(st.microbatch_s),
+        "slowest_stage": st.slowest_stage,
+        "train_tokens": p.train_tokens,
+        "train_time_s": _round(p.train_time_s),
+        "gpu_hours": _round(p.gpu_hours),
+        "usd_per_gpu_hour": p.usd_per_gpu_hour,
+        "usd_source": p.usd_source,
+        "cost_usd": _round(p.cost_usd),
+        "energy_kwh": _round(p.energy_kwh),
+        "energy_note": "estimate: every GPU at its TDP for the whole run (an upper bound)",
+        "device_profile": profile_to_dict(p.profile),
+        "topology": topology_to_dict(p.topology),
+    }
+
+
+def infer_to_dict(r) -> dict[str, Any]:
+    req = r.request
+    spec = req.model.spec
+
+    def pass_dict(p) -> dict[str, Any]:
+        return {"time_s": _round(p.seconds), "bound": p.bound, "flops": _num(p.flops), "bytes": _num(p.bytes),
+                "gemm_s": _round(p.gemm_s), "attention_s": _round(p.attention_s), "stream_s": _round(p.stream_s),
+                "comm_s": _round(p.comm_s), "host_s": _round(p.host_s), "overhead_s": _round(p.overhead_s)}
+
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "command": "infer",
+        "model": {"id": req.model.id, "hf_id": req.model.hf_id, "family": spec.family, "layers": spec.num_layers},
+        "gpu": {"id": req.gpu.id, "name": req.gpu.name, "memory_bytes": req.gpu.memory_bytes},
+        "num_gpus": req.num_gpus,
+        "engine": req.engine,
+        "weights_format": r.memory.weights.name,
+        "kv_dtype": r.memory.kv.name,
+        "compute_dtype": r.compute_dtype,
+        "batch": req.batch,
+        "samples": req.samples,
+        "prompt_tokens": req.prompt_tokens,
+        "output_tokens": req.output_tokens,
+        "fits": r.memory.fits,
+        "memory_per_gpu_bytes": _num(r.memory.estimate.memory.total),
+        "max_batch": r.memory.max_batch,
+        "ttft_s": _round(r.ttft_s),
+        "tpot_s": _round(r.tpot_s),
+        "request_s": _round(r.request_s),
+        "output_tokens_per_s_per_sequence": _round(r.output_tokens_per_s_per_sequence),
+        "output_tokens_per_s": _round(r.output_tokens_per_s),
+        "requests_per_s": _round(r.requests_per_s),
+        "compute_bound_batch": r.compute_bound_batch,
+        "prefill": pass_dict(r.prefill),
+        "decode_first_step": pass_dict(r.decode_first),
+        "decode_last_step": pass_dict(r.decode_last),
+        "usd_per_gpu_hour": r.usd_per_gpu_hour,
+        "usd_source": r.usd_source,
+        "usd_per_million_output_tokens": _round(r.usd_per_million_output_tokens),
+        "samples_curve": [{"samples": p.samples, "time_s": _round(p.seconds),
+                           "time_per_sample_s": _round(p.seconds_per_sample), "fits": p.fits}
+                          for p in r.samples_curve],
+        "engine_source": r.engine.source,
+        "device_profile": profile_to_dict(r.profile),
+        "assumptions": list(r.assumptions),
+    }
+
+
+def roofline_to_dict(r) -> dict[str, Any]:
+    rf = r.roofline
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "command": "roofline",
+        "model": {"id": r.model.id, "hf_id": r.model.hf_id},
+        "gpu": {"id": r.gpu.id, "name": r.gpu.name},
+        "phase": r.phase, "batch": r.batch, "seq": r.seq, "dtype": rf.dtype,
+        "peak_flops": _num(rf.peak_flops),
+        "bandwidth_bytes_per_s": _num(rf.bandwidth_bytes_per_s),
+        "ridge_flops_per_byte": _round(rf.ridge, 4),
+        "achievable_flops": _num(rf.achievable_flops),
+        "achievable_bandwidth_bytes_per_s": _num(rf.achievable_bandwidth_bytes_per_s),
+        "achievable_ridge_flops_per_byte": _round(rf.achievable_ridge, 4),
+        "ops": [{"name": op.name, "flops": _num(op.flops), "bytes": _num(op.bytes),
+                 "intensity_flops_per_byte": _round(op.intensity, 4) if op.bytes else None,
+                 "bound": rf.bound(op), "time_s": _round(op.time_s)} for op in rf.ops],
+        "total_time_s": _round(sum(op.time_s for op in rf.ops)),
+        "plot": r.plot,
     }
 
 

@@ -179,5 +179,96 @@ def render_train(r: TrainResult) -> str:
     f = r.flops
     lines.append(f"FLOPs per step: model {f.model:.3e} (MFU numerator), hardware {f.hardware:.3e} (with recompute); "
                  f"{f.model_per_token:.3e} per token ({req.flops_convention} attention)")
+    lines.append(render_train_perf(r))
     lines += ["", "assumptions:"] + [f"  - {a}" for a in r.assumptions]
+    return "\n".join(lines)
+
+
+def _dur(s: float | None) -> str:
+    if s is None:
+        return "unknown"
+    if s < 1e-3:
+        return f"{s * 1e6:.1f} us"
+    if s < 1:
+        return f"{s * 1e3:.2f} ms"
+    if s < 3600 * 2:
+        return f"{s:.2f} s"
+    if s < 86400 * 2:
+        return f"{s / 3600:.1f} h"
+    return f"{s / 86400:.1f} days"
+
+
+def render_train_perf(r) -> str:
+    p = r.perf
+    st = p.step
+    lines = ["", "predicted speed (device profile + topology; no efficiency typed in):"]
+    denom = (f"{p.peak_flops_per_gpu / 1e12:.0f} TFLOP/s dense {p.peak_dtype} per {p.profile.gpu.name}"
+             if p.peak_flops_per_gpu else "unknown peak")
+    mfu = f"{100 * p.mfu:.1f}%" if p.mfu is not None else "unknown"
+    hfu = f"{100 * p.hfu:.1f}%" if p.hfu is not None else "unknown"
+    lines.append(f"  step time {_dur(st.step_time_s)}; MFU {mfu}, HFU {hfu} (of {denom})")
+    lines.append(f"  {p.tokens_per_s:,.0f} tokens/s, {p.tokens_per_s_per_gpu:,.0f} per GPU")
+    total = st.step_time_s
+    rows = [[k.replace("_", " "), _dur(v), f"{100 * v / total:.0f}%"] for k, v in st.breakdown.items() if v > 0]
+    lines.append(_table(rows, ["where the step goes", "time", "share"], right={1, 2}))
+    if st.bubble_fraction:
+        lines.append(f"  pipeline bubble: {100 * st.bubble_fraction:.1f}% idle ({r.layout.pp} stages, "
+                     f"{st.num_microbatches} micro-batches)")
+    t = p.topology
+    lines.append(f"  network: {t.gpus_per_node} GPUs per node over {t.intra.name} "
+                 f"({t.intra.busbw_bytes_per_s / 1e9:.0f} GB/s bus bandwidth), {t.inter.name} across nodes "
+                 f"({t.inter.busbw_bytes_per_s / 1e9:.0f} GB/s)")
+    if p.train_tokens:
+        cost = f"${p.cost_usd:,.0f}" if p.cost_usd is not None else "unknown"
+        price = f"${p.usd_per_gpu_hour}/GPU-hour ({p.usd_source})" if p.usd_per_gpu_hour else p.usd_source
+        energy = f"{p.energy_kwh:,.0f} kWh at TDP (an upper-bound estimate)" if p.energy_kwh is not None else "unknown"
+        lines.append(f"  {p.train_tokens:.3g} tokens: {_dur(p.train_time_s)}, {p.gpu_hours:,.0f} GPU-hours, "
+                     f"cost {cost} at {price}; energy {energy}")
+    return "\n".join(lines)
+
+
+def render_infer(r) -> str:
+    req = r.request
+    mem = r.memory
+    lines = [f"{req.model.id} on {req.num_gpus} x {req.gpu.name} with {req.engine}: weights {mem.weights.name}, "
+             f"KV {mem.kv.name}, compute {r.compute_dtype}",
+             f"batch {req.batch} x {req.samples} sample(s), prompt {req.prompt_tokens:,} + output "
+             f"{req.output_tokens:,} tokens; memory {fmt_gib(mem.estimate.memory.total)} per GPU "
+             f"({'fits' if mem.fits else 'DOES NOT FIT'})", ""]
+    rows = [["time to first token", _dur(r.ttft_s), f"prefill {r.prefill.bound}-bound"],
+            ["time per output token", _dur(r.tpot_s), f"decode {r.decode_first.bound}-bound"],
+            ["request (prompt to last token)", _dur(r.request_s), ""],
+            ["output tokens/s per sequence", f"{r.output_tokens_per_s_per_sequence:,.1f}", ""],
+            ["output tokens/s, all sequences", f"{r.output_tokens_per_s:,.1f}", ""],
+            ["requests/s", f"{r.requests_per_s:,.3f}", ""]]
+    if r.usd_per_million_output_tokens is not None:
+        rows.append(["USD per million output tokens", f"{r.usd_per_million_output_tokens:,.3f}",
+                     f"at ${r.usd_per_gpu_hour}/GPU-hour"])
+    else:
+        rows.append(["USD per million output tokens", "unknown", r.usd_source])
+    lines.append(_table(rows, ["", "value", "why"], right={1}))
+    turn = r.compute_bound_batch
+    lines.append("")
+    lines.append(f"decode's weight GEMMs turn compute-bound at batch ~{turn}: below it, more sequences ride along "
+                 f"almost free (attention over each sequence's KV cache stays memory-bound)" if turn
+                 else "no compute peak for this dtype: cannot place the decode ridge")
+    lines.append("n parallel samples of one prompt (shared prefill, n-fold decode):")
+    lines.append(_table([[str(p.samples), _dur(p.seconds), _dur(p.seconds_per_sample), "yes" if p.fits else "no"]
+                         for p in r.samples_curve], ["samples", "time", "per sample", "fits"], right={1, 2}))
+    lines += ["", "assumptions:"] + [f"  - {a}" for a in r.assumptions]
+    return "\n".join(lines)
+
+
+def render_roofline(r) -> str:
+    rf = r.roofline
+    lines = [f"{r.model.id} on {r.gpu.name}: {r.phase}, batch {r.batch}, {r.seq:,} tokens, {rf.dtype}",
+             f"peak {rf.peak_flops / 1e12:.0f} TFLOP/s, bandwidth {rf.bandwidth_bytes_per_s / 1e12:.2f} TB/s: ridge "
+             f"{rf.ridge:.0f} FLOP/byte (achievable {rf.achievable_ridge:.0f})", ""]
+    rows = [[op.name, f"{op.flops / 1e9:,.1f}", f"{op.bytes / 1e6:,.1f}",
+             f"{op.intensity:,.1f}" if op.bytes else "inf", rf.bound(op), _dur(op.time_s)] for op in rf.ops]
+    lines.append(_table(rows, ["operation", "GFLOP", "MB moved", "FLOP/byte", "bound", "time"],
+                        right={1, 2, 3, 5}))
+    lines.append(f"total {_dur(sum(op.time_s for op in rf.ops))} at the achievable roofline")
+    if r.plot:
+        lines.append(f"plot written to {r.plot}")
     return "\n".join(lines)

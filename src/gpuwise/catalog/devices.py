@@ -1,0 +1,199 @@
+"""Device and network profiles: what a GPU achieves, not what its datasheet promises.
+
+A `DeviceProfile` joins a catalog GPU's datasheet (dense peak per dtype, DRAM bandwidth, SM count) with the
+fractions of it that real kernels reach: large-GEMM efficiency per dtype, copy-bandwidth efficiency, flash
+attention efficiency forward and backward, and the smallest time a kernel takes. Defaults come from
+`data/devices.toml`, where every number carries its public measurement; a measured profile (JSON written by
+`gpuwise calibrate`, or by hand) overrides any of them with `--profile FILE`.
+
+A `Network` gives the two levels of a cluster: inside a node (NVLink/NVSwitch, or PCIe) and across nodes (the
+NIC bandwidth per GPU), with the bus bandwidth NCCL reaches on each, and the per-collective latency.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+from pathlib import Path
+
+from ..errors import InvalidArgument
+from .gpus import GPU
+from ._toml import load_toml
+
+PROFILE_KIND = "gpuwise-device-profile"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
+class DeviceProfile:
+    """Compared and hashed by identity (it keys the kernel-time caches)."""
+
+    gpu: GPU
+    matmul_efficiency: dict[str, float]
+    """Achievable fraction of the dense peak for large GEMMs, per dtype key of `GPU.peak_flops`."""
+    memory_efficiency: float
+    """Achievable fraction of the DRAM bandwidth for streaming kernels (copies, elementwise, GEMV)."""
+    attention_forward_efficiency: float
+    """Flash-style attention forward FLOP/s as a fraction of the 16-bit dense peak."""
+    attention_backward_efficiency: float
+    kernel_overhead_s: float
+    """Smallest GPU time of one kernel (launch latency, ramp-up and tail), added once per kernel."""
+    tile: tuple[int, int]
+    """Output tile (rows, cols) of one thread block of the large GEMM kernels (tile/wave quantization)."""
+    sources: dict[str, str] = field(default_factory=dict)
+    """Field -> where the number comes from (a public measurement, an architecture default, a profile file)."""
+
+    @property
+    def bandwidth(self) -> float:
+        """Achievable DRAM bytes/s (0 when the datasheet gives none: callers check `known`)."""
+        return (self.gpu.memory_bandwidth_bytes_per_s or 0.0) * self.memory_efficiency
+
+    def matmul_flops(self, dtype: str) -> float | None:
+        """Achievable large-GEMM FLOP/s in `dtype`, or None when the GPU has no such peak."""
+        peak = self.gpu.peak_flops.get(dtype)
+        if peak is None:
+            return None
+        return peak * self.matmul_efficiency.get(dtype, self.matmul_efficiency["default"])
+
+
+def _arch_key(gpu: GPU) -> str:
+    return (gpu.architecture or "").split(" (")[0]
+
+
+@lru_cache(maxsize=1)
+def _data() -> dict:
+    return load_toml("devices.toml")
+
+
+def _merge(into: dict, row: dict, origin: str, sources: dict[str, str]) -> None:
+    for key, value in row.items():
+        if key in ("source", "note"):
+            continue
+        if key == "matmul_efficiency":
+            into.setdefault(key, {}).update(value)
+            for dt in value:
+                sources[f"matmul_efficiency.{dt}"] = row.get("source", origin)
+        else:
+            into[key] = value
+            sources[key] = row.get("source", origin)
+
+
+_DEFAULTS: dict[str, DeviceProfile] = {}
+
+
+def default_profile(gpu: GPU) -> DeviceProfile:
+    """The profile gpuwise assumes for a catalog GPU: generic < architecture < this GPU's own measurements."""
+    hit = _DEFAULTS.get(gpu.id)
+    if hit is None:
+        hit = _DEFAULTS[gpu.id] = _default_profile(gpu)
+    return hit
+
+
+def _default_profile(gpu: GPU) -> DeviceProfile:
+    data = _data()
+    values: dict = {}
+    sources: dict[str, str] = {}
+    _merge(values, data["generic"], "generic default (no public measurement for this architecture)", sources)
+    arch = data.get("architecture", {}).get(_arch_key(gpu))
+    if arch:
+        _merge(values, arch, f"{_arch_key(gpu)} default", sources)
+    own = data.get("gpu", {}).get(gpu.id)
+    if own:
+        _merge(values, own, f"{gpu.id} measurement", sources)
+    return _build(gpu, values, sources)
+
+
+def _build(gpu: GPU, v: dict, sources: dict[str, str]) -> DeviceProfile:
+    return DeviceProfile(
+        gpu=gpu, matmul_efficiency=dict(v["matmul_efficiency"]), memory_efficiency=float(v["memory_efficiency"]),
+        attention_forward_efficiency=float(v["attention_forward_efficiency"]),
+        attention_backward_efficiency=float(v["attention_backward_efficiency"]),
+        kernel_overhead_s=float(v["kernel_overhead_us"]) * 1e-6, tile=tuple(v["tile"]), sources=dict(sources))
+
+
+def _fraction(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+        raise InvalidArgument(f"profile: {name} must be a fraction in (0, 1], got {value!r}")
+    return float(value)
+
+
+def load_profile(path: str | Path, gpu: GPU) -> DeviceProfile:
+    """A device profile file (JSON) applied over the defaults of `gpu`.
+
+    Keys (all optional; see docs/performance.md): `matmul_efficiency` {dtype: fraction} or `matmul_tflops`
+    {dtype: TFLOP/s}, `memory_efficiency` or `memory_bandwidth_gb_s`, `attention_forward_efficiency`,
+    `attention_backward_efficiency`, `kernel_overhead_us`, and `network` {intra_node_busbw_gb_s,
+    inter_node_busbw_gb_s, latency_us}. Measured absolute figures are divided by the catalog peak.
+    """
+    try:
+        doc = json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise InvalidArgument(f"--profile: cannot read {path}: {exc.strerror or exc}") from None
+    except json.JSONDecodeError as exc:
+        raise InvalidArgument(f"--profile: {path} is not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    if not isinstance(doc, dict):
+        raise InvalidArgument(f"--profile: {path} must hold a JSON object")
+    base = default_profile(gpu)
+    origin = f"profile {Path(path).name}"
+    sources = dict(base.sources)
+    eff = dict(base.matmul_efficiency)
+    for dt, frac in (doc.get("matmul_efficiency") or {}).items():
+        eff[dt] = _fraction(f"matmul_efficiency.{dt}", frac)
+        sources[f"matmul_efficiency.{dt}"] = origin
+    for dt, tflops in (doc.get("matmul_tflops") or {}).items():
+        peak = gpu.peak_flops.get(dt)
+        if peak is None:
+            raise InvalidArgument(f"--profile: {gpu.name} has no {dt} peak in the catalog to compare with")
+        eff[dt] = _fraction(f"matmul_tflops.{dt} / peak", float(tflops) * 1e12 / peak)
+        sources[f"matmul_efficiency.{dt}"] = origin
+    changes: dict = {"matmul_efficiency": eff}
+    if "memory_bandwidth_gb_s" in doc:
+        if not gpu.memory_bandwidth_bytes_per_s:
+            raise InvalidArgument(f"--profile: {gpu.name} has no datasheet bandwidth to compare with")
+        changes["memory_efficiency"] = _fraction("memory_bandwidth_gb_s / datasheet",
+                                                 float(doc["memory_bandwidth_gb_s"]) * 1e9
+                                                 / gpu.memory_bandwidth_bytes_per_s)
+    for key in ("memory_efficiency", "attention_forward_efficiency", "attention_backward_efficiency"):
+        if key in doc:
+            changes[key] = _fraction(key, doc[key])
+    if "kernel_overhead_us" in doc:
+        us = doc["kernel_overhead_us"]
+        if isinstance(us, bool) or not isinstance(us, (int, float)) or not 0 <= us < 1e4:
+            raise InvalidArgument(f"profile: kernel_overhead_us must be in [0, 10000), got {us!r}")
+        changes["kernel_overhead_s"] = us * 1e-6
+    for key in changes:
+        if key != "matmul_efficiency":
+            sources[key] = origin
+    changes["sources"] = sources
+    return replace(base, **changes)
+
+
+def network_overrides(path: str | Path | None) -> dict:
+    """The `network` section of a profile file ({} when none)."""
+    if path is None:
+        return {}
+    doc = json.loads(Path(path).read_text())
+    net = doc.get("network") or {}
+    if not isinstance(net, dict):
+        raise InvalidArgument("--profile: `network` must be an object")
+    return net
+
+
+def network_defaults() -> dict:
+    return _data()["network"]
+
+
+@lru_cache(maxsize=1)
+def _prices() -> dict:
+    return load_toml("rental.toml")
+
+
+def rental_price(gpu: GPU) -> tuple[float | None, str]:
+    """(USD per GPU-hour, where it comes from) for on-demand rental; (None, why) when unknown."""
+    data = _prices()
+    row = data["price"].get(gpu.id)
+    if row is None:
+        return None, "no rental price in the catalog (pass --usd-per-gpu-hour)"
+    source = data["sources"].get(row["source"], row["source"])
+    note = f" ({row['note']})" if row.get("note") else ""
+    return float(row["usd_per_hour"]), f"{row['source']}{note}: {source}"

@@ -1,0 +1,127 @@
+"""Communication: cluster topology as two levels, collective times, and where each parallel dimension lands.
+
+A collective over n ranks moving a message of S bytes takes `latency x ceil(log2 n) + S x factor / busbw`,
+where `factor` is the nccl-tests bus-bandwidth factor (doc/PERFORMANCE.md in NVIDIA/nccl-tests): the bytes
+each rank must send per byte of the message with a ring algorithm.
+
+    all-reduce      2 (n-1) / n      (reduce-scatter then all-gather)
+    all-gather      (n-1) / n        S = the gathered (full) size
+    reduce-scatter  (n-1) / n        S = the full size before scattering
+    all-to-all      (n-1) / n        S = what one rank sends in total
+    send/recv       1
+
+`busbw` is the bus bandwidth NCCL reaches on the slowest level the group spans: NVLink/NVSwitch (or PCIe)
+inside a node, the NIC bandwidth per GPU across nodes (rail-optimized clusters give every GPU its own NIC).
+Parallel dimensions are placed innermost first, TP, then CP, EP, PP and DP (Megatron-LM's and torchtitan's
+meshes put TP on the fastest links): a dimension's group stays inside a node when the product of its degree and
+the degrees placed inside it is at most the GPUs per node.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..catalog.devices import network_defaults
+from ..catalog.gpus import GPU
+from ..errors import InvalidArgument
+
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
+
+
+def bus_factor(op: str, n: int) -> float:
+    """Bytes each rank sends per byte of the message (nccl-tests' busbw / algbw)."""
+    if n <= 1:
+        return 0.0
+    if op == "all_reduce":
+        return 2 * (n - 1) / n
+    if op in ("all_gather", "reduce_scatter", "all_to_all"):
+        return (n - 1) / n
+    if op == "send_recv":
+        return 1.0
+    raise ValueError(f"unknown collective {op!r}; one of {COLLECTIVES}")
+
+
+@dataclass(frozen=True, slots=True)
+class Level:
+    name: str
+    """e.g. 'NVLink 4 (NVSwitch)', 'PCIe 4.0 x16', '400 Gb/s per GPU'."""
+    busbw_bytes_per_s: float
+    """Bus bandwidth NCCL reaches for large messages."""
+    latency_s: float
+    """Per algorithm step (ceil(log2 n) steps per collective)."""
+    source: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Topology:
+    gpus_per_node: int
+    intra: Level
+    inter: Level
+
+    def level(self, group: int, inner: int) -> Level:
+        """The slowest level a group of `group` ranks spans, when `inner` ranks sit inside each of its steps."""
+        return self.intra if group * inner <= self.gpus_per_node else self.inter
+
+    def collective_s(self, op: str, message_bytes: float, group: int, inner: int = 1) -> float:
+        if group <= 1 or message_bytes <= 0:
+            return 0.0
+        lv = self.level(group, inner)
+        steps = 1 if op == "send_recv" else math.ceil(math.log2(group))
+        return lv.latency_s * steps + message_bytes * bus_factor(op, group) / lv.busbw_bytes_per_s
+
+
+def _arch(gpu: GPU) -> str:
+    return (gpu.architecture or "").split(" (")[0]
+
+
+def topology(gpu: GPU, *, num_gpus: int, gpus_per_node: int | None = None, inter_node_gbps: float | None = None,
+             overrides: dict | None = None) -> Topology:
+    """The default two-level network for `num_gpus` GPUs of this kind (see data/devices.toml [network])."""
+    net = network_defaults()
+    over = overrides or {}
+    if gpus_per_node is not None and gpus_per_node < 1:
+        raise InvalidArgument(f"--gpus-per-node must be at least 1, got {gpus_per_node}")
+    if inter_node_gbps is not None and not 0 < inter_node_gbps <= 1e5:
+        raise InvalidArgument(f"--inter-node-gbps must be in (0, 100000], got {inter_node_gbps}")
+    per_node = gpus_per_node or min(num_gpus, int(net["gpus_per_node"].get(gpu.segment, net["gpus_per_node"]["default"])))
+    intra = _intra_level(gpu, per_node, net)
+    if "intra_node_busbw_gb_s" in over:
+        intra = Level(intra.name + " (profile)", float(over["intra_node_busbw_gb_s"]) * 1e9, intra.latency_s, "profile")
+    gbps = inter_node_gbps or float(net["inter_node_gbps"].get(_arch(gpu), net["inter_node_gbps"]["default"]))
+    eff = float(net["nic_busbw_efficiency"])
+    inter = Level(f"{gbps:g} Gb/s per GPU", gbps / 8 * 1e9 * eff, float(net["inter_node_latency_us"]) * 1e-6,
+                  net["nic_source"])
+    if "inter_node_busbw_gb_s" in over:
+        inter = Level(inter.name + " (profile)", float(over["inter_node_busbw_gb_s"]) * 1e9, inter.latency_s, "profile")
+    return Topology(per_node, intra, inter)
+
+
+def _intra_level(gpu: GPU, per_node: int, net: dict) -> Level:
+    latency = float(net["intra_node_latency_us"]) * 1e-6
+    link = gpu.interconnect or "PCIe"
+    bridge_only = "bridge" in link.lower()
+    if gpu.interconnect_bytes_per_s and "nvlink" in link.lower() and not (bridge_only and per_node > 2):
+        one_way = gpu.interconnect_bytes_per_s / 2
+        return Level(link, one_way * float(net["nvlink_busbw_efficiency"]), latency, net["nvlink_source"])
+    if gpu.interconnect_bytes_per_s and "nvlink" not in link.lower() and "pcie" not in link.lower():
+        # Infinity Fabric / Gaudi RoCE / TPU ICI: scale-up links other than NVLink, same treatment.
+        return Level(link, gpu.interconnect_bytes_per_s / 2 * float(net["nvlink_busbw_efficiency"]), latency,
+                     net["nvlink_source"])
+    gen = gpu.pcie_gen or 4
+    x16 = float(net["pcie_x16_gb_s"][str(gen)]) * 1e9
+    eff = float(net["pcie_busbw_efficiency"])
+    return Level(f"PCIe {gen}.0 x16", x16 * eff, latency * 2, net["pcie_source"])
+
+
+# Placement order, innermost first (the issue's and Megatron/torchtitan's convention).
+ORDER = ("tp", "cp", "ep", "pp", "dp")
+
+
+def inner_sizes(degrees: dict[str, int]) -> dict[str, int]:
+    """For each dimension, the product of the degrees placed inside it (its ranks' stride)."""
+    out, inner = {}, 1
+    for dim in ORDER:
+        out[dim] = inner
+        inner *= degrees.get(dim, 1)
+    return out

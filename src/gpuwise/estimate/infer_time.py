@@ -1,0 +1,164 @@
+"""Inference latency: prefill (time to first token) and decode (time per output token), kernel by kernel.
+
+A decode step for `batch` sequences at `context` cached tokens runs every block's kernels once with `batch` GEMM
+rows: the weights are read once for the whole batch (memory-bound until the batch reaches the ridge point), each
+sequence's K/V cache is read by the attention kernel, and every kernel pays the fixed per-kernel cost. Engines
+that do not replay decode as CUDA graphs also pay host launch time per kernel; the step takes the larger of the
+GPU time and the host time (the host runs ahead of the GPU), plus the engine's per-step overhead.
+Prefill runs the prompt through the same kernels with `batch x prompt` rows (in `prefill_chunk` pieces for
+llama.cpp) and computes logits for the last token only.
+
+Multi-GPU: tensor parallelism splits every matrix and adds two all-reduces per block; layer split gives each GPU
+contiguous blocks that one token visits in turn (no speed-up for one sequence) and adds one hop per boundary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from ..catalog._toml import load_toml
+from ..catalog.devices import DeviceProfile
+from ..errors import InvalidArgument
+from ..spec.model import ModelSpec
+from .comm import Topology
+from .kernels import attention_s, matmul_s, memory_s
+from .layer_ops import block_ops, block_signature, head_gemm, keys_per_query
+
+ENGINES = ("hf", "vllm", "llamacpp", "trtllm")
+
+
+@dataclass(frozen=True, slots=True)
+class EnginePerf:
+    name: str
+    multi_gpu: str
+    cuda_graphs: bool
+    host_s_per_kernel: float
+    step_overhead_s: float
+    kernels_per_block: int
+    kernel_style: str
+    gemv_bytes_per_s_per_sm: float
+    gemm_efficiency: float
+    hopper_mma_factor: float
+    quantized_gemm_factor: float
+    prefill_chunk: int
+    source: str
+
+
+@lru_cache(maxsize=None)
+def engine_perf(name: str) -> EnginePerf:
+    rows = load_toml("engine_perf.toml")["engine"]
+    if name not in rows:
+        raise InvalidArgument(f"unknown engine '{name}'; use one of: {', '.join(ENGINES)}")
+    r = rows[name]
+    return EnginePerf(name, r["multi_gpu"], bool(r["cuda_graphs"]), r["host_us_per_kernel"] * 1e-6,
+                      r["step_overhead_us"] * 1e-6, int(r["kernels_per_block"]), r["kernel_style"],
+                      float(r["gemv_gb_s_per_sm"]) * 1e9, float(r["gemm_efficiency"]),
+                      float(r["hopper_mma_factor"]), float(r["quantized_gemm_factor"]), int(r["prefill_chunk"]),
+                      r["source"])
+
+
+@dataclass(frozen=True, slots=True)
+class PassTime:
+    """One forward pass (a prefill chunk or a decode step) of all blocks and the head."""
+
+    seconds: float
+    gemm_s: float
+    attention_s: float
+    stream_s: float
+    comm_s: float
+    host_s: float
+    overhead_s: float
+    flops: float
+    bytes: float
+    """DRAM bytes the kernels move (weights, K/V, activations)."""
+    bound: str
+    """'compute' or 'memory' (which roofline term is larger for the pass as a whole), or 'host' when kernel
+    launches take longer than the kernels."""
+
+
+def _active_experts(spec: ModelSpec, rows: int) -> float | None:
+    """Expected distinct routed experts touched by `rows` tokens (uniform routing)."""
+    moe = spec.moe
+    if moe is None:
+        return None
+    e, k = moe.num_experts, moe.top_k
+    return e * (1 - (1 - k / e) ** rows)
+
+
+def forward_pass_s(spec: ModelSpec, *, profile: DeviceProfile, topo: Topology, engine: EnginePerf, dtype: str,
+                   weight_bytes_per_param: float, kv_bytes_per_element: float, rows: int, sequences: int,
+                   context: float, num_gpus: int, decode: bool, logits_rows: int) -> PassTime:
+    """One forward pass over all blocks: `rows` query rows from `sequences` sequences, each seeing `context` keys."""
+    tp = num_gpus if engine.multi_gpu == "tp" else 1
+    e = 2.0
+    gpu_ = profile.gpu
+    gemv_bw = profile.bandwidth
+    if engine.gemv_bytes_per_s_per_sm and gpu_.sm_count:
+        gemv_bw = min(gemv_bw, engine.gemv_bytes_per_s_per_sm * gpu_.sm_count)
+    own_rate = None  # the engine's own GEMM kernels (llama.cpp): a share of the fp16-accumulate peak
+    if engine.gemm_efficiency:
+        peak16 = gpu_.peak_flops.get("fp16_fp16acc") or gpu_.peak_flops.get("fp16") or gpu_.peak_flops.get("bf16")
+        if peak16:
+            hopper = engine.hopper_mma_factor if (gpu_.architecture or "").startswith("Hopper") else 1.0
+            quant = engine.quantized_gemm_factor if weight_bytes_per_param < 1.9 else 1.0
+            own_rate = peak16 * engine.gemm_efficiency * hopper * quant
+    gemm = attn = stream = comm = 0.0
+    flops = nbytes = 0.0
+    kernels = 0
+    cache: dict = {}
+    for layer in range(spec.num_layers):
+        sig = block_signature(spec, layer)
+        keys = context if decode else keys_per_query(spec, layer, int(context))
+        if decode and spec.sliding_window and sig[1] == "sliding":
+            keys = min(keys, spec.sliding_window)
+        key = (sig, keys)
+        hit = cache.get(key)
+        if hit is None:
+            ops = block_ops(spec, layer, tokens=rows, keys=keys, tp=tp, kv_rows=sequences * keys if decode else None,
+                            active_experts=_active_experts(spec, rows) if decode else None, style=engine.kernel_style)
+            g = 0.0
+            f = b = 0.0
+            for op in ops.gemms:
+                w_bytes = weight_bytes_per_param
+                if own_rate is not None:
+                    moved = op.n * op.k * w_bytes + (op.m * op.k + op.m * op.n) * e
+                    t = op.count * (max(op.flops / op.count / own_rate, moved / gemv_bw) + profile.kernel_overhead_s)
+                else:
+                    t = op.count * matmul_s(profile, op.m, op.n, op.k, dtype, e, w_bytes)
+                g += t
+                f += op.flops
+                b += op.count * (op.n * op.k * w_bytes + (op.m * op.k + op.m * op.n) * e)
+            attn_bytes = ops.attention_io_elements * (kv_bytes_per_element if decode else e)
+            a = attention_s(profile, ops.attention_flops, attn_bytes, backward=False)
+            s = memory_s(profile, ops.stream_bytes) + (ops.kernels - len(ops.gemms) - 1) * profile.kernel_overhead_s
+            hit = cache[key] = (g, a, s, f + ops.attention_flops, b + attn_bytes + ops.stream_bytes)
+        gemm += hit[0]
+        attn += hit[1]
+        stream += hit[2]
+        flops += hit[3]
+        nbytes += hit[4]
+        kernels += engine.kernels_per_block
+        if tp > 1:
+            comm += 2 * topo.collective_s("all_reduce", rows * spec.hidden_size * e, tp)
+    hg = head_gemm(spec, logits_rows, tp)
+    head = matmul_s(profile, hg.m, hg.n, hg.k, dtype, e, weight_bytes_per_param)
+    gemm += head
+    flops += hg.flops
+    nbytes += hg.n * hg.k * weight_bytes_per_param
+    if engine.multi_gpu == "layer-split" and num_gpus > 1:
+        comm += (num_gpus - 1) * topo.collective_s("send_recv", rows * spec.hidden_size * e, 2, topo.gpus_per_node)
+    host = 0.0 if engine.cuda_graphs and decode else kernels * engine.host_s_per_kernel
+    gpu = gemm + attn + stream + comm
+    if engine.host_s_per_kernel < profile.kernel_overhead_s:
+        # A launch cost below a kernel's own overhead does not let the GPU run ahead: it shows as gaps.
+        gpu += host
+        host = 0.0
+    overhead = engine.step_overhead_s if decode else 0.0
+    peak = profile.matmul_flops(dtype) or 1.0
+    if host > gpu:
+        bound = "host"
+    else:
+        bound = "compute" if flops / peak > nbytes / profile.bandwidth else "memory"
+    return PassTime(seconds=max(gpu, host) + overhead, gemm_s=gemm, attention_s=attn, stream_s=stream, comm_s=comm,
+                    host_s=host, overhead_s=overhead, flops=flops, bytes=nbytes, bound=bound)

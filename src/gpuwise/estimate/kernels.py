@@ -1,0 +1,57 @@
+"""Time of one kernel on a device: GEMMs, flash attention, and memory-bound (streaming) kernels.
+
+A GEMM (m x k) @ (k x n) runs as output tiles of `profile.tile` (rows x cols), one thread block per tile and one
+block per SM at a time, in waves. Its compute time is the number of waves times the time one SM takes for a
+full tile at the large-GEMM efficiency, so partial tiles (tile quantization) and a last, partly empty wave
+(wave quantization) cost what they cost on the GPU (NVIDIA, "Matrix Multiplication Background User's Guide").
+The kernel also has to stream its operands from DRAM; the time is the larger of the two (the roofline), plus
+the fixed per-kernel overhead. For small m (decode) the weights dominate the bytes and the GEMM is memory-bound.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+from ..catalog.devices import DeviceProfile
+
+
+def memory_s(profile: DeviceProfile, nbytes: float) -> float:
+    """Streaming `nbytes` through DRAM once (read + write counted by the caller)."""
+    return nbytes / profile.bandwidth if nbytes > 0 else 0.0
+
+
+@lru_cache(maxsize=1 << 16)
+def matmul_s(profile: DeviceProfile, m: int, n: int, k: int, dtype: str, operand_bytes: float,
+             weight_bytes: float | None = None) -> float:
+    """Time of one GEMM; `operand_bytes` per element of A, C (and B unless `weight_bytes`, for quantized B)."""
+    flops_rate = profile.matmul_flops(dtype)
+    if m <= 0 or n <= 0 or k <= 0:
+        return 0.0
+    b_bytes = operand_bytes if weight_bytes is None else weight_bytes
+    nbytes = (m * k + m * n) * operand_bytes + k * n * b_bytes
+    mem = nbytes / profile.bandwidth
+    if flops_rate is None:
+        return mem + profile.kernel_overhead_s
+    sms = profile.gpu.sm_count or 1
+    best = math.inf
+    # cuBLAS picks among tile shapes; take the one with the least padded work (the big tile and two smaller).
+    tm, tn = profile.tile
+    for a, b in ((tm, tn), (tm, tn // 2), (tm // 2, tn // 2)):
+        tiles = math.ceil(m / a) * math.ceil(n / b)
+        waves = math.ceil(tiles / sms)
+        best = min(best, waves * sms * a * b)
+    compute = 2.0 * best * k / flops_rate
+    return max(compute, mem) + profile.kernel_overhead_s
+
+
+def attention_s(profile: DeviceProfile, flops: float, nbytes: float, *, backward: bool, dtype: str = "bf16") -> float:
+    """A flash-attention kernel: `flops` at the flash efficiency of the 16-bit peak, or its IO if larger.
+
+    `flops` for the backward pass is the usual 2.5x the forward (recomputing the scores plus four matmuls).
+    """
+    peak = profile.gpu.peak_flops.get(dtype) or profile.gpu.peak_flops.get("fp16") or profile.gpu.peak_flops.get("fp32")
+    if peak is None:
+        return memory_s(profile, nbytes)
+    eff = profile.attention_backward_efficiency if backward else profile.attention_forward_efficiency
+    return max(flops / (peak * eff), nbytes / profile.bandwidth) + profile.kernel_overhead_s

@@ -1,0 +1,162 @@
+"""The operations of one transformer block (and of the LM head) as kernels: GEMM shapes, attention, streaming.
+
+Shared by the training step time, the inference latency and the roofline, so that all three see the same
+decomposition. Counts are per rank: matrices split over tensor parallelism (`tp`), routed experts over expert
+parallelism (`ep`). `tokens` is the GEMM row count (micro-batch x sequence / cp in training, batch x prompt in
+prefill, batch in decode).
+
+Streaming (memory-bound) traffic of the forward pass, in bytes per element of the tensor it touches, counted
+kernel by kernel (`STREAM_BYTES`), for two kernel styles:
+
+- `eager` (PyTorch modules without torch.compile: Hugging Face, FSDP/torchtitan and DeepSpeed defaults). An RMSNorm
+  is six kernels through fp32: upcast (read 2, write 4), square (4, 4), mean (read 4), scale (4, 4), downcast (4, 2)
+  and weight (2, 2): 36 bytes per element. RoPE on q and k: rotate-half (slice, negate, cat), two multiplies and an
+  add, about 12 bytes per element. SwiGLU: silu (2, 2) then multiply (4, 2): 10 bytes per intermediate element.
+  Residual add: 6 bytes per element. Head-major copies of q, k, v for the attention kernel: 4 bytes per element.
+- `fused` (Megatron-LM with Transformer Engine): one norm kernel (read 2, write 2), fused RoPE (4), fused
+  SwiGLU (read 4, write 2), residual add (6), no layout copies.
+
+Backward streams about twice the forward traffic (it reads the saved input and the incoming gradient and
+writes a gradient).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..spec.model import SLIDING, ModelSpec
+
+# Bytes per element moved by the streaming kernels of one block, forward (see the module docstring).
+STREAM_BYTES = {
+    "eager": {"norm": 36.0, "rope": 12.0, "act_gated": 10.0, "act": 4.0, "residual": 6.0, "attn_copy": 4.0},
+    "fused": {"norm": 4.0, "rope": 4.0, "act_gated": 6.0, "act": 4.0, "residual": 6.0, "attn_copy": 0.0},
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Gemm:
+    name: str
+    m: int
+    n: int
+    k: int
+    count: int = 1
+    """How many such GEMMs (local experts)."""
+    weight: bool = True
+    """The B operand is a weight (quantized in inference, frozen under LoRA)."""
+
+    @property
+    def flops(self) -> float:
+        return 2.0 * self.m * self.n * self.k * self.count
+
+
+@dataclass(frozen=True, slots=True)
+class BlockOps:
+    gemms: tuple[Gemm, ...]
+    attention_flops: float
+    """Forward score + value FLOPs of this rank."""
+    attention_io_elements: float
+    """Q, K, V and output elements the attention kernel reads and writes (K/V of the whole context)."""
+    stream_bytes: float
+    """Bytes read + written by the streaming kernels (norms, residuals, RoPE, activation, layout copies)."""
+    kernels: int
+    """Kernels launched by the forward pass of the block."""
+
+
+def _moe_expert_tokens(spec: ModelSpec, tokens: int, ep: int) -> tuple[int, int]:
+    """(local experts, tokens per local expert) with balanced routing."""
+    moe = spec.moe
+    local = max(1, moe.num_experts // ep)
+    per_expert = max(1, round(tokens * moe.top_k * ep / moe.num_experts))
+    return local, per_expert
+
+
+def block_ops(spec: ModelSpec, layer: int, *, tokens: int, keys: float, tp: int = 1, ep: int = 1,
+              kv_rows: float | None = None, active_experts: float | None = None, style: str = "eager") -> BlockOps:
+    """Forward kernels of block `layer` for `tokens` query rows, each attending to `keys` keys on average.
+
+    `kv_rows`: K/V rows (tokens) the attention kernel reads in all; decode reads each sequence's whole cache
+    (batch x context); None: each K/V row once (prefill and training, where flash kernels are compute-bound).
+
+    `active_experts`: in decode, the expected number of distinct routed experts the batch touches (their weights
+    are read once each); None uses balanced routing over all local experts.
+    """
+    h = spec.hidden_size
+    gemms: list[Gemm] = []
+    mla = spec.mla
+    nh = spec.num_heads
+    if mla is not None:
+        if mla.q_lora_rank:
+            gemms += [Gemm("q_a", tokens, mla.q_lora_rank, h), Gemm("q_b", tokens, nh * mla.qk_head_dim // tp, mla.q_lora_rank)]
+        else:
+            gemms.append(Gemm("q", tokens, nh * mla.qk_head_dim // tp, h))
+        gemms += [Gemm("kv_a", tokens, mla.kv_lora_rank + mla.qk_rope_head_dim, h),
+                  Gemm("kv_b", tokens, nh * (mla.qk_nope_head_dim + mla.v_head_dim) // tp, mla.kv_lora_rank),
+                  Gemm("o", tokens, h, nh * mla.v_head_dim // tp)]
+        score_dim, value_dim = nh * mla.qk_head_dim / tp, nh * mla.v_head_dim / tp
+        kv_width = (nh * (mla.qk_head_dim + mla.v_head_dim)) / tp
+        q_width = nh * mla.qk_head_dim / tp
+        rope_elems = nh * mla.qk_rope_head_dim / tp + mla.qk_rope_head_dim
+        extra_norms = (mla.q_lora_rank or 0) + mla.kv_lora_rank
+    else:
+        q = nh * spec.head_dim
+        kv = spec.num_kv_heads * spec.head_dim
+        gemms += [Gemm("qkv", tokens, max(1, (q + 2 * kv) // tp), h), Gemm("o", tokens, h, max(1, q // tp))]
+        score_dim = value_dim = q / tp
+        kv_width = 2 * kv / tp
+        q_width = q / tp
+        rope_elems = (q + kv) / tp if spec.position == "rope" else 0.0
+        extra_norms = (q + kv) / tp if spec.qk_norm != "none" else 0.0
+    gated = spec.gated_mlp
+    mats = 3 if gated else 2
+    moe = spec.moe
+    sb = STREAM_BYTES[style]
+    act = 0.0
+    act_bytes = sb["act_gated"] if gated else sb["act"]
+    if moe is not None and moe.moe_layers[layer]:
+        e_i = moe.expert_intermediate_size
+        local, per_expert = _moe_expert_tokens(spec, tokens, ep)
+        if active_experts is not None:
+            local = max(1, round(min(local, active_experts)))
+            per_expert = max(1, round(tokens * moe.top_k / local))
+        gemms.append(Gemm("router", tokens, moe.num_experts, h, weight=True))
+        gemms += [Gemm("experts_up", per_expert, (mats - 1) * e_i // tp, h, local),
+                  Gemm("experts_down", per_expert, h, e_i // tp, local)]
+        act += act_bytes * moe.top_k * e_i / tp
+        if moe.shared_intermediate_size:
+            s_i = moe.shared_intermediate_size
+            gemms += [Gemm("shared_up", tokens, (mats - 1) * s_i // tp, h), Gemm("shared_down", tokens, h, s_i // tp)]
+            act += act_bytes * s_i / tp
+        kernels_mlp = 8  # router, top-k, permute, two grouped GEMMs, activation, unpermute, shared
+    else:
+        i = spec.intermediate_size
+        gemms += [Gemm("mlp_up", tokens, (mats - 1) * i // tp, h), Gemm("mlp_down", tokens, h, i // tp)]
+        act += act_bytes * i / tp
+        kernels_mlp = 3
+    # Norms and residuals run on the full hidden width (replicated over TP without sequence parallelism).
+    stream = (sb["norm"] * (spec.norms_per_layer * h + extra_norms) + sb["residual"] * 2 * h + sb["rope"] * rope_elems
+              + sb["attn_copy"] * (q_width + kv_width) + act)
+    io = tokens * (q_width + value_dim) + (tokens if kv_rows is None else kv_rows) * kv_width
+    return BlockOps(gemms=tuple(gemms), attention_flops=2.0 * (score_dim + value_dim) * keys * tokens,
+                    attention_io_elements=io, stream_bytes=stream * tokens,
+                    kernels=spec.norms_per_layer + 2 + 2 + (1 if rope_elems else 0) + 1 + kernels_mlp)
+
+
+def keys_per_query(spec: ModelSpec, layer: int, context: int, *, causal: bool = True) -> float:
+    """Mean keys a query of a `context`-token sequence attends to in block `layer` (training / prefill)."""
+    window = spec.sliding_window if spec.layer_types[layer] == SLIDING else None
+    if not causal:
+        return float(min(context, window) if window else context)
+    if window is None or window >= context:
+        return (context + 1) / 2
+    return (window * (window + 1) / 2 + (context - window) * window) / context
+
+
+def head_gemm(spec: ModelSpec, tokens: int, tp: int = 1) -> Gemm:
+    """The LM head (vocabulary-parallel over tp)."""
+    return Gemm("lm_head", tokens, max(1, spec.vocab_size // tp), spec.embed_proj_dim or spec.hidden_size)
+
+
+def block_signature(spec: ModelSpec, layer: int) -> tuple:
+    """Blocks with the same signature have the same kernels (dense/MoE, full/sliding attention)."""
+    moe = spec.moe is not None and spec.moe.moe_layers[layer]
+    return (moe, spec.layer_types[layer])

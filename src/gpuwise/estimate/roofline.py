@@ -1,0 +1,97 @@
+"""Roofline of a model's operations on a GPU: FLOPs, bytes moved, arithmetic intensity, bound, time.
+
+For one phase (prefill of `batch` x `seq` tokens, or one decode step of `batch` sequences at `seq` cached
+tokens), every kind of kernel of a transformer block is placed on the GPU's roofline: attainable FLOP/s =
+min(peak, intensity x bandwidth). The ridge point (peak / bandwidth, FLOP per byte) separates memory-bound
+operations (left) from compute-bound ones (right). Times use the datasheet roofline (`time = max(FLOPs / peak,
+bytes / bandwidth)`); the achievable line (peak x matmul efficiency, bandwidth x memory efficiency) is shown
+beside it. Sums are over all blocks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..catalog.devices import DeviceProfile
+from ..spec.model import ModelSpec
+from .layer_ops import block_ops, head_gemm, keys_per_query
+
+PHASES = ("prefill", "decode")
+
+
+@dataclass(frozen=True, slots=True)
+class RooflineOp:
+    name: str
+    flops: float
+    bytes: float
+    time_s: float
+    """At the achievable roofline (efficiencies applied)."""
+
+    @property
+    def intensity(self) -> float:
+        """FLOP per byte moved."""
+        return self.flops / self.bytes if self.bytes else float("inf")
+
+
+@dataclass(frozen=True, slots=True)
+class Roofline:
+    dtype: str
+    peak_flops: float
+    bandwidth_bytes_per_s: float
+    achievable_flops: float
+    achievable_bandwidth_bytes_per_s: float
+    ops: tuple[RooflineOp, ...]
+
+    @property
+    def ridge(self) -> float:
+        """Datasheet ridge point, FLOP/byte (H100 SXM bf16: 989e12 / 3.35e12 = 295)."""
+        return self.peak_flops / self.bandwidth_bytes_per_s
+
+    @property
+    def achievable_ridge(self) -> float:
+        return self.achievable_flops / self.achievable_bandwidth_bytes_per_s
+
+    def bound(self, op: RooflineOp) -> str:
+        return "compute" if op.intensity >= self.achievable_ridge else "memory"
+
+
+def ridge_point(peak_flops: float, bandwidth_bytes_per_s: float) -> float:
+    return peak_flops / bandwidth_bytes_per_s
+
+
+def roofline(spec: ModelSpec, profile: DeviceProfile, *, dtype: str, phase: str, batch: int, seq: int,
+             weight_bytes_per_param: float = 2.0, kv_bytes_per_element: float = 2.0) -> Roofline:
+    """Operations of one prefill (batch x seq tokens) or one decode step (batch sequences at seq cached tokens)."""
+    if phase not in PHASES:
+        raise ValueError(f"phase must be one of {PHASES}")
+    gpu = profile.gpu
+    peak = gpu.peak_flops[dtype]
+    bw = gpu.memory_bandwidth_bytes_per_s
+    a_peak = profile.matmul_flops(dtype)
+    a_bw = profile.bandwidth
+    decode = phase == "decode"
+    rows = batch if decode else batch * seq
+    e = 2.0
+    sums: dict[str, list[float]] = {}
+
+    def add(name: str, flops: float, nbytes: float) -> None:
+        cur = sums.setdefault(name, [0.0, 0.0])
+        cur[0] += flops
+        cur[1] += nbytes
+
+    for layer in range(spec.num_layers):
+        keys = seq if decode else keys_per_query(spec, layer, seq)
+        ops = block_ops(spec, layer, tokens=rows, keys=keys, kv_rows=batch * keys if decode else None)
+        for g in ops.gemms:
+            name = "experts" if g.name.startswith("experts") else ("mlp" if g.name.startswith(("mlp", "shared"))
+                                                                    else ("attention projections" if g.name != "router"
+                                                                          else "router"))
+            add(name, g.flops, g.count * (g.n * g.k * weight_bytes_per_param + (g.m * g.k + g.m * g.n) * e))
+        add("attention (scores, values)", ops.attention_flops,
+            ops.attention_io_elements * (kv_bytes_per_element if decode else e))
+        add("norms, residuals, activation", 0.0, ops.stream_bytes)
+    hg = head_gemm(spec, batch)
+    add("lm head", hg.flops, hg.n * hg.k * weight_bytes_per_param + (hg.m * hg.k + hg.m * hg.n) * e)
+    out = tuple(RooflineOp(name, f, b, max(f / a_peak, b / a_bw)) for name, (f, b) in sums.items())
+    return Roofline(dtype=dtype, peak_flops=peak, bandwidth_bytes_per_s=bw, achievable_flops=a_peak,
+                    achievable_bandwidth_bytes_per_s=a_bw, ops=out)

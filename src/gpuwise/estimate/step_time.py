@@ -1,0 +1,226 @@
+"""Training step time: compute per stage, exposed communication, pipeline bubble, optimizer step.
+
+Per micro-batch and pipeline stage, every block's kernels are timed on the device (`kernels.py`): forward GEMMs,
+backward GEMMs (input gradient and weight gradient, the latter skipped for frozen LoRA bases), flash attention
+forward and backward, streaming kernels, plus recomputation (full: the block's forward again; selective: the
+attention core). Communication is timed on the topology (`comm.py`) and counted where it is exposed:
+
+- TP/SP collectives (two per block forward, two backward) sit on the critical path: no overlap by default.
+- CP ring attention passes K/V chunks while attention computes: only what exceeds the attention time shows.
+- EP all-to-all (dispatch and combine, forward and backward) is exposed.
+- PP send/recv of activations and gradients: once per micro-batch per direction.
+- DP gradient all-reduce / reduce-scatter overlaps the last micro-batch's backward (bucketed): what exceeds it
+  shows, and at least the last bucket (one block's gradients). ZeRO-3/FSDP all-gathers each block's parameters
+  in forward and backward and reduce-scatters its gradients, prefetched one block ahead: what exceeds the
+  compute of the block shows, plus the first gather.
+
+The step is (m + (p - 1) / v) times the slowest stage's micro-batch time (1F1B and GPipe: v = 1), plus the
+data-parallel communication left exposed, plus the optimizer step (memory-bound: it streams the states once).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..catalog.devices import DeviceProfile
+from ..spec.model import ModelSpec
+from .comm import Topology
+from .kernels import attention_s, matmul_s, memory_s
+from .layer_ops import block_ops, block_signature, head_gemm, keys_per_query
+from .parallel import Layout, stage_layers
+
+LOSS_BYTES_PER_LOGIT = 12.0
+"""Cross-entropy streams each logit about three times: the forward reads 16-bit logits and writes fp32
+log-probabilities (2 + 4 bytes), the backward reads those and writes the 16-bit gradient (4 + 2)."""
+
+STEP_HOST_OVERHEAD_S = 0.005
+"""Per-step host work outside the kernels (data-loader handoff, logging, zero_grad, Python): 5 ms, small
+next to multi-second steps; it matters only for tiny models."""
+
+
+@dataclass(frozen=True, slots=True)
+class StepTime:
+    step_time_s: float
+    breakdown: dict[str, float]
+    """Seconds per step by cause; sums to `step_time_s`."""
+    microbatch_s: float
+    """Forward + backward of one micro-batch on the slowest stage, with its exposed per-micro-batch comm."""
+    num_microbatches: int
+    bubble_fraction: float
+    """Idle share of the pipeline: (p - 1) / v / (m + (p - 1) / v)."""
+    slowest_stage: int
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def bound(self) -> str:
+        """The largest part of the breakdown."""
+        return max(self.breakdown, key=self.breakdown.get)
+
+
+def _dtype_keys(profile: DeviceProfile, precision: str) -> tuple[str, float]:
+    """(peak dtype key of the GEMMs, bytes per activation element)."""
+    peaks = profile.gpu.peak_flops
+    if precision == "fp32":
+        return ("tf32" if "tf32" in peaks else "fp32"), 4.0
+    if precision == "fp8":
+        return ("fp8" if "fp8" in peaks else "bf16"), 2.0
+    if precision == "fp16":
+        return "fp16", 2.0
+    return ("bf16" if "bf16" in peaks else "fp16"), 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class _BlockTime:
+    forward: float
+    backward: float
+    recompute: float
+    attention_forward: float
+    attention_backward: float
+
+
+_CACHE: dict = {}
+
+
+def _block_time(profile: DeviceProfile, spec: ModelSpec, layer: int, *, tokens: int, seq_local: int, cp: int,
+                tp: int, ep: int, dtype: str, e: float, recompute: str, frozen_base: bool, framework: str,
+                sequences: int) -> _BlockTime:
+    key = (id(profile), id(spec), block_signature(spec, layer), tokens, seq_local, cp, tp, ep, dtype, e, recompute,
+           frozen_base, framework, sequences)
+    hit = _CACHE.get(key)
+    if hit is not None:
+        return hit[0]
+    context = seq_local * cp
+    keys = keys_per_query(spec, layer, context)
+    style = "fused" if framework == "megatron" else "eager"
+    ops = block_ops(spec, layer, tokens=tokens, keys=keys / cp, tp=tp, ep=ep, style=style)
+    fwd_gemm = bwd_gemm = 0.0
+    for g in ops.gemms:
+        fwd_gemm += g.count * matmul_s(profile, g.m, g.n, g.k, dtype, e)
+        dgrad = g.count * matmul_s(profile, g.m, g.k, g.n, dtype, e)
+        wgrad = 0.0 if (frozen_base and g.weight) else g.count * matmul_s(profile, g.k, g.n, g.m, dtype, e)
+        bwd_gemm += dgrad + wgrad
+    attn_bytes = ops.attention_io_elements * e
+    attn_f = attention_s(profile, ops.attention_flops, attn_bytes, backward=False)
+    attn_b = attention_s(profile, 2.5 * ops.attention_flops, 2 * attn_bytes, backward=True)
+    stream = memory_s(profile, ops.stream_bytes * e / 2) + ops.kernels * profile.kernel_overhead_s
+    if spec.hidden_dropout > 0:  # two residual dropouts: read + write h, write a 1-byte mask
+        stream += memory_s(profile, 2 * tokens * spec.hidden_size * (2 * e + 1))
+    forward = fwd_gemm + attn_f + stream
+    backward = bwd_gemm + attn_b + 2 * stream
+    rec = forward if recompute == "full" else (attn_f if recompute == "selective" else 0.0)
+    out = _BlockTime(forward, backward, rec, attn_f, attn_b)
+    _CACHE[key] = (out, profile, spec)  # keep the keyed objects alive so their ids stay unique
+    return out
+
+
+def _exposed(comm: float, window: float) -> float:
+    return max(0.0, comm - window)
+
+
+def step_time(spec: ModelSpec, layout: Layout, *, profile: DeviceProfile, topo: Topology, framework: str,
+              precision: str, seq: int, micro_batch: int, num_microbatches: int, recompute: str,
+              params_on_rank: float, layer_params: float, trainable_params: float, working_bytes: float,
+              grad_bytes: float, optimizer_bytes: float, frozen_base: bool = False,
+              offload: frozenset[str] = frozenset()) -> StepTime:
+    """Seconds per optimizer step on the slowest pipeline stage (see the module docstring).
+
+    Memory-model inputs (per rank, before ZeRO/FSDP sharding): `params_on_rank`, `layer_params` (largest block),
+    `trainable_params`, bytes per working parameter and gradient element, and optimizer-state bytes per rank.
+    """
+    dtype, e = _dtype_keys(profile, precision)
+    tp, cp, ep, pp, dp = layout.tp, layout.cp, layout.ep, layout.pp, layout.dp
+    seq_local = seq // cp
+    tokens = micro_batch * seq_local
+    h = spec.hidden_size
+    n = layout.num_gpus
+    m = num_microbatches
+    inner = {"tp": 1, "cp": tp, "ep": tp * cp, "pp": tp * cp * ep}  # placement: TP, CP, EP, PP, DP outward
+    layers = stage_layers(layout, spec.num_layers)
+    notes: list[str] = []
+
+    tp_ar = topo.collective_s("all_reduce", tokens * h * e, tp, inner["tp"]) if tp > 1 else 0.0
+    kv_dim = (spec.mla.kv_lora_rank + spec.mla.qk_rope_head_dim) if spec.mla else 2 * spec.num_kv_heads * spec.head_dim
+    cp_step = topo.collective_s("send_recv", tokens * kv_dim * e / tp, cp, inner["cp"]) if cp > 1 else 0.0
+    a2a = 0.0
+    if ep > 1 and spec.moe is not None:
+        a2a = topo.collective_s("all_to_all", tokens * spec.moe.top_k * h * e, ep, inner["ep"])
+    pp_p2p = topo.collective_s("send_recv", tokens * h * e / (tp if layout.sp else 1), 2, inner["pp"]) if pp > 1 else 0.0
+
+    stage_fb: list[tuple[float, dict[str, float]]] = []
+    first = 0
+    for stage, count in enumerate(layers):
+        parts = dict(forward=0.0, backward=0.0, recompute=0.0, tp_comm=0.0, cp_comm=0.0, ep_comm=0.0, pp_comm=0.0)
+        for layer in range(first, first + count):
+            bt = _block_time(profile, spec, layer, tokens=tokens, seq_local=seq_local, cp=cp, tp=tp, ep=ep,
+                             dtype=dtype, e=e, recompute=recompute, frozen_base=frozen_base, framework=framework,
+                             sequences=micro_batch)
+            parts["forward"] += bt.forward
+            parts["backward"] += bt.backward
+            parts["recompute"] += bt.recompute
+            parts["tp_comm"] += 4 * tp_ar + (2 * tp_ar if recompute == "full" else 0.0)
+            if cp > 1:  # ring: cp - 1 exchanges per pass, overlapped with the attention of the step before
+                parts["cp_comm"] += _exposed((cp - 1) * cp_step, bt.attention_forward) \
+                    + _exposed(2 * (cp - 1) * cp_step, bt.attention_backward)
+            if a2a and spec.moe.moe_layers[layer]:
+                parts["ep_comm"] += 4 * a2a + (2 * a2a if recompute == "full" else 0.0)
+        first += count
+        if stage == 0:
+            parts["forward"] += memory_s(profile, tokens * h * e)  # embedding gather
+        if stage == pp - 1:
+            hg = head_gemm(spec, tokens, tp)
+            parts["forward"] += matmul_s(profile, hg.m, hg.n, hg.k, dtype, e) \
+                + memory_s(profile, tokens * hg.n * LOSS_BYTES_PER_LOGIT / 2)
+            parts["backward"] += matmul_s(profile, hg.m, hg.k, hg.n, dtype, e) \
+                + matmul_s(profile, hg.k, hg.n, hg.m, dtype, e) + memory_s(profile, tokens * hg.n * LOSS_BYTES_PER_LOGIT / 2)
+        if pp > 1:
+            parts["pp_comm"] += 2 * pp_p2p
+        stage_fb.append((sum(parts.values()), parts))
+
+    slowest = max(range(pp), key=lambda s: stage_fb[s][0])
+    mb_time, parts = stage_fb[slowest]
+    v = layout.vpp if layout.schedule == "interleaved" else 1
+    bubble_mb = (pp - 1) / v
+    breakdown = {k: m * val for k, val in parts.items()}
+    breakdown["bubble"] = bubble_mb * mb_time
+
+    # Data parallelism over the dp x cp ranks that hold the same weights; placed outermost, so its stride is the
+    # model-parallel ranks (tp x pp) and it crosses nodes as soon as the job does.
+    sh = layout.sharding_spec
+    group = layout.shard_size
+    stride = n // (dp * cp)
+    grad_msg = trainable_params * grad_bytes
+    blocks = max(1, max(layers))
+    fwd_window, bwd_window = parts["forward"], parts["backward"]
+    dp_exposed = 0.0
+    if trainable_params > 0 and dp * cp > 1:
+        if sh.params:  # ZeRO-3 / FSDP / HSDP: gather each block's weights per micro-batch, reduce-scatter grads
+            gather = topo.collective_s("all_gather", params_on_rank * working_bytes, group, stride)
+            rs = topo.collective_s("reduce_scatter", grad_msg, group, stride)
+            if sh.keep_unsharded:  # grad-op / no-reshard: gathered in forward, kept through backward
+                per_mb = _exposed(gather, fwd_window) + gather / blocks
+            else:
+                per_mb = _exposed(gather, fwd_window) + _exposed(gather, bwd_window) + 2 * gather / blocks
+            dp_exposed += m * per_mb + _exposed(rs, bwd_window) + rs / blocks
+            replicas = dp * cp // group
+            if replicas > 1:  # HSDP: all-reduce the gradient shards across replicas
+                dp_exposed += topo.collective_s("all_reduce", grad_msg / group, replicas, stride * group)
+        else:
+            op = "reduce_scatter" if (sh.grads or sh.optimizer) else "all_reduce"
+            reduce = topo.collective_s(op, grad_msg, group, stride)
+            dp_exposed += _exposed(reduce, bwd_window) + reduce / blocks
+            if sh.optimizer:  # the updated parameters gathered back after the step
+                ag = topo.collective_s("all_gather", params_on_rank * working_bytes, group, stride)
+                # Megatron overlaps it with the next forward (--overlap-param-gather); DeepSpeed waits for it.
+                dp_exposed += _exposed(ag, fwd_window) + ag / blocks if framework == "megatron" else ag
+    breakdown["dp_comm"] = dp_exposed
+
+    # Optimizer step: stream master weights, states and gradients (read + write), write the working copy.
+    shard = group if sh.optimizer else 1
+    opt = 0.0
+    if optimizer_bytes > 0 and "optimizer" not in offload:
+        opt = memory_s(profile, 2 * optimizer_bytes + (grad_bytes + working_bytes) * trainable_params / shard)
+    breakdown["optimizer"] = opt
+    breakdown["overhead"] = STEP_HOST_OVERHEAD_S
+    total = sum(breakdown.values())
+    return StepTime(step_time_s=total, breakdown=breakdown, microbatch_s=mb_time, num_microbatches=m,
+                    bubble_fraction=bubble_mb / (m + bubble_mb), slowest_stage=slowest, notes=tuple(notes))

@@ -1,0 +1,195 @@
+"""`gpuwise infer`: how fast a model serves on a GPU: time to first token, time per output token, throughput, cost.
+
+Built on `fit` (the memory side: weight format, KV dtype, does it fit, largest batch) and the latency model
+(`estimate/infer_time.py`). Also answers two questions people ask about serving: at which batch decode stops
+being memory-bound (after that, more sequences cost real time), and what n parallel samples of one prompt cost
+(one shared prefill, n-fold decode) as a curve.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from ..catalog.devices import DeviceProfile, network_overrides, rental_price
+from ..catalog.gpus import GPU
+from ..catalog.models import LoadedModel
+from ..errors import InvalidArgument, require_positive_int
+from ..estimate.comm import Topology, topology
+from ..estimate.inference_memory import inference_memory
+from ..estimate.infer_time import ENGINES, EnginePerf, PassTime, engine_perf, forward_pass_s
+from ..quant.formats import tensor_bytes
+from .fit import FitRequest, FitResult, fit
+from .train import device_profile
+
+MAX_TOKENS = 1 << 22
+SAMPLE_CURVE = (1, 2, 4, 8, 16, 32, 64, 128)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InferRequest:
+    model: LoadedModel
+    gpu: GPU
+    num_gpus: int = 1
+    weights: str | None = None
+    kv_dtype: str | None = None
+    batch: int = 1
+    """Concurrent sequences (different prompts)."""
+    prompt_tokens: int = 512
+    output_tokens: int = 128
+    samples: int = 1
+    """Completions per prompt (shared prefill, n-fold decode)."""
+    engine: str = "vllm"
+    profile: str | None = None
+    usd_per_gpu_hour: float | None = None
+
+    def __post_init__(self) -> None:
+        require_positive_int("--num-gpus", self.num_gpus, 4096)
+        require_positive_int("--batch", self.batch, 1 << 20)
+        require_positive_int("--prompt-tokens", self.prompt_tokens, MAX_TOKENS)
+        require_positive_int("--output-tokens", self.output_tokens, MAX_TOKENS)
+        require_positive_int("--samples", self.samples, 1 << 12)
+        if self.engine not in ENGINES:
+            raise InvalidArgument(f"unknown engine '{self.engine}'; use one of: {', '.join(ENGINES)}")
+        if self.usd_per_gpu_hour is not None and not 0 < self.usd_per_gpu_hour <= 1e4:
+            raise InvalidArgument(f"--usd-per-gpu-hour must be in (0, 10000], got {self.usd_per_gpu_hour!r}")
+
+    @property
+    def memory_engine(self) -> str:
+        """TensorRT-LLM pre-allocates a paged KV pool like vLLM: its memory follows vLLM's model."""
+        return "vllm" if self.engine == "trtllm" else self.engine
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SamplesPoint:
+    samples: int
+    seconds: float
+    """Prefill once, then decode `samples` x batch sequences."""
+    seconds_per_sample: float
+    fits: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InferResult:
+    request: InferRequest
+    memory: FitResult
+    engine: EnginePerf
+    profile: DeviceProfile
+    topology: Topology
+    compute_dtype: str
+    prefill: PassTime
+    decode_first: PassTime
+    decode_last: PassTime
+    ttft_s: float
+    tpot_s: float
+    """Mean time per output token of one sequence over the whole generation."""
+    request_s: float
+    """Time from prompt to the last output token of a request."""
+    output_tokens_per_s_per_sequence: float
+    output_tokens_per_s: float
+    """All sequences together, during decode."""
+    requests_per_s: float
+    """Batches back to back: batch x samples completions per request_s."""
+    compute_bound_batch: int | None
+    """Batch at which the weight GEMMs of a decode step turn compute-bound (achievable ridge x bytes per weight
+    / 2); None when the GPU has no peak for the compute dtype. Attention over the KV cache stays memory-bound."""
+    usd_per_gpu_hour: float | None
+    usd_source: str
+    usd_per_million_output_tokens: float | None
+    samples_curve: tuple[SamplesPoint, ...]
+    assumptions: tuple[str, ...] = field(default_factory=tuple)
+
+
+def _compute_dtype(gpu: GPU, weights_name: str, kind: str) -> str:
+    if kind == "fp8" and "fp8" in gpu.peak_flops:
+        return "fp8"
+    if weights_name == "bf16" and "bf16" in gpu.peak_flops:
+        return "bf16"
+    if weights_name == "fp32":
+        return "tf32" if "tf32" in gpu.peak_flops else "fp32"
+    return "fp16" if "fp16" in gpu.peak_flops else "bf16"
+
+
+def infer(req: InferRequest) -> InferResult:
+    spec = req.model.spec
+    if req.engine == "trtllm" and (req.weights or "").lower().startswith("q"):
+        raise InvalidArgument("TensorRT-LLM does not run GGUF files; use bf16, fp8, int8 or int4-awq/gptq weights")
+    context = req.prompt_tokens + req.output_tokens
+    sequences = req.batch * req.samples
+    mem = fit(FitRequest(model=req.model, gpu=req.gpu, num_gpus=req.num_gpus, weights=req.weights,
+                         kv_dtype=req.kv_dtype, context=context, batch=sequences, engine=req.memory_engine))
+    eng = engine_perf(req.engine)
+    profile = device_profile(req.gpu, req.profile)
+    topo = topology(req.gpu, num_gpus=req.num_gpus, overrides=network_overrides(req.profile))
+    w = mem.weights
+    matrix_params = sum(t.numel for t, _ in tensor_bytes(w, spec) if t.is_matrix and t.role not in ("token_embd", "pos_embd"))
+    matrix_bytes = sum(b for t, b in tensor_bytes(w, spec) if t.is_matrix and t.role not in ("token_embd", "pos_embd"))
+    wbpp = matrix_bytes / matrix_params
+    dtype = _compute_dtype(req.gpu, w.name, w.kind)
+    kv_e = mem.kv.bytes
+
+    def step(rows: int, seqs: int, ctx: float, decode: bool, logits: int) -> PassTime:
+        return forward_pass_s(spec, profile=profile, topo=topo, engine=eng, dtype=dtype, weight_bytes_per_param=wbpp,
+                              kv_bytes_per_element=kv_e, rows=rows, sequences=seqs, context=ctx,
+                              num_gpus=req.num_gpus, decode=decode, logits_rows=logits)
+
+    def prefill_s(prompts: int) -> PassTime:
+        chunk = eng.prefill_chunk or req.prompt_tokens
+        total, first = 0.0, None
+        done = 0
+        while done < req.prompt_tokens:
+            n = min(chunk, req.prompt_tokens - done)
+            p = step(prompts * n, prompts, done + n, False, prompts if done + n >= req.prompt_tokens else 0)
+            first = first or p
+            total += p.seconds
+            done += n
+        return PassTime(total, first.gemm_s, first.attention_s, first.stream_s, first.comm_s, first.host_s,
+                        first.overhead_s, first.flops, first.bytes, first.bound) if first else first
+
+    def decode_s(seqs: int) -> tuple[float, PassTime, PassTime]:
+        first = step(seqs, seqs, req.prompt_tokens, True, seqs)
+        last = step(seqs, seqs, context, True, seqs)
+        mid = step(seqs, seqs, req.prompt_tokens + req.output_tokens / 2, True, seqs)
+        return mid.seconds, first, last  # linear in context: the midpoint is the mean
+
+    pre = prefill_s(req.batch)
+    ttft = pre.seconds + eng.step_overhead_s
+    tpot, d_first, d_last = decode_s(sequences)
+    request_s = ttft + (req.output_tokens - 1) * tpot
+    out_per_s = sequences / tpot
+    rps = req.batch / request_s
+    price, price_source = (req.usd_per_gpu_hour, "as given") if req.usd_per_gpu_hour else rental_price(req.gpu)
+    usd_per_m = (price * req.num_gpus / 3600 / (sequences * req.output_tokens / request_s) * 1e6
+                 if price is not None else None)
+    curve = []
+    for n in SAMPLE_CURVE:
+        seqs = req.batch * n
+        t = ttft + (req.output_tokens - 1) * decode_s(seqs)[0]
+        fits = inference_memory(spec, gpu_memory=req.gpu.memory_bytes, gpu_id=req.gpu.id, num_gpus=req.num_gpus,
+                                weights=w, kv_dtype=mem.kv, context=context, batch=seqs,
+                                engine=req.memory_engine).fits
+        curve.append(SamplesPoint(samples=n, seconds=t, seconds_per_sample=t / n, fits=fits))
+    # The weight GEMMs of a decode step read every weight once for the whole batch and do 2 x batch FLOPs per
+    # weight: they turn compute-bound when batch x 2 / bytes-per-weight reaches the achievable ridge point.
+    rate = profile.matmul_flops(dtype)
+    turn = math.ceil(rate * wbpp / (2 * profile.bandwidth)) if rate else None
+    return InferResult(request=req, memory=mem, engine=eng, profile=profile, topology=topo, compute_dtype=dtype,
+                       prefill=pre, decode_first=d_first, decode_last=d_last, ttft_s=ttft, tpot_s=tpot,
+                       request_s=request_s, output_tokens_per_s_per_sequence=1 / tpot, output_tokens_per_s=out_per_s,
+                       requests_per_s=rps, compute_bound_batch=turn, usd_per_gpu_hour=price, usd_source=price_source,
+                       usd_per_million_output_tokens=usd_per_m, samples_curve=tuple(curve),
+                       assumptions=_assumptions(req, eng, mem))
+
+
+def _assumptions(req: InferRequest, eng: EnginePerf, mem: FitResult) -> tuple[str, ...]:
+    out = [f"weights {mem.weights.name}, KV cache {mem.kv.name} (as `gpuwise fit` resolves them)",
+           f"engine {eng.name}: {'CUDA graphs' if eng.cuda_graphs else 'eager launches'}, "
+           f"{eng.multi_gpu} across GPUs, {eng.step_overhead_s * 1e3:.1f} ms per decode step outside the kernels",
+           "static batch: every sequence has the same prompt and output length; tpot averages the growing context"]
+    if req.engine == "trtllm":
+        out.append("TensorRT-LLM memory modelled as vLLM's (paged KV pool pre-allocated)")
+    if eng.multi_gpu == "layer-split" and req.num_gpus > 1:
+        out.append("layer split: one token visits the GPUs in turn, so decode is no faster than on one GPU")
+    if not mem.fits:
+        out.append("the configuration does NOT fit in memory (see `gpuwise fit`); times are what it would take")
+    return tuple(out)

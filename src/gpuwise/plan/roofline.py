@@ -1,0 +1,63 @@
+"""`gpuwise roofline`: where a model's operations sit on a GPU's roofline, for prefill or decode."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..catalog.gpus import GPU
+from ..catalog.models import LoadedModel
+from ..errors import InvalidArgument, require_positive_int
+from ..estimate.roofline import PHASES, Roofline, roofline as _roofline
+from .train import device_profile
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RooflineRequest:
+    model: LoadedModel
+    gpu: GPU
+    phase: str = "decode"
+    batch: int = 1
+    seq: int = 2048
+    """Prefill: prompt tokens per sequence. Decode: tokens already cached per sequence."""
+    dtype: str | None = None
+    """Peak to use (bf16, fp16, fp8, ...); None: bf16, or fp16 where the GPU has no bf16."""
+    profile: str | None = None
+    plot: str | None = None
+
+    def __post_init__(self) -> None:
+        require_positive_int("--batch", self.batch, 1 << 20)
+        require_positive_int("--seq", self.seq, 1 << 24)
+        if self.phase not in PHASES:
+            raise InvalidArgument(f"--phase must be one of {', '.join(PHASES)}, got '{self.phase}'")
+        if self.gpu.memory_bandwidth_bytes_per_s is None:
+            raise InvalidArgument(f"{self.gpu.name} has no memory bandwidth in the catalog: no roofline")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RooflineResult:
+    model: LoadedModel
+    gpu: GPU
+    phase: str
+    batch: int
+    seq: int
+    roofline: Roofline
+    plot: str | None
+
+
+def roofline(req: RooflineRequest) -> RooflineResult:
+    gpu = req.gpu
+    dtype = req.dtype or ("bf16" if "bf16" in gpu.peak_flops else "fp16")
+    if dtype not in gpu.peak_flops:
+        have = ", ".join(gpu.peak_flops) or "none"
+        raise InvalidArgument(f"{gpu.name} has no {dtype} peak in the catalog; known: {have}")
+    e = 1.0 if dtype in ("fp8", "int8") else (4.0 if dtype in ("fp32", "tf32") else 2.0)
+    rf = _roofline(req.model.spec, device_profile(gpu, req.profile), dtype=dtype, phase=req.phase, batch=req.batch,
+                   seq=req.seq, weight_bytes_per_param=e, kv_bytes_per_element=max(e, 1.0))
+    plot = None
+    if req.plot:
+        from ..report.plot import save_roofline
+
+        title = f"{req.model.id} on {gpu.name}: {req.phase}, batch {req.batch}, {req.seq:,} tokens ({dtype})"
+        plot = str(save_roofline(rf, req.plot, title=title))
+    return RooflineResult(model=req.model, gpu=gpu, phase=req.phase, batch=req.batch, seq=req.seq, roofline=rf,
+                          plot=plot)
