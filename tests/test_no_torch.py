@@ -18,7 +18,10 @@ for argv in (['fit', 'llama-3.1-8b', '--gpu', 'h100', '--json'], ['models', '--j
              ['fit', 'deepseek-v3', '--gpu', 'h200', '--num-gpus', '8'],
              ['fit', 'mixtral-8x7b', '--gpu', 'rtx-4090', '--engine', 'llamacpp', '--weights', 'Q4_K_M'],
              ['train', 'llama-3.1-70b', '--gpu', 'h100', '--num-gpus', '64', '--tp', '8', '--pp', '4', '--json'],
-             ['train', 'llama-3.1-8b', '--gpu', 'a100-80gb', '--finetune', 'qlora', '--optimizer', 'adamw-8bit']):
+             ['train', 'llama-3.1-8b', '--gpu', 'a100-80gb', '--finetune', 'qlora', '--optimizer', 'adamw-8bit'],
+             ['infer', 'llama-3.1-8b', '--gpu', 'h100', '--batch', '8', '--json'],
+             ['infer', 'llama-3-8b', '--gpu', 'rtx-4090', '--engine', 'llamacpp', '--weights', 'Q4_K_M'],
+             ['roofline', 'llama-3.1-8b', '--gpu', 'h100', '--phase', 'prefill', '--json']):
     assert main(argv) == 0, argv
 assert not any(m.split('.')[0] in ('torch', 'transformers') for m in sys.modules)
 print('OK')

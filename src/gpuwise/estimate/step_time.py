@@ -204,8 +204,9 @@ def step_time(spec: ModelSpec, layout: Layout, *, profile: DeviceProfile, topo: 
             replicas = dp * cp // group
             if replicas > 1:  # HSDP: all-reduce the gradient shards across replicas
                 dp_exposed += topo.collective_s("all_reduce", grad_msg / group, replicas, stride * group)
-        else:
+        else:  # DDP / ZeRO-1/2: the gradients of all dp x cp replicas are reduced once per step
             op = "reduce_scatter" if (sh.grads or sh.optimizer) else "all_reduce"
+            group = dp * cp
             reduce = topo.collective_s(op, grad_msg, group, stride)
             dp_exposed += _exposed(reduce, bwd_window) + reduce / blocks
             if sh.optimizer:  # the updated parameters gathered back after the step

@@ -1,0 +1,51 @@
+"""How fast one training configuration is evaluated (memory + step time): prints microseconds and configs/s.
+
+The issue's target is at most 50 us per configuration (tens of thousands per second for the planner).
+Run: python benchmarks/eval_speed.py
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+
+from gpuwise.catalog.gpus import get_gpu
+from gpuwise.catalog.models import load_model
+from gpuwise.plan.train import TrainRequest, _memory, _perf, choose_framework
+from gpuwise.estimate.flops import step_flops
+
+
+def configs():
+    m = load_model("llama-3.1-70b")
+    g = get_gpu("h100-sxm")
+    for tp, pp, mb, rc, fsdp in itertools.product((1, 2, 4, 8), (1, 2, 4), (1, 2), ("none", "selective", "full"),
+                                                   ("full", "grad-op", None)):
+        yield TrainRequest(model=m, gpu=g, num_gpus=256, seq=8192, global_batch=256 // (tp * pp) * 2, micro_batch=mb,
+                           tp=tp, pp=pp, recompute=rc, fsdp=fsdp)
+
+
+def main() -> None:
+    reqs = list(configs())
+    t0 = time.perf_counter()
+    n_mem = n_time = 0.0
+    for req in reqs:
+        fw, _ = choose_framework(req)
+        layout = req.layout()
+        a = time.perf_counter()
+        mem = _memory(req, fw, layout, req.micro_batch)
+        b = time.perf_counter()
+        flops = step_flops(req.model.spec, seq=req.seq, global_batch=req.global_batch, recompute=req.recompute)
+        _perf(req, fw, layout, mem, flops)
+        c = time.perf_counter()
+        n_mem += b - a
+        n_time += c - b
+    total = time.perf_counter() - t0
+    n = len(reqs)
+    print(f"{n} configurations of Llama-3.1-70B on 256 H100 (tp x pp x micro-batch x recompute x sharding)")
+    print(f"  memory model : {1e6 * n_mem / n:8.1f} us per configuration")
+    print(f"  time model   : {1e6 * n_time / n:8.1f} us per configuration")
+    print(f"  total        : {1e6 * total / n:8.1f} us per configuration, {n / total:,.0f} configurations/s")
+
+
+if __name__ == "__main__":
+    main()

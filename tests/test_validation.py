@@ -1,0 +1,23 @@
+"""The published-results comparison (`python -m validation`) runs and stays within a regression bound."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_every_published_result_gets_a_prediction():
+    sys.path.insert(0, str(ROOT))
+    try:
+        from validation.__main__ import run
+    finally:
+        sys.path.pop(0)
+    rows, median, worst = run()
+    assert len(rows) >= 30
+    assert all(math.isfinite(r[3]) and r[3] > 0 for r in rows)
+    # The issue's target is median <= 10% and worst <= 25%; this bound only catches regressions from the
+    # state recorded in docs/performance.md (median 12%, worst 52%).
+    assert median <= 0.15 and worst <= 0.6
