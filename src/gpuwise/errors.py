@@ -47,6 +47,12 @@ def require_positive_int(flag: str, value: object, maximum: int) -> None:
         raise InvalidArgument(f"{flag} {value} is absurdly large (maximum {maximum:,})")
 
 
+def require_positive_number(flag: str, value: object, maximum: float) -> None:
+    """InvalidArgument unless `value` is a real number in (0, maximum]."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= maximum:
+        raise InvalidArgument(f"{flag} must be a positive number up to {maximum:g}, got {value!r}")
+
+
 def suggest(name: str, candidates: list[str], n: int = 3) -> str:
     """' Did you mean: a, b?' for the closest candidates, or '' when none is close."""
     import difflib  # local: only needed on the error path

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 
-from ..errors import InvalidArgument
+from ..errors import InvalidArgument, require_positive_number
 from .gpus import GPU
 from ._toml import load_toml
 
@@ -125,14 +125,7 @@ def load_profile(path: str | Path, gpu: GPU) -> DeviceProfile:
     `attention_backward_efficiency`, `kernel_overhead_us`, and `network` {intra_node_busbw_gb_s,
     inter_node_busbw_gb_s, latency_us}. Measured absolute figures are divided by the catalog peak.
     """
-    try:
-        doc = json.loads(Path(path).read_text())
-    except OSError as exc:
-        raise InvalidArgument(f"--profile: cannot read {path}: {exc.strerror or exc}") from None
-    except json.JSONDecodeError as exc:
-        raise InvalidArgument(f"--profile: {path} is not valid JSON ({exc.msg} at line {exc.lineno})") from None
-    if not isinstance(doc, dict):
-        raise InvalidArgument(f"--profile: {path} must hold a JSON object")
+    doc = _read_profile(str(path))
     base = default_profile(gpu)
     origin = f"profile {Path(path).name}"
     sources = dict(base.sources)
@@ -168,14 +161,28 @@ def load_profile(path: str | Path, gpu: GPU) -> DeviceProfile:
     return replace(base, **changes)
 
 
+def _read_profile(path: str) -> dict:
+    try:
+        doc = json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise InvalidArgument(f"--profile: cannot read {path}: {exc.strerror or exc}") from None
+    except json.JSONDecodeError as exc:
+        raise InvalidArgument(f"--profile: {path} is not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    if not isinstance(doc, dict):
+        raise InvalidArgument(f"--profile: {path} must hold a JSON object")
+    return doc
+
+
 def network_overrides(path: str | Path | None) -> dict:
     """The `network` section of a profile file ({} when none)."""
     if path is None:
         return {}
-    doc = json.loads(Path(path).read_text())
-    net = doc.get("network") or {}
+    net = _read_profile(str(path)).get("network") or {}
     if not isinstance(net, dict):
         raise InvalidArgument("--profile: `network` must be an object")
+    for key in ("intra_node_busbw_gb_s", "inter_node_busbw_gb_s"):
+        if key in net:
+            require_positive_number(f"--profile: network.{key}", net[key], 1e5)
     return net
 
 

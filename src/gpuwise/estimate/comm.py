@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from ..catalog.devices import network_defaults
 from ..catalog.gpus import GPU
-from ..errors import InvalidArgument
+from ..errors import InvalidArgument, require_positive_number
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
 
@@ -82,8 +82,8 @@ def topology(gpu: GPU, *, num_gpus: int, gpus_per_node: int | None = None, inter
     over = overrides or {}
     if gpus_per_node is not None and gpus_per_node < 1:
         raise InvalidArgument(f"--gpus-per-node must be at least 1, got {gpus_per_node}")
-    if inter_node_gbps is not None and not 0 < inter_node_gbps <= 1e5:
-        raise InvalidArgument(f"--inter-node-gbps must be in (0, 100000], got {inter_node_gbps}")
+    if inter_node_gbps is not None:
+        require_positive_number("--inter-node-gbps", inter_node_gbps, 1e5)
     per_node = gpus_per_node or min(num_gpus, int(net["gpus_per_node"].get(gpu.segment, net["gpus_per_node"]["default"])))
     intra = _intra_level(gpu, per_node, net)
     if "intra_node_busbw_gb_s" in over:

@@ -34,6 +34,7 @@ class EnginePerf:
     multi_gpu: str
     cuda_graphs: bool
     host_s_per_kernel: float
+    launch_gap_s: float
     step_overhead_s: float
     kernels_per_block: int
     kernel_style: str
@@ -52,7 +53,7 @@ def engine_perf(name: str) -> EnginePerf:
         raise InvalidArgument(f"unknown engine '{name}'; use one of: {', '.join(ENGINES)}")
     r = rows[name]
     return EnginePerf(name, r["multi_gpu"], bool(r["cuda_graphs"]), r["host_us_per_kernel"] * 1e-6,
-                      r["step_overhead_us"] * 1e-6, int(r["kernels_per_block"]), r["kernel_style"],
+                      r["launch_gap_us"] * 1e-6, r["step_overhead_us"] * 1e-6, int(r["kernels_per_block"]), r["kernel_style"],
                       float(r["gemv_gb_s_per_sm"]) * 1e9, float(r["gemm_efficiency"]),
                       float(r["hopper_mma_factor"]), float(r["quantized_gemm_factor"]), int(r["prefill_chunk"]),
                       r["source"])
@@ -92,15 +93,16 @@ def forward_pass_s(spec: ModelSpec, *, profile: DeviceProfile, topo: Topology, e
     """One forward pass over all blocks: `rows` query rows from `sequences` sequences, each seeing `context` keys."""
     tp = num_gpus if engine.multi_gpu == "tp" else 1
     e = 2.0
-    gpu_ = profile.gpu
+    device = profile.gpu
     gemv_bw = profile.bandwidth
-    if engine.gemv_bytes_per_s_per_sm and gpu_.sm_count:
-        gemv_bw = min(gemv_bw, engine.gemv_bytes_per_s_per_sm * gpu_.sm_count)
+    if engine.gemv_bytes_per_s_per_sm and device.sm_count:
+        gemv_bw = min(gemv_bw, engine.gemv_bytes_per_s_per_sm * device.sm_count)
     own_rate = None  # the engine's own GEMM kernels (llama.cpp): a share of the fp16-accumulate peak
     if engine.gemm_efficiency:
-        peak16 = gpu_.peak_flops.get("fp16_fp16acc") or gpu_.peak_flops.get("fp16") or gpu_.peak_flops.get("bf16")
+        peak16 = (device.peak_flops.get("fp16_fp16acc") or device.peak_flops.get("fp16")
+                  or device.peak_flops.get("bf16"))
         if peak16:
-            hopper = engine.hopper_mma_factor if (gpu_.architecture or "").startswith("Hopper") else 1.0
+            hopper = engine.hopper_mma_factor if (device.architecture or "").startswith("Hopper") else 1.0
             quant = engine.quantized_gemm_factor if weight_bytes_per_param < 1.9 else 1.0
             own_rate = peak16 * engine.gemm_efficiency * hopper * quant
     gemm = attn = stream = comm = 0.0
@@ -117,18 +119,15 @@ def forward_pass_s(spec: ModelSpec, *, profile: DeviceProfile, topo: Topology, e
         if hit is None:
             ops = block_ops(spec, layer, tokens=rows, keys=keys, tp=tp, kv_rows=sequences * keys if decode else None,
                             active_experts=_active_experts(spec, rows) if decode else None, style=engine.kernel_style)
-            g = 0.0
-            f = b = 0.0
+            g = f = b = 0.0
             for op in ops.gemms:
-                w_bytes = weight_bytes_per_param
+                moved = op.n * op.k * weight_bytes_per_param + (op.m * op.k + op.m * op.n) * e
                 if own_rate is not None:
-                    moved = op.n * op.k * w_bytes + (op.m * op.k + op.m * op.n) * e
-                    t = op.count * (max(op.flops / op.count / own_rate, moved / gemv_bw) + profile.kernel_overhead_s)
+                    g += op.count * (max(op.flops / op.count / own_rate, moved / gemv_bw) + profile.kernel_overhead_s)
                 else:
-                    t = op.count * matmul_s(profile, op.m, op.n, op.k, dtype, e, w_bytes)
-                g += t
+                    g += op.count * matmul_s(profile, op.m, op.n, op.k, dtype, e, weight_bytes_per_param)
                 f += op.flops
-                b += op.count * (op.n * op.k * w_bytes + (op.m * op.k + op.m * op.n) * e)
+                b += op.count * moved
             attn_bytes = ops.attention_io_elements * (kv_bytes_per_element if decode else e)
             a = attention_s(profile, ops.attention_flops, attn_bytes, backward=False)
             s = memory_s(profile, ops.stream_bytes) + (ops.kernels - len(ops.gemms) - 1) * profile.kernel_overhead_s
@@ -148,12 +147,10 @@ def forward_pass_s(spec: ModelSpec, *, profile: DeviceProfile, topo: Topology, e
     nbytes += hg.n * hg.k * weight_bytes_per_param
     if engine.multi_gpu == "layer-split" and num_gpus > 1:
         comm += (num_gpus - 1) * topo.collective_s("send_recv", rows * spec.hidden_size * e, 2, topo.gpus_per_node)
-    host = 0.0 if engine.cuda_graphs and decode else kernels * engine.host_s_per_kernel
-    gpu = gemm + attn + stream + comm
-    if engine.host_s_per_kernel < profile.kernel_overhead_s:
-        # A launch cost below a kernel's own overhead does not let the GPU run ahead: it shows as gaps.
-        gpu += host
-        host = 0.0
+    graphed = engine.cuda_graphs and decode
+    host = 0.0 if graphed else kernels * engine.host_s_per_kernel
+    gaps = 0.0 if graphed else kernels * engine.launch_gap_s
+    gpu = gemm + attn + stream + comm + gaps
     overhead = engine.step_overhead_s if decode else 0.0
     peak = profile.matmul_flops(dtype) or 1.0
     if host > gpu:

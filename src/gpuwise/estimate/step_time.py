@@ -20,7 +20,7 @@ data-parallel communication left exposed, plus the optimizer step (memory-bound:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ..catalog.devices import DeviceProfile
 from ..spec.model import ModelSpec
@@ -49,7 +49,6 @@ class StepTime:
     bubble_fraction: float
     """Idle share of the pipeline: (p - 1) / v / (m + (p - 1) / v)."""
     slowest_stage: int
-    notes: tuple[str, ...] = field(default_factory=tuple)
 
     @property
     def bound(self) -> str:
@@ -57,16 +56,16 @@ class StepTime:
         return max(self.breakdown, key=self.breakdown.get)
 
 
-def _dtype_keys(profile: DeviceProfile, precision: str) -> tuple[str, float]:
-    """(peak dtype key of the GEMMs, bytes per activation element)."""
-    peaks = profile.gpu.peak_flops
+def gemm_dtype(peaks: dict[str, float], precision: str) -> str:
+    """The dtype key whose peak the training GEMMs run at (and the MFU denominator): tf32 for fp32 training, fp8
+    for fp8, fp16 for fp16, bf16 for bf16 mixed or pure (fp16 on GPUs without bf16)."""
     if precision == "fp32":
-        return ("tf32" if "tf32" in peaks else "fp32"), 4.0
-    if precision == "fp8":
-        return ("fp8" if "fp8" in peaks else "bf16"), 2.0
+        return "tf32" if "tf32" in peaks else "fp32"
+    if precision == "fp8" and "fp8" in peaks:
+        return "fp8"
     if precision == "fp16":
-        return "fp16", 2.0
-    return ("bf16" if "bf16" in peaks else "fp16"), 2.0
+        return "fp16"
+    return "bf16" if "bf16" in peaks else "fp16"
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,10 +81,9 @@ _CACHE: dict = {}
 
 
 def _block_time(profile: DeviceProfile, spec: ModelSpec, layer: int, *, tokens: int, seq_local: int, cp: int,
-                tp: int, ep: int, dtype: str, e: float, recompute: str, frozen_base: bool, framework: str,
-                sequences: int) -> _BlockTime:
+                tp: int, ep: int, dtype: str, e: float, recompute: str, frozen_base: bool, framework: str) -> _BlockTime:
     key = (id(profile), id(spec), block_signature(spec, layer), tokens, seq_local, cp, tp, ep, dtype, e, recompute,
-           frozen_base, framework, sequences)
+           frozen_base, framework)
     hit = _CACHE.get(key)
     if hit is not None:
         return hit[0]
@@ -119,15 +117,15 @@ def _exposed(comm: float, window: float) -> float:
 
 def step_time(spec: ModelSpec, layout: Layout, *, profile: DeviceProfile, topo: Topology, framework: str,
               precision: str, seq: int, micro_batch: int, num_microbatches: int, recompute: str,
-              params_on_rank: float, layer_params: float, trainable_params: float, working_bytes: float,
+              params_on_rank: float, trainable_params: float, working_bytes: float,
               grad_bytes: float, optimizer_bytes: float, frozen_base: bool = False,
               offload: frozenset[str] = frozenset()) -> StepTime:
     """Seconds per optimizer step on the slowest pipeline stage (see the module docstring).
 
-    Memory-model inputs (per rank, before ZeRO/FSDP sharding): `params_on_rank`, `layer_params` (largest block),
-    `trainable_params`, bytes per working parameter and gradient element, and optimizer-state bytes per rank.
+    Memory-model inputs (per rank, before ZeRO/FSDP sharding): `params_on_rank`, `trainable_params`, bytes per working parameter and gradient element, and optimizer-state bytes per rank.
     """
-    dtype, e = _dtype_keys(profile, precision)
+    dtype = gemm_dtype(profile.gpu.peak_flops, precision)
+    e = 4.0 if precision == "fp32" else 2.0
     tp, cp, ep, pp, dp = layout.tp, layout.cp, layout.ep, layout.pp, layout.dp
     seq_local = seq // cp
     tokens = micro_batch * seq_local
@@ -136,7 +134,6 @@ def step_time(spec: ModelSpec, layout: Layout, *, profile: DeviceProfile, topo: 
     m = num_microbatches
     inner = {"tp": 1, "cp": tp, "ep": tp * cp, "pp": tp * cp * ep}  # placement: TP, CP, EP, PP, DP outward
     layers = stage_layers(layout, spec.num_layers)
-    notes: list[str] = []
 
     tp_ar = topo.collective_s("all_reduce", tokens * h * e, tp, inner["tp"]) if tp > 1 else 0.0
     kv_dim = (spec.mla.kv_lora_rank + spec.mla.qk_rope_head_dim) if spec.mla else 2 * spec.num_kv_heads * spec.head_dim
@@ -152,8 +149,7 @@ def step_time(spec: ModelSpec, layout: Layout, *, profile: DeviceProfile, topo: 
         parts = dict(forward=0.0, backward=0.0, recompute=0.0, tp_comm=0.0, cp_comm=0.0, ep_comm=0.0, pp_comm=0.0)
         for layer in range(first, first + count):
             bt = _block_time(profile, spec, layer, tokens=tokens, seq_local=seq_local, cp=cp, tp=tp, ep=ep,
-                             dtype=dtype, e=e, recompute=recompute, frozen_base=frozen_base, framework=framework,
-                             sequences=micro_batch)
+                             dtype=dtype, e=e, recompute=recompute, frozen_base=frozen_base, framework=framework)
             parts["forward"] += bt.forward
             parts["backward"] += bt.backward
             parts["recompute"] += bt.recompute
@@ -224,4 +220,4 @@ def step_time(spec: ModelSpec, layout: Layout, *, profile: DeviceProfile, topo: 
     breakdown["overhead"] = STEP_HOST_OVERHEAD_S
     total = sum(breakdown.values())
     return StepTime(step_time_s=total, breakdown=breakdown, microbatch_s=mb_time, num_microbatches=m,
-                    bubble_fraction=bubble_mb / (m + bubble_mb), slowest_stage=slowest, notes=tuple(notes))
+                    bubble_fraction=bubble_mb / (m + bubble_mb), slowest_stage=slowest)

@@ -9,12 +9,12 @@ being memory-bound (after that, more sequences cost real time), and what n paral
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..catalog.devices import DeviceProfile, network_overrides, rental_price
 from ..catalog.gpus import GPU
 from ..catalog.models import LoadedModel
-from ..errors import InvalidArgument, require_positive_int
+from ..errors import InvalidArgument, require_positive_int, require_positive_number
 from ..estimate.comm import Topology, topology
 from ..estimate.inference_memory import inference_memory
 from ..estimate.infer_time import ENGINES, EnginePerf, PassTime, engine_perf, forward_pass_s
@@ -51,8 +51,8 @@ class InferRequest:
         require_positive_int("--samples", self.samples, 1 << 12)
         if self.engine not in ENGINES:
             raise InvalidArgument(f"unknown engine '{self.engine}'; use one of: {', '.join(ENGINES)}")
-        if self.usd_per_gpu_hour is not None and not 0 < self.usd_per_gpu_hour <= 1e4:
-            raise InvalidArgument(f"--usd-per-gpu-hour must be in (0, 10000], got {self.usd_per_gpu_hour!r}")
+        if self.usd_per_gpu_hour is not None:
+            require_positive_number("--usd-per-gpu-hour", self.usd_per_gpu_hour, 1e4)
 
     @property
     def memory_engine(self) -> str:
@@ -134,17 +134,14 @@ def infer(req: InferRequest) -> InferResult:
                               num_gpus=req.num_gpus, decode=decode, logits_rows=logits)
 
     def prefill_s(prompts: int) -> PassTime:
+        """The prompt in chunks (llama.cpp's n_ubatch) or at once; the breakdown is the first chunk's."""
         chunk = eng.prefill_chunk or req.prompt_tokens
-        total, first = 0.0, None
-        done = 0
-        while done < req.prompt_tokens:
+        passes = []
+        for done in range(0, req.prompt_tokens, chunk):
             n = min(chunk, req.prompt_tokens - done)
-            p = step(prompts * n, prompts, done + n, False, prompts if done + n >= req.prompt_tokens else 0)
-            first = first or p
-            total += p.seconds
-            done += n
-        return PassTime(total, first.gemm_s, first.attention_s, first.stream_s, first.comm_s, first.host_s,
-                        first.overhead_s, first.flops, first.bytes, first.bound) if first else first
+            last = done + n >= req.prompt_tokens
+            passes.append(step(prompts * n, prompts, done + n, False, prompts if last else 0))
+        return replace(passes[0], seconds=sum(p.seconds for p in passes))
 
     def decode_s(seqs: int) -> tuple[float, PassTime, PassTime]:
         first = step(seqs, seqs, req.prompt_tokens, True, seqs)

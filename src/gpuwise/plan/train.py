@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 from ..catalog.devices import DeviceProfile, default_profile, load_profile, network_overrides, rental_price
 from ..catalog.gpus import GPU
 from ..catalog.models import LoadedModel
-from ..errors import InvalidArgument, require_positive_int
+from ..errors import InvalidArgument, require_positive_int, require_positive_number
 from ..estimate.activations import RECOMPUTE
 from ..estimate.comm import Topology, topology
-from ..estimate.step_time import StepTime, step_time
+from ..estimate.step_time import StepTime, gemm_dtype, step_time
 from ..estimate.flops import CONVENTIONS, StepFlops, step_flops
 from ..estimate.model_states import FINETUNE, FRAMEWORKS, OPTIMIZERS, PRECISIONS, lora_targets
 from ..estimate.parallel import SCHEDULES, Layout, divisors, validate_layout
@@ -86,9 +86,8 @@ class TrainRequest:
         for name, value, hi in (("--inter-node-gbps", self.inter_node_gbps, 1e5),
                                 ("--train-tokens", self.train_tokens, 1e16),
                                 ("--usd-per-gpu-hour", self.usd_per_gpu_hour, 1e4)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                      or not 0 < value <= hi):
-                raise InvalidArgument(f"{name} must be a positive number up to {hi:g}, got {value!r}")
+            if value is not None:
+                require_positive_number(name, value, hi)
         for name, value, valid in (("--recompute", self.recompute, RECOMPUTE), ("--optimizer", self.optimizer, OPTIMIZERS),
                                    ("--precision", self.precision, PRECISIONS), ("--finetune", self.finetune, FINETUNE),
                                    ("--flops-convention", self.flops_convention, CONVENTIONS)):
@@ -245,12 +244,12 @@ def _perf(req: TrainRequest, framework: str, layout: Layout, memory: TrainMemory
     per_rank = req.global_batch // layout.dp
     step = step_time(req.model.spec, layout, profile=profile, topo=topo, framework=framework, precision=req.precision,
                      seq=req.seq, micro_batch=req.micro_batch, num_microbatches=per_rank // req.micro_batch,
-                     recompute=req.recompute, params_on_rank=st.params_on_rank, layer_params=st.layer_params,
+                     recompute=req.recompute, params_on_rank=st.params_on_rank,
                      trainable_params=st.trainable_params, working_bytes=st.working_bytes_per_param,
                      grad_bytes=st.grad_bytes_per_param, optimizer_bytes=st.optimizer + st.master_weights,
                      frozen_base=req.finetune != "full", offload=frozenset(req.offload))
     t = step.step_time_s
-    dtype = _peak_dtype(req.gpu, req.precision)
+    dtype = gemm_dtype(req.gpu.peak_flops, req.precision)
     peak = req.gpu.peak_flops.get(dtype)
     n = req.num_gpus
     mfu = flops.model / (t * n * peak) if peak else None
@@ -266,16 +265,6 @@ def _perf(req: TrainRequest, framework: str, layout: Layout, memory: TrainMemory
                      train_tokens=req.train_tokens, train_time_s=run_s, gpu_hours=gpu_hours, usd_per_gpu_hour=price,
                      usd_source=price_source, cost_usd=cost, energy_kwh=energy)
 
-
-def _peak_dtype(gpu: GPU, precision: str) -> str:
-    """The dtype whose dense peak is the MFU denominator: the one the GEMMs run in."""
-    if precision == "fp32":
-        return "tf32" if "tf32" in gpu.peak_flops else "fp32"
-    if precision == "fp8" and "fp8" in gpu.peak_flops:
-        return "fp8"
-    if precision == "fp16":
-        return "fp16"
-    return "bf16" if "bf16" in gpu.peak_flops else "fp16"
 
 
 def _assumptions(req: TrainRequest, framework: str, layout: Layout, mem: TrainMemory) -> tuple[str, ...]:
