@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from ..errors import InvalidArgument
 from ..spec.model import ModelSpec
+from .layer_ops import block_signature, stage_blocks
 from .parallel import Layout, in_flight_microbatches, stage_layers
 
 RECOMPUTE = ("none", "selective", "full")
@@ -133,7 +134,7 @@ def korthikanti_layer_bytes(s: int, b: int, h: int, a: int, *, t: int = 1, sp: b
     return s * b * h * (10 + 24 / t + score / t)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: built per configuration, and frozen __init__ costs 3x
 class Activations:
     """Activation-side bytes on one rank at its peak (the start of a backward pass)."""
 
@@ -147,8 +148,8 @@ class Activations:
     """Logits and the loss workspace at the peak (last stage only)."""
     in_flight: float
     """Micro-batches in flight on this stage."""
-    layer_bytes: tuple[float, ...]
-    """Per layer of this stage, for one micro-batch."""
+    largest_layer: float
+    """The stage's largest layer, for one micro-batch."""
 
     @property
     def total(self) -> float:
@@ -170,6 +171,22 @@ def logits_bytes_per_element(framework: str, e: float) -> tuple[float, float]:
     return 4.0, 4.0 + 8.0 + e
 
 
+_PER_TOKEN: dict = {}
+
+
+def _per_token(spec: ModelSpec, layer: int, framework: str, e: float, fp8: bool, flash: bool, selective: bool,
+               tp: int, sp: bool, keys: float) -> float:
+    """Bytes per token saved by blocks of the kind of `layer` (cached per block kind)."""
+    key = (id(spec), block_signature(spec, layer), framework, e, fp8, flash, selective, tp, sp, keys)
+    hit = _PER_TOKEN.get(key)
+    if hit is None:
+        terms = layer_terms(spec, layer, framework=framework, e=e, fp8=fp8, flash=flash)
+        if selective:
+            terms = LayerTerms(terms.replicated, terms.split, 0.0)
+        hit = _PER_TOKEN[key] = (terms.per_token(tp, sp, keys), spec)
+    return hit[0]
+
+
 def stage_activations(spec: ModelSpec, layout: Layout, stage: int, *, framework: str, precision: str, seq: int,
                       micro_batch: int, num_microbatches: int, recompute: str = "none",
                       offload_activations: bool = False, flash: bool = True) -> Activations:
@@ -181,24 +198,20 @@ def stage_activations(spec: ModelSpec, layout: Layout, stage: int, *, framework:
     tp, sp = layout.tp, layout.sp and layout.tp > 1
     tokens = micro_batch * seq / layout.cp
     keys = seq / layout.cp  # materialized scores: local queries against local keys
-    layers_per_stage = stage_layers(layout, spec.num_layers)
-    first = sum(layers_per_stage[:stage])
-    own = range(first, first + layers_per_stage[stage])
-    per_layer = []
-    for i in own:
-        terms = layer_terms(spec, i, framework=framework, e=e, fp8=fp8, flash=flash)
-        if recompute == "selective":
-            terms = LayerTerms(terms.replicated, terms.split, 0.0)
-        per_layer.append(tokens * terms.per_token(tp, sp, keys))
-    full_layer = max(per_layer, default=0.0)
+    blocks = stage_blocks(spec, stage_layers(layout, spec.num_layers), stage)
+    per_kind = [(tokens * _per_token(spec, layer, framework, e, fp8, flash, recompute == "selective", tp, sp, keys),
+                 count) for layer, count in blocks]
+    full_layer = max((b for b, _ in per_kind), default=0.0)
+    all_layers = sum(b * c for b, c in per_kind)
+    num_layers = sum(c for _, c in per_kind)
     in_flight = in_flight_microbatches(layout, stage, num_microbatches)
     if recompute == "full":
-        stored = e * spec.hidden_size / (tp if sp else 1) * tokens * len(per_layer)
+        stored = e * spec.hidden_size / (tp if sp else 1) * tokens * num_layers
         layers, working = stored * in_flight, full_layer
     elif offload_activations:
         layers, working = 0.0, 2 * full_layer  # the layer computing and the one in transfer
     else:
-        layers, working = sum(per_layer) * in_flight, 0.0
+        layers, working = all_layers * in_flight, 0.0
     h = spec.hidden_size
     outside = 0.0
     if stage == 0 and spec.hidden_dropout > 0:
@@ -212,4 +225,4 @@ def stage_activations(spec: ModelSpec, layout: Layout, stage: int, *, framework:
         saved, peak = logits_bytes_per_element(framework, e)
         logits = tokens * spec.vocab_size * (saved * in_flight + peak - saved) / tp
     return Activations(layers=layers, outside_layers=outside, recompute_working=working, logits=logits,
-                       in_flight=in_flight, layer_bytes=tuple(per_layer))
+                       in_flight=in_flight, largest_layer=full_layer)

@@ -87,6 +87,21 @@ def _keys_per_query(seq: int, window: int | None, convention: str) -> float:
     return (window * (window + 1) / 2 + (seq - window) * window) / seq
 
 
+_KINDS: dict = {}
+
+
+def _layer_kinds(spec: ModelSpec) -> tuple[tuple[bool, bool, int], ...]:
+    """(sliding-window attention, MoE, number of layers) for each kind of block in the model (cached)."""
+    hit = _KINDS.get(id(spec))
+    if hit is None:
+        counts: dict[tuple[bool, bool], int] = {}
+        for i in range(spec.num_layers):
+            kind = (spec.layer_types[i] == SLIDING, spec.moe is not None and bool(spec.moe.moe_layers[i]))
+            counts[kind] = counts.get(kind, 0) + 1
+        hit = _KINDS[id(spec)] = (tuple((s, m, n) for (s, m), n in counts.items()), spec)
+    return hit[0]
+
+
 def forward_flops(spec: ModelSpec, seq: int, *, convention: str = "causal", lm_head_tokens: int | None = None) -> FlopsBreakdown:
     """Forward FLOPs for one sequence of `seq` tokens (logits for `lm_head_tokens`, default all)."""
     if convention not in CONVENTIONS:
@@ -111,22 +126,21 @@ def forward_flops(spec: ModelSpec, seq: int, *, convention: str = "causal", lm_h
     mats = 3 if spec.gated_mlp else 2
     totals = dict(qkv=0.0, attention_scores=0.0, attention_values=0.0, attention_output=0.0, mlp=0.0, router=0.0,
                   routed_experts=0.0, shared_experts=0.0)
-    for i in range(spec.num_layers):
-        window = spec.sliding_window if spec.layer_types[i] == SLIDING else None
-        keys = _keys_per_query(seq, window, convention)
-        totals["qkv"] += qkv * seq
-        totals["attention_scores"] += 2 * score_dim * keys * seq
-        totals["attention_values"] += 2 * value_dim * keys * seq
-        totals["attention_output"] += out * seq
+    for sliding, is_moe, n in _layer_kinds(spec):
+        keys = _keys_per_query(seq, spec.sliding_window if sliding else None, convention)
+        totals["qkv"] += n * qkv * seq
+        totals["attention_scores"] += n * 2 * score_dim * keys * seq
+        totals["attention_values"] += n * 2 * value_dim * keys * seq
+        totals["attention_output"] += n * out * seq
         moe = spec.moe
-        if moe is not None and moe.moe_layers[i]:
-            totals["router"] += 2 * h * moe.num_experts * seq
-            totals["routed_experts"] += moe.top_k * mats * 2 * h * moe.expert_intermediate_size * seq
-            totals["shared_experts"] += mats * 2 * h * moe.shared_intermediate_size * seq
+        if is_moe:
+            totals["router"] += n * 2 * h * moe.num_experts * seq
+            totals["routed_experts"] += n * moe.top_k * mats * 2 * h * moe.expert_intermediate_size * seq
+            totals["shared_experts"] += n * mats * 2 * h * moe.shared_intermediate_size * seq
             if moe.shared_expert_gate:
-                totals["shared_experts"] += 2 * h * seq
+                totals["shared_experts"] += n * 2 * h * seq
         else:
-            totals["mlp"] += mats * 2 * h * spec.intermediate_size * seq
+            totals["mlp"] += n * mats * 2 * h * spec.intermediate_size * seq
     emb = spec.embed_proj_dim or h
     head_tokens = seq if lm_head_tokens is None else lm_head_tokens
     lm_head = 2 * emb * spec.vocab_size * head_tokens
@@ -137,9 +151,20 @@ def forward_flops(spec: ModelSpec, seq: int, *, convention: str = "causal", lm_h
 
 def step_flops(spec: ModelSpec, *, seq: int, global_batch: int, convention: str = "causal",
                recompute: str = "none") -> StepFlops:
-    """FLOPs of one training step over `global_batch` sequences of `seq` tokens."""
+    """FLOPs of one training step over `global_batch` sequences of `seq` tokens (cached)."""
     if recompute not in RECOMPUTE:
         raise ValueError(f"recompute must be one of {RECOMPUTE}")
+    key = (id(spec), seq, global_batch, convention, recompute)
+    hit = _STEP_FLOPS.get(key)
+    if hit is None:
+        hit = _STEP_FLOPS[key] = (_step_flops(spec, seq, global_batch, convention, recompute), spec)
+    return hit[0]
+
+
+_STEP_FLOPS: dict = {}
+
+
+def _step_flops(spec: ModelSpec, seq: int, global_batch: int, convention: str, recompute: str) -> StepFlops:
     one = forward_flops(spec, seq, convention=convention)
     fwd = FlopsBreakdown(**{k: v * global_batch for k, v in one.as_dict().items()})
     if recompute == "full":

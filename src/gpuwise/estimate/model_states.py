@@ -5,7 +5,7 @@ the sharding divides what it shards: ZeRO-1 the optimizer states and master weig
 gradients, ZeRO-3 / FSDP also the parameters (Rajbhandari et al. 2020, "ZeRO", section 5: with mixed-precision
 Adam, 2 + 2 + 12 bytes per parameter; per GPU over N_d ranks DDP 16 P, ZeRO-1 4 P + 12 P / N_d,
 ZeRO-2 2 P + 14 P / N_d, ZeRO-3 16 P / N_d). Tensor, pipeline and expert parallelism decide which
-parameters a rank holds at all (`rank_tensors`).
+parameters a rank holds at all (`stage_tensors`).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from ..errors import InvalidArgument
 from ..spec.model import ModelSpec
 from .params import Tensor, tensor_inventory
+from .layer_ops import stage_blocks
 from .parallel import Layout, stage_layers
 
 FRAMEWORKS = ("megatron", "torchtitan", "fsdp", "hf", "deepspeed")
@@ -112,46 +113,89 @@ class RankTensor:
     numel: float
     """Elements of the tensor on this rank (after TP / EP splits)."""
     expert: bool
+    count: int = 1
+    """Identical tensors (same role and shape, in different blocks of the stage) this entry stands for."""
 
 
-def _stage_of_layers(layout: Layout, num_layers: int) -> list[int]:
-    owner = []
-    for stage, n in enumerate(stage_layers(layout, num_layers)):
-        owner += [stage] * n
-    return owner
+@dataclass(frozen=True, slots=True)
+class StageTensors:
+    """The parameters a rank of one pipeline stage holds, grouped (see `rank_tensors`)."""
+
+    groups: tuple[RankTensor, ...]
+    params: float
+    """Elements on the rank (after TP / EP splits, before ZeRO / FSDP sharding)."""
+    largest_layer: float
+    """Elements of the rank's largest block."""
+    embedding: float
+    """Token and position embedding elements on the rank (an FSDP unit of its own)."""
+    head: float
+    """LM head (and output projection) elements on the rank."""
 
 
-def rank_tensors(spec: ModelSpec, layout: Layout, stage: int) -> list[RankTensor]:
+_STAGE_CACHE: dict = {}
+_BY_LAYER: dict = {}
+
+
+def _inventory_by_layer(spec: ModelSpec) -> tuple[tuple[tuple[Tensor, bool], ...], tuple[tuple[Tensor, ...], ...]]:
+    """The tensors outside the blocks, each with whether it sits on the head side (after the blocks), and the
+    tensors of each block (cached per spec)."""
+    hit = _BY_LAYER.get(id(spec))
+    if hit is None:
+        outside, by_layer = [], [[] for _ in range(spec.num_layers)]
+        seen_blocks = False
+        for t in tensor_inventory(spec):
+            if t.layer is not None:
+                seen_blocks = True
+                by_layer[t.layer].append(t)
+            else:
+                outside.append((t, t.role in ("output", "proj_out") or seen_blocks))
+        hit = _BY_LAYER[id(spec)] = ((tuple(outside), tuple(tuple(x) for x in by_layer)), spec)
+    return hit[0]
+
+
+def stage_tensors(spec: ModelSpec, layout: Layout, stage: int) -> StageTensors:
     """The parameters a rank of pipeline stage `stage` holds, with its share of each under TP and EP.
 
     Matrices split over TP (column/row parallel, vocabulary-parallel embeddings and LM head); norms and biases
     are counted whole. Routed experts split over EP and, like Megatron-Core's default expert tensor parallelism,
     over TP. The token embedding sits on the first stage, the final norm and LM head on the last; a tied
     embedding is held by both when pp > 1 (Megatron keeps a copy on the last stage).
+
+    Tensors of the same role and shape in different blocks are one group with a count, so that the memory model
+    costs the number of distinct tensors, not the number of layers (results are cached per stage).
     """
-    owner = _stage_of_layers(layout, spec.num_layers)
-    last = layout.pp - 1
-    out = []
-    seen_blocks = False
-    for t in tensor_inventory(spec):
-        if t.layer is not None:
-            seen_blocks = True
-            if owner[t.layer] != stage:
-                continue
-        else:
-            head_side = t.role in ("output", "proj_out") or seen_blocks
-            if head_side and stage != last:
-                continue
-            if not head_side:
-                on_stage = stage == 0 or (t.role == "token_embd" and spec.tie_word_embeddings and stage == last)
-                if not on_stage:
-                    continue
+    per_stage = stage_layers(layout, spec.num_layers)
+    key = (id(spec), layout.tp, layout.ep, per_stage, stage)
+    hit = _STAGE_CACHE.get(key)
+    if hit is not None:
+        return hit[0]
+    outside, by_layer = _inventory_by_layer(spec)
+    groups: dict[tuple, list] = {}
+    largest = 0.0
+
+    def add(t: Tensor, reps: int) -> float:
         expert = t.experts > 1 or t.role.endswith("_exps")
         share = 1.0 / layout.tp if t.is_matrix and t.role not in ("pos_embd", "ffn_gate_inp") else 1.0
         if expert:
             share /= layout.ep
-        out.append(RankTensor(t, t.numel * share, expert))
-    return out
+        n = t.numel * share
+        groups.setdefault((t.role, t.shape, t.experts, t.layer is None), [t, n, expert, 0])[3] += reps
+        return n
+
+    last = layout.pp - 1
+    for t, head_side in outside:
+        if stage == last if head_side else (stage == 0 or (t.role == "token_embd" and spec.tie_word_embeddings
+                                                           and stage == last)):
+            add(t, 1)
+    for layer, reps in stage_blocks(spec, per_stage, stage):
+        largest = max(largest, sum(add(t, reps) for t in by_layer[layer]))
+    out = tuple(RankTensor(t, n, expert, count) for t, n, expert, count in groups.values())
+    result = StageTensors(
+        groups=out, params=sum(rt.numel * rt.count for rt in out), largest_layer=largest,
+        embedding=sum(rt.numel * rt.count for rt in out if rt.tensor.role in ("token_embd", "pos_embd")),
+        head=sum(rt.numel * rt.count for rt in out if rt.tensor.role in ("output", "proj_out")))
+    _STAGE_CACHE[key] = (result, spec)  # keep the spec alive so its id stays unique
+    return result
 
 
 def lora_targets(targets: str) -> frozenset[str]:
@@ -196,7 +240,22 @@ class ModelStates:
 def model_states(spec: ModelSpec, layout: Layout, stage: int, *, framework: str, precision: str, optimizer: str,
                  finetune: str = "full", lora_rank: int = 16, lora_targets_spec: str = "all-linear",
                  offload: frozenset[str] = frozenset()) -> ModelStates:
-    """Model-state bytes on one rank of pipeline stage `stage`."""
+    """Model-state bytes on one rank of pipeline stage `stage` (cached: the planner asks for the same often)."""
+    key = (id(spec), layout.tp, layout.ep, stage_layers(layout, spec.num_layers), stage, layout.shard_size,
+           layout.sharding, framework, precision, optimizer, finetune, lora_rank, lora_targets_spec, offload)
+    hit = _STATES_CACHE.get(key)
+    if hit is None:
+        hit = _STATES_CACHE[key] = (_model_states(spec, layout, stage, framework=framework, precision=precision,
+                                                  optimizer=optimizer, finetune=finetune, lora_rank=lora_rank,
+                                                  lora_targets_spec=lora_targets_spec, offload=offload), spec)
+    return hit[0]
+
+
+_STATES_CACHE: dict = {}
+
+
+def _model_states(spec: ModelSpec, layout: Layout, stage: int, *, framework: str, precision: str, optimizer: str,
+                  finetune: str, lora_rank: int, lora_targets_spec: str, offload: frozenset[str]) -> ModelStates:
     if precision not in PRECISIONS:
         raise InvalidArgument(f"unknown precision '{precision}'; valid: {', '.join(PRECISIONS)}")
     if finetune not in FINETUNE:
@@ -206,7 +265,7 @@ def model_states(spec: ModelSpec, layout: Layout, stage: int, *, framework: str,
     sh = layout.sharding_spec
     dense_n = layout.shard_size
     expert_n = max(1, dense_n // layout.ep)
-    tensors = rank_tensors(spec, layout, stage)
+    held = stage_tensors(spec, layout, stage)
     targets = lora_targets(lora_targets_spec) if finetune != "full" else frozenset()
     frozen_bits = None
     if finetune == "qlora":
@@ -217,16 +276,13 @@ def model_states(spec: ModelSpec, layout: Layout, stage: int, *, framework: str,
 
     acc = dict(params=0.0, master=0.0, grads=0.0, optimizer=0.0, cpu=0.0, transient=0.0)
     trainable = 0.0
-    layers: dict[int, float] = {}
-    for rt in tensors:
-        t, n = rt.tensor, rt.numel
+    for rt in held.groups:
+        t, n, count = rt.tensor, rt.numel, rt.count
         shard = expert_n if rt.expert else dense_n
-        if t.layer is not None:
-            layers[t.layer] = layers.get(t.layer, 0.0) + n
         if finetune != "full":
             # Frozen base: stored once in the compute dtype (NF4 + double-quantized scales under QLoRA).
             bits = frozen_bits[id(t)] if frozen_bits is not None else frozen_working * 8
-            base = n * bits / 8 / (shard if sh.params else 1)
+            base = count * n * bits / 8 / (shard if sh.params else 1)
             if "params" in offload and sh.params:
                 acc["cpu"] += base
             else:
@@ -239,14 +295,14 @@ def model_states(spec: ModelSpec, layout: Layout, stage: int, *, framework: str,
         else:
             parts = _tensor_states(lay, optimizer, t, n, shard, sh, offload)
             if lay.fp8_cache and t.is_matrix and t.role not in ("token_embd", "pos_embd", "output"):
-                acc["params"] += lay.fp8_cache * n
-                acc["transient"] += lay.fp8_cache * n
-        trainable += n
+                acc["params"] += count * lay.fp8_cache * n
+                acc["transient"] += count * lay.fp8_cache * n
+        trainable += count * n
         for k, v in parts.items():
-            acc[k] += v
+            acc[k] += count * v
     return ModelStates(params=acc["params"], master_weights=acc["master"], grads=acc["grads"],
                        optimizer=acc["optimizer"], cpu=acc["cpu"], trainable_params=trainable,
-                       params_on_rank=sum(rt.numel for rt in tensors), layer_params=max(layers.values(), default=0.0),
+                       params_on_rank=held.params, layer_params=held.largest_layer,
                        working_bytes_per_param=lay.working if finetune == "full" else frozen_working,
                        grad_bytes_per_param=lay.grad if finetune == "full" else adapter_lay.grad,
                        transient_params=acc["transient"])

@@ -11,6 +11,7 @@ Every check raises `InvalidArgument` with one line naming the constraint and the
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from ..errors import InvalidArgument, require_positive_int
 from ..spec.model import ModelSpec
@@ -181,10 +182,13 @@ def validate_layout(layout: Layout, spec: ModelSpec, *, seq: int, global_batch: 
 
 def stage_layers(layout: Layout, num_layers: int) -> tuple[int, ...]:
     """Transformer layers on each pipeline stage (first stage first)."""
-    pp = layout.pp
-    if pp == 1:
+    if layout.pp == 1:
         return (num_layers,)
-    first, last = layout.pp_first_layers, layout.pp_last_layers
+    return _stage_layers(layout.pp, layout.pp_first_layers, layout.pp_last_layers, num_layers)
+
+
+@lru_cache(maxsize=4096)
+def _stage_layers(pp: int, first: int | None, last: int | None, num_layers: int) -> tuple[int, ...]:
     fixed = (first or 0) + (last or 0)
     middle_stages = pp - (first is not None) - (last is not None)
     rest = num_layers - fixed

@@ -26,7 +26,7 @@ from ..catalog.devices import DeviceProfile
 from ..spec.model import ModelSpec
 from .comm import Topology
 from .kernels import attention_s, matmul_s, memory_s
-from .layer_ops import block_ops, block_signature, head_gemm, keys_per_query
+from .layer_ops import block_ops, block_signature, distinct_stages, head_gemm, keys_per_query, stage_blocks
 from .parallel import Layout, stage_layers
 
 LOSS_BYTES_PER_LOGIT = 12.0
@@ -38,7 +38,7 @@ STEP_HOST_OVERHEAD_S = 0.005
 next to multi-second steps; it matters only for tiny models."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: built per configuration, and frozen __init__ costs 3x
 class StepTime:
     step_time_s: float
     breakdown: dict[str, float]
@@ -143,23 +143,21 @@ def step_time(spec: ModelSpec, layout: Layout, *, profile: DeviceProfile, topo: 
         a2a = topo.collective_s("all_to_all", tokens * spec.moe.top_k * h * e, ep, inner["ep"])
     pp_p2p = topo.collective_s("send_recv", tokens * h * e / (tp if layout.sp else 1), 2, inner["pp"]) if pp > 1 else 0.0
 
-    stage_fb: list[tuple[float, dict[str, float]]] = []
-    first = 0
-    for stage, count in enumerate(layers):
+    stage_fb: dict[int, tuple[float, dict[str, float]]] = {}
+    for stage in distinct_stages(spec, layers):  # the others repeat one of these
         parts = dict(forward=0.0, backward=0.0, recompute=0.0, tp_comm=0.0, cp_comm=0.0, ep_comm=0.0, pp_comm=0.0)
-        for layer in range(first, first + count):
+        for layer, reps in stage_blocks(spec, layers, stage):
             bt = _block_time(profile, spec, layer, tokens=tokens, seq_local=seq_local, cp=cp, tp=tp, ep=ep,
                              dtype=dtype, e=e, recompute=recompute, frozen_base=frozen_base, framework=framework)
-            parts["forward"] += bt.forward
-            parts["backward"] += bt.backward
-            parts["recompute"] += bt.recompute
-            parts["tp_comm"] += 4 * tp_ar + (2 * tp_ar if recompute == "full" else 0.0)
+            parts["forward"] += reps * bt.forward
+            parts["backward"] += reps * bt.backward
+            parts["recompute"] += reps * bt.recompute
+            parts["tp_comm"] += reps * (4 * tp_ar + (2 * tp_ar if recompute == "full" else 0.0))
             if cp > 1:  # ring: cp - 1 exchanges per pass, overlapped with the attention of the step before
-                parts["cp_comm"] += _exposed((cp - 1) * cp_step, bt.attention_forward) \
-                    + _exposed(2 * (cp - 1) * cp_step, bt.attention_backward)
+                parts["cp_comm"] += reps * (_exposed((cp - 1) * cp_step, bt.attention_forward)
+                                            + _exposed(2 * (cp - 1) * cp_step, bt.attention_backward))
             if a2a and spec.moe.moe_layers[layer]:
-                parts["ep_comm"] += 4 * a2a + (2 * a2a if recompute == "full" else 0.0)
-        first += count
+                parts["ep_comm"] += reps * (4 * a2a + (2 * a2a if recompute == "full" else 0.0))
         if stage == 0:
             parts["forward"] += memory_s(profile, tokens * h * e)  # embedding gather
         if stage == pp - 1:
@@ -170,9 +168,9 @@ def step_time(spec: ModelSpec, layout: Layout, *, profile: DeviceProfile, topo: 
                 + matmul_s(profile, hg.k, hg.n, hg.m, dtype, e) + memory_s(profile, tokens * hg.n * LOSS_BYTES_PER_LOGIT / 2)
         if pp > 1:
             parts["pp_comm"] += 2 * pp_p2p
-        stage_fb.append((sum(parts.values()), parts))
+        stage_fb[stage] = (sum(parts.values()), parts)
 
-    slowest = max(range(pp), key=lambda s: stage_fb[s][0])
+    slowest = max(stage_fb, key=lambda s: stage_fb[s][0])
     mb_time, parts = stage_fb[slowest]
     v = layout.vpp if layout.schedule == "interleaved" else 1
     bubble_mb = (pp - 1) / v

@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from ..spec.model import ModelSpec
 from .activations import stage_activations
 from .engines import CUBLAS_WORKSPACE_BYTES, CUDA_CONTEXT_BYTES
-from .model_states import ModelStates, model_states, rank_tensors
-from .parallel import Layout
+from .model_states import ModelStates, model_states, stage_tensors
+from .layer_ops import distinct_stages
+from .parallel import Layout, stage_layers
 
 # Caching-allocator allowance on top of the allocated peak: Megatron-LM's theoretical_memory_usage.py adds 5%
 # ("buffer for optimizer and miscellaneous temporaries"). GMLake (Guo et al., ASPLOS 2024) measured 15% average
@@ -31,7 +32,7 @@ DEEPSPEED_PREFETCH_BUCKET = 50_000_000
 NCCL_BUFFER_BYTES = 32 * 2 * 4 * 2**20
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: built per configuration, and frozen __init__ costs 3x
 class TrainMemory:
     """Bytes on the reported GPU, by named part; `total` is what nvidia-smi would show at the peak."""
 
@@ -107,9 +108,13 @@ def train_memory(spec: ModelSpec, layout: Layout, *, framework: str, precision: 
                  micro_batch: int, num_microbatches: int, recompute: str = "none", finetune: str = "full",
                  lora_rank: int = 16, lora_targets: str = "all-linear", offload: frozenset[str] = frozenset(),
                  flash: bool = True) -> TrainMemory:
-    """Memory on the most loaded GPU (all pipeline stages evaluated)."""
+    """Memory on the most loaded GPU (every distinct pipeline stage evaluated).
+
+    Stages holding the same kinds of blocks, neither first nor last, differ only in the micro-batches in flight,
+    which never grow with the stage index: the first of them is the largest, the others are skipped.
+    """
     best: TrainMemory | None = None
-    for stage in range(layout.pp):
+    for stage in distinct_stages(spec, stage_layers(layout, spec.num_layers)):
         mem = _stage_memory(spec, layout, stage, framework=framework, precision=precision, optimizer=optimizer,
                             seq=seq, micro_batch=micro_batch, num_microbatches=num_microbatches, recompute=recompute,
                             finetune=finetune, lora_rank=lora_rank, lora_targets=lora_targets, offload=offload,
@@ -131,9 +136,8 @@ def _stage_memory(spec: ModelSpec, layout: Layout, stage: int, *, framework: str
     e = 4.0 if precision == "fp32" else 2.0
     tokens = micro_batch * seq / layout.cp
     # FSDP units (torchtitan's wrapping): each block, the token embedding, and the final norm + LM head.
-    embed = sum(rt.numel for rt in rank_tensors(spec, layout, stage) if rt.tensor.role in ("token_embd", "pos_embd"))
-    head = sum(rt.numel for rt in rank_tensors(spec, layout, stage) if rt.tensor.role in ("output", "proj_out"))
-    unit = max(states.layer_params, embed, head)
+    held = stage_tensors(spec, layout, stage)
+    unit = max(states.layer_params, held.embedding, held.head)
     parts = _buffers(spec, layout, states, stage, framework=framework, e=e, tokens=tokens, unit_params=unit)
     buffers = sum(parts.values())
     runtime = CUDA_CONTEXT_BYTES + CUBLAS_WORKSPACE_BYTES + (NCCL_BUFFER_BYTES if layout.num_gpus > 1 else 0)

@@ -148,7 +148,7 @@ def choose_framework(req: TrainRequest) -> tuple[str, str]:
     return "fsdp", "default: PyTorch-native training (FSDP2 / DDP) with flash attention"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)  # not frozen: built per configuration (cheaper)
 class TrainPerf:
     """Predicted speed, cost and energy of the job (the performance model on top of the memory model)."""
 
@@ -236,10 +236,23 @@ def device_profile(gpu: GPU, path: str | None) -> DeviceProfile:
     return load_profile(path, gpu) if path else default_profile(gpu)
 
 
+_TOPOLOGIES: dict = {}
+
+
+def _topology(req: TrainRequest) -> Topology:
+    """The request's network (cached: the planner asks for the same one for every layout)."""
+    key = (id(req.gpu), req.num_gpus, req.gpus_per_node, req.inter_node_gbps, req.profile)
+    hit = _TOPOLOGIES.get(key)
+    if hit is None:
+        hit = _TOPOLOGIES[key] = (topology(req.gpu, num_gpus=req.num_gpus, gpus_per_node=req.gpus_per_node,
+                                           inter_node_gbps=req.inter_node_gbps,
+                                           overrides=network_overrides(req.profile)), req.gpu)
+    return hit[0]
+
+
 def _perf(req: TrainRequest, framework: str, layout: Layout, memory: TrainMemory, flops: StepFlops) -> TrainPerf:
     profile = device_profile(req.gpu, req.profile)
-    topo = topology(req.gpu, num_gpus=req.num_gpus, gpus_per_node=req.gpus_per_node,
-                    inter_node_gbps=req.inter_node_gbps, overrides=network_overrides(req.profile))
+    topo = _topology(req)
     st = memory.states
     per_rank = req.global_batch // layout.dp
     step = step_time(req.model.spec, layout, profile=profile, topo=topo, framework=framework, precision=req.precision,
