@@ -18,6 +18,6 @@ def test_every_published_result_gets_a_prediction():
     rows, median, worst = run()
     assert len(rows) >= 30
     assert all(math.isfinite(r[3]) and r[3] > 0 for r in rows)
-    # The target is median <= 10% and worst <= 25%; this bound only catches regressions from the
-    # state recorded in docs/performance.md (median 12%, worst 52%).
-    assert median <= 0.15 and worst <= 0.6
+    # The target is median <= 10% (met) and worst <= 25% (one row, OPT-175B, is at +35%: see
+    # docs/performance.md); the worst bound here only catches regressions from that recorded state.
+    assert median <= 0.10 and worst <= 0.4

@@ -106,6 +106,11 @@ def _add_train(sub) -> None:
     t.add_argument("--lora-targets", default="all-linear", help="all-linear or a comma list of q,k,v,o,gate,up,down")
     t.add_argument("--flops-convention", choices=["causal", "full"], default="causal",
                    help="attention FLOPs: causal (default) or full (FlopCounterMode)")
+    t.add_argument("--attention", choices=["flash", "unfused"], default="flash",
+                   help="flash (default: fused kernel, no score matrix) or unfused (scores, softmax and dropout in "
+                        "memory, as Megatron-LM before flash attention)")
+    t.add_argument("--tp-comm-overlap", action="store_true",
+                   help="overlap tensor-parallel collectives with the split GEMMs (Megatron-LM --tp-comm-overlap)")
     t.add_argument("--gpus-per-node", type=_positive_int, help="GPUs per node (default 8)")
     t.add_argument("--inter-node-gbps", type=_positive_float,
                    help="per-GPU NIC line rate across nodes in Gb/s (default: 400 Hopper/Blackwell, 200 Ampere)")
@@ -191,7 +196,7 @@ def _cmd_train(args: argparse.Namespace) -> str:
                    recompute=args.recompute, optimizer=args.optimizer, precision=args.precision,
                    framework=args.framework, finetune=args.finetune, lora_rank=args.lora_rank,
                    lora_targets=args.lora_targets, offload=offload, flops_convention=args.flops_convention,
-                   gpus_per_node=args.gpus_per_node, inter_node_gbps=args.inter_node_gbps, profile=args.profile,
+                   attention=args.attention, tp_comm_overlap=args.tp_comm_overlap, gpus_per_node=args.gpus_per_node, inter_node_gbps=args.inter_node_gbps, profile=args.profile,
                    train_tokens=args.train_tokens, usd_per_gpu_hour=args.usd_per_gpu_hour)
     if args.json:
         from .report.json_out import dumps, train_to_dict

@@ -23,13 +23,14 @@ def memory_s(profile: DeviceProfile, nbytes: float) -> float:
 
 @lru_cache(maxsize=1 << 16)
 def matmul_s(profile: DeviceProfile, m: int, n: int, k: int, dtype: str, operand_bytes: float,
-             weight_bytes: float | None = None) -> float:
-    """Time of one GEMM; `operand_bytes` per element of A, C (and B unless `weight_bytes`, for quantized B)."""
+             weight_bytes: float | None = None, batch: int = 1) -> float:
+    """Time of one GEMM (or one batched GEMM of `batch` independent products, one kernel); `operand_bytes` per
+    element of A, C (and B unless `weight_bytes`, for quantized B)."""
     flops_rate = profile.matmul_flops(dtype)
     if m <= 0 or n <= 0 or k <= 0:
         return 0.0
     b_bytes = operand_bytes if weight_bytes is None else weight_bytes
-    nbytes = (m * k + m * n) * operand_bytes + k * n * b_bytes
+    nbytes = batch * ((m * k + m * n) * operand_bytes + k * n * b_bytes)
     mem = nbytes / profile.bandwidth
     if flops_rate is None:
         return mem + profile.kernel_overhead_s
@@ -38,7 +39,7 @@ def matmul_s(profile: DeviceProfile, m: int, n: int, k: int, dtype: str, operand
     # cuBLAS picks among tile shapes; take the one with the least padded work (the big tile and two smaller).
     tm, tn = profile.tile
     for a, b in ((tm, tn), (tm, tn // 2), (tm // 2, tn // 2)):
-        tiles = math.ceil(m / a) * math.ceil(n / b)
+        tiles = batch * math.ceil(m / a) * math.ceil(n / b)
         waves = math.ceil(tiles / sms)
         best = min(best, waves * sms * a * b)
     compute = 2.0 * best * k / flops_rate

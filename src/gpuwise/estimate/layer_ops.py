@@ -141,6 +141,31 @@ def block_ops(spec: ModelSpec, layer: int, *, tokens: int, keys: float, tp: int 
                     kernels=spec.norms_per_layer + 2 + 2 + (1 if rope_elems else 0) + 1 + kernels_mlp)
 
 
+@dataclass(frozen=True, slots=True)
+class UnfusedAttention:
+    """Attention computed with the score matrix in memory (Megatron-LM before flash attention, eager PyTorch)."""
+
+    scores: Gemm
+    """Q K^T per (sequence, head): seq x keys x head dim, batched over micro-batch x local heads."""
+    values: Gemm
+    """P V per (sequence, head): seq x value dim x keys."""
+    score_elements: float
+    """Elements of the score matrix (micro-batch x local heads x seq x keys)."""
+
+
+def unfused_attention(spec: ModelSpec, *, seq: int, keys: int, batch: int, tp: int = 1) -> UnfusedAttention:
+    """The two batched GEMMs and the score matrix of unfused attention; causal masking still computes every score."""
+    heads = max(1, spec.num_heads // tp)
+    if spec.mla is not None:
+        dk, dv = spec.mla.qk_head_dim, spec.mla.v_head_dim
+    else:
+        dk = dv = spec.head_dim
+    count = batch * heads
+    return UnfusedAttention(scores=Gemm("attn_scores", seq, keys, dk, count, weight=False),
+                            values=Gemm("attn_values", seq, dv, keys, count, weight=False),
+                            score_elements=float(count) * seq * keys)
+
+
 def keys_per_query(spec: ModelSpec, layer: int, context: int, *, causal: bool = True) -> float:
     """Mean keys a query of a `context`-token sequence attends to in block `layer` (training / prefill)."""
     window = spec.sliding_window if spec.layer_types[layer] == SLIDING else None

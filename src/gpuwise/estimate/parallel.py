@@ -141,10 +141,11 @@ def validate_layout(layout: Layout, spec: ModelSpec, *, seq: int, global_batch: 
     if layout.vpp > 1:
         if layout.pp == 1:
             raise InvalidArgument("--vpp needs pipeline parallelism (--pp > 1)")
-        per_stage = spec.num_layers // layout.pp
-        if layout.pp_first_layers is not None or layout.pp_last_layers is not None or spec.num_layers % layout.pp:
-            raise InvalidArgument("--vpp needs an even pipeline split (no --pp-first-layers/--pp-last-layers)")
-        _require_divides("vpp", layout.vpp, "the layers per pipeline stage", per_stage)
+        # The middle stages split into v equal chunks; the first and last stages may hold other counts (Megatron-LM's
+        # --pipeline-model-parallel-layout; Llama 3 405B's first chunk holds only the embedding, its last only
+        # the head), which the step model charges as they are.
+        per_stage = max(stage_layers(layout, spec.num_layers)[1:-1] or (spec.num_layers // layout.pp,))
+        _require_divides("vpp", layout.vpp, "the layers per (middle) pipeline stage", per_stage)
     model_parallel = layout.tp * layout.pp * layout.cp
     if layout.num_gpus % model_parallel:
         valid = _multiples_near(layout.num_gpus, model_parallel)

@@ -2,17 +2,22 @@
 
 Per micro-batch and pipeline stage, every block's kernels are timed on the device (`kernels.py`): forward GEMMs,
 backward GEMMs (input gradient and weight gradient, the latter skipped for frozen LoRA bases), flash attention
-forward and backward, streaming kernels, plus recomputation (full: the block's forward again; selective: the
+forward and backward (or, with `attention="unfused"`, batched score GEMMs and softmax / dropout kernels over the
+score matrix), streaming kernels, plus recomputation (full: the block's forward again; selective: the
 attention core). Communication is timed on the topology (`comm.py`) and counted where it is exposed:
 
-- TP/SP collectives (two per block forward, two backward) sit on the critical path: no overlap by default.
+- TP/SP collectives (two per block forward, two backward) sit on the critical path: no overlap by default; with
+  `tp_overlap` (Megatron-LM's --tp-comm-overlap, Transformer Engine userbuffers) only what exceeds the block's
+  GEMMs in that pass shows.
 - CP ring attention passes K/V chunks while attention computes: only what exceeds the attention time shows.
 - EP all-to-all (dispatch and combine, forward and backward) is exposed.
-- PP send/recv of activations and gradients: once per micro-batch per direction.
+- PP send/recv of activations and gradients: once per micro-batch, direction and model chunk (v with the
+  interleaved schedule).
 - DP gradient all-reduce / reduce-scatter overlaps the last micro-batch's backward (bucketed): what exceeds it
   shows, and at least the last bucket (one block's gradients). ZeRO-3/FSDP all-gathers each block's parameters
-  in forward and backward and reduce-scatters its gradients, prefetched one block ahead: what exceeds the
-  compute of the block shows, plus the first gather.
+  in forward and backward of every micro-batch and reduce-scatters its gradients, prefetched one block ahead:
+  what exceeds the compute of the block shows, plus the first gather. FSDP without resharding (grad-op,
+  no-reshard) gathers once per step and keeps the parameters through the micro-batches.
 
 The step is (m + (p - 1) / v) times the slowest stage's micro-batch time (1F1B and GPipe: v = 1), plus the
 data-parallel communication left exposed, plus the optimizer step (memory-bound: it streams the states once).
@@ -26,7 +31,8 @@ from ..catalog.devices import DeviceProfile
 from ..spec.model import ModelSpec
 from .comm import Topology
 from .kernels import attention_s, matmul_s, memory_s
-from .layer_ops import block_ops, block_signature, distinct_stages, head_gemm, keys_per_query, stage_blocks
+from .layer_ops import (block_ops, block_signature, distinct_stages, head_gemm, keys_per_query, stage_blocks,
+                        unfused_attention)
 from .parallel import Layout, stage_layers
 
 LOSS_BYTES_PER_LOGIT = 12.0
@@ -75,15 +81,44 @@ class _BlockTime:
     recompute: float
     attention_forward: float
     attention_backward: float
+    gemm_forward: float
+    gemm_backward: float
 
 
 _CACHE: dict = {}
 
 
+def _unfused_attention_s(profile: DeviceProfile, spec: ModelSpec, *, seq_local: int, context: int, batch: int,
+                         tp: int, dtype: str, e: float) -> tuple[float, float]:
+    """(forward, backward) seconds of attention with the score matrix in memory.
+
+    Forward: Q K^T and P V as batched GEMMs, plus a fused scale-mask-softmax (read and write the scores) and,
+    with attention dropout, a dropout kernel (read, write, and a 1-byte mask). Backward: four batched GEMMs
+    (dP, dV, dQ, dK), the dropout backward (read gradient and mask, write) and the softmax backward (read
+    gradient and probabilities, write): Megatron-LM's scaled_upper_triang_masked_softmax path.
+    """
+    ua = unfused_attention(spec, seq=seq_local, keys=context, batch=batch, tp=tp)
+    sc, va = ua.scores, ua.values
+    drop = spec.attention_dropout > 0
+    fwd_stream = ua.score_elements * (2 * e + ((2 * e + 1) if drop else 0.0))
+    bwd_stream = ua.score_elements * (3 * e + ((2 * e + 1) if drop else 0.0))
+    kernels = 2 if drop else 1
+    fwd = (matmul_s(profile, sc.m, sc.n, sc.k, dtype, e, batch=sc.count)
+           + matmul_s(profile, va.m, va.n, va.k, dtype, e, batch=va.count)
+           + memory_s(profile, fwd_stream) + kernels * profile.kernel_overhead_s)
+    bwd = (matmul_s(profile, sc.m, sc.n, va.n, dtype, e, batch=sc.count)      # dP = dO V^T
+           + matmul_s(profile, sc.n, va.n, sc.m, dtype, e, batch=sc.count)    # dV = P^T dO
+           + matmul_s(profile, sc.m, sc.k, sc.n, dtype, e, batch=sc.count)    # dQ = dS K
+           + matmul_s(profile, sc.n, sc.k, sc.m, dtype, e, batch=sc.count)    # dK = dS^T Q
+           + memory_s(profile, bwd_stream) + kernels * profile.kernel_overhead_s)
+    return fwd, bwd
+
+
 def _block_time(profile: DeviceProfile, spec: ModelSpec, layer: int, *, tokens: int, seq_local: int, cp: int,
-                tp: int, ep: int, dtype: str, e: float, recompute: str, frozen_base: bool, framework: str) -> _BlockTime:
+                tp: int, ep: int, dtype: str, e: float, recompute: str, frozen_base: bool, framework: str,
+                attention: str = "flash") -> _BlockTime:
     key = (id(profile), id(spec), block_signature(spec, layer), tokens, seq_local, cp, tp, ep, dtype, e, recompute,
-           frozen_base, framework)
+           frozen_base, framework, attention)
     hit = _CACHE.get(key)
     if hit is not None:
         return hit[0]
@@ -97,16 +132,20 @@ def _block_time(profile: DeviceProfile, spec: ModelSpec, layer: int, *, tokens: 
         dgrad = g.count * matmul_s(profile, g.m, g.k, g.n, dtype, e)
         wgrad = 0.0 if (frozen_base and g.weight) else g.count * matmul_s(profile, g.k, g.n, g.m, dtype, e)
         bwd_gemm += dgrad + wgrad
-    attn_bytes = ops.attention_io_elements * e
-    attn_f = attention_s(profile, ops.attention_flops, attn_bytes, backward=False)
-    attn_b = attention_s(profile, 2.5 * ops.attention_flops, 2 * attn_bytes, backward=True)
+    if attention == "unfused":
+        attn_f, attn_b = _unfused_attention_s(profile, spec, seq_local=seq_local, context=context,
+                                              batch=tokens // seq_local, tp=tp, dtype=dtype, e=e)
+    else:
+        attn_bytes = ops.attention_io_elements * e
+        attn_f = attention_s(profile, ops.attention_flops, attn_bytes, backward=False)
+        attn_b = attention_s(profile, 2.5 * ops.attention_flops, 2 * attn_bytes, backward=True)
     stream = memory_s(profile, ops.stream_bytes * e / 2) + ops.kernels * profile.kernel_overhead_s
     if spec.hidden_dropout > 0:  # two residual dropouts: read + write h, write a 1-byte mask
         stream += memory_s(profile, 2 * tokens * spec.hidden_size * (2 * e + 1))
     forward = fwd_gemm + attn_f + stream
     backward = bwd_gemm + attn_b + 2 * stream
     rec = forward if recompute == "full" else (attn_f if recompute == "selective" else 0.0)
-    out = _BlockTime(forward, backward, rec, attn_f, attn_b)
+    out = _BlockTime(forward, backward, rec, attn_f, attn_b, fwd_gemm, bwd_gemm)
     _CACHE[key] = (out, profile, spec)  # keep the keyed objects alive so their ids stay unique
     return out
 
@@ -119,7 +158,7 @@ def step_time(spec: ModelSpec, layout: Layout, *, profile: DeviceProfile, topo: 
               precision: str, seq: int, micro_batch: int, num_microbatches: int, recompute: str,
               params_on_rank: float, trainable_params: float, working_bytes: float,
               grad_bytes: float, optimizer_bytes: float, frozen_base: bool = False,
-              offload: frozenset[str] = frozenset()) -> StepTime:
+              offload: frozenset[str] = frozenset(), attention: str = "flash", tp_overlap: bool = False) -> StepTime:
     """Seconds per optimizer step on the slowest pipeline stage (see the module docstring).
 
     Memory-model inputs (per rank, before ZeRO/FSDP sharding): `params_on_rank`, `trainable_params`, bytes per working parameter and gradient element, and optimizer-state bytes per rank.
@@ -141,18 +180,26 @@ def step_time(spec: ModelSpec, layout: Layout, *, profile: DeviceProfile, topo: 
     a2a = 0.0
     if ep > 1 and spec.moe is not None:
         a2a = topo.collective_s("all_to_all", tokens * spec.moe.top_k * h * e, ep, inner["ep"])
-    pp_p2p = topo.collective_s("send_recv", tokens * h * e / (tp if layout.sp else 1), 2, inner["pp"]) if pp > 1 else 0.0
+    # Each hop is one send/recv; the pipeline runs at the pace of its slowest hop, so the level is the one the
+    # whole pipeline group spans (a node boundary anywhere in it is on every micro-batch's path).
+    pp_p2p = topo.collective_s("send_recv", tokens * h * e / (tp if layout.sp else 1), pp, inner["pp"]) if pp > 1 else 0.0
 
     stage_fb: dict[int, tuple[float, dict[str, float]]] = {}
     for stage in distinct_stages(spec, layers):  # the others repeat one of these
         parts = dict(forward=0.0, backward=0.0, recompute=0.0, tp_comm=0.0, cp_comm=0.0, ep_comm=0.0, pp_comm=0.0)
         for layer, reps in stage_blocks(spec, layers, stage):
             bt = _block_time(profile, spec, layer, tokens=tokens, seq_local=seq_local, cp=cp, tp=tp, ep=ep,
-                             dtype=dtype, e=e, recompute=recompute, frozen_base=frozen_base, framework=framework)
+                             dtype=dtype, e=e, recompute=recompute, frozen_base=frozen_base, framework=framework,
+                             attention=attention)
             parts["forward"] += reps * bt.forward
             parts["backward"] += reps * bt.backward
             parts["recompute"] += reps * bt.recompute
-            parts["tp_comm"] += reps * (4 * tp_ar + (2 * tp_ar if recompute == "full" else 0.0))
+            if tp_overlap:  # split GEMMs pipeline the collectives (Megatron --tp-comm-overlap): what exceeds them
+                fwd_tp = _exposed(2 * tp_ar, bt.gemm_forward)
+                parts["tp_comm"] += reps * (fwd_tp + _exposed(2 * tp_ar, bt.gemm_backward)
+                                            + (fwd_tp if recompute == "full" else 0.0))
+            else:
+                parts["tp_comm"] += reps * (4 * tp_ar + (2 * tp_ar if recompute == "full" else 0.0))
             if cp > 1:  # ring: cp - 1 exchanges per pass, overlapped with the attention of the step before
                 parts["cp_comm"] += reps * (_exposed((cp - 1) * cp_step, bt.attention_forward)
                                             + _exposed(2 * (cp - 1) * cp_step, bt.attention_backward))
@@ -167,7 +214,8 @@ def step_time(spec: ModelSpec, layout: Layout, *, profile: DeviceProfile, topo: 
             parts["backward"] += matmul_s(profile, hg.m, hg.k, hg.n, dtype, e) \
                 + matmul_s(profile, hg.k, hg.n, hg.m, dtype, e) + memory_s(profile, tokens * hg.n * LOSS_BYTES_PER_LOGIT / 2)
         if pp > 1:
-            parts["pp_comm"] += 2 * pp_p2p
+            # activations forward and gradients backward at each of the rank's v model chunks
+            parts["pp_comm"] += 2 * pp_p2p * (layout.vpp if layout.schedule == "interleaved" else 1)
         stage_fb[stage] = (sum(parts.values()), parts)
 
     slowest = max(stage_fb, key=lambda s: stage_fb[s][0])
@@ -190,11 +238,15 @@ def step_time(spec: ModelSpec, layout: Layout, *, profile: DeviceProfile, topo: 
         if sh.params:  # ZeRO-3 / FSDP / HSDP: gather each block's weights per micro-batch, reduce-scatter grads
             gather = topo.collective_s("all_gather", params_on_rank * working_bytes, group, stride)
             rs = topo.collective_s("reduce_scatter", grad_msg, group, stride)
-            if sh.keep_unsharded:  # grad-op / no-reshard: gathered in forward, kept through backward
-                per_mb = _exposed(gather, fwd_window) + gather / blocks
+            if sh.keep_unsharded:
+                # grad-op / no-reshard: gathered in the first forward and kept unsharded (with unsharded gradients)
+                # through the step's micro-batches, as torch.distributed.pipelining does for FSDP2 modules
+                # (set_reshard_after_backward / set_requires_gradient_sync only on the last backward); the memory
+                # model holds that copy at the peak.
+                gathers = _exposed(gather, fwd_window) + gather / blocks
             else:
-                per_mb = _exposed(gather, fwd_window) + _exposed(gather, bwd_window) + 2 * gather / blocks
-            dp_exposed += m * per_mb + _exposed(rs, bwd_window) + rs / blocks
+                gathers = m * (_exposed(gather, fwd_window) + _exposed(gather, bwd_window) + 2 * gather / blocks)
+            dp_exposed += gathers + _exposed(rs, bwd_window) + rs / blocks
             replicas = dp * cp // group
             if replicas > 1:  # HSDP: all-reduce the gradient shards across replicas
                 dp_exposed += topo.collective_s("all_reduce", grad_msg / group, replicas, stride * group)

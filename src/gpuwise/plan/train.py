@@ -67,6 +67,11 @@ class TrainRequest:
     lora_targets: str = "all-linear"
     offload: tuple[str, ...] = ()
     flops_convention: str = "causal"
+    attention: str = "flash"
+    tp_comm_overlap: bool = False
+    """Tensor-parallel collectives overlapped with the split GEMMs (Megatron-LM --tp-comm-overlap)."""
+    """flash (fused kernel, no score matrix: FlashAttention / cuDNN / SDPA) or unfused (scores, softmax and dropout
+    in memory: Megatron-LM before --use-flash-attn, eager attention)."""
     gpus_per_node: int | None = None
     """None: 8 (an HGX/DGX server), or the job's GPU count when smaller."""
     inter_node_gbps: float | None = None
@@ -90,7 +95,8 @@ class TrainRequest:
                 require_positive_number(name, value, hi)
         for name, value, valid in (("--recompute", self.recompute, RECOMPUTE), ("--optimizer", self.optimizer, OPTIMIZERS),
                                    ("--precision", self.precision, PRECISIONS), ("--finetune", self.finetune, FINETUNE),
-                                   ("--flops-convention", self.flops_convention, CONVENTIONS)):
+                                   ("--flops-convention", self.flops_convention, CONVENTIONS),
+                                   ("--attention", self.attention, ATTENTION)):
             if value not in valid:
                 raise InvalidArgument(f"{name}: unknown value '{value}'; valid: {', '.join(valid)}")
         if self.framework is not None and self.framework not in FRAMEWORKS:
@@ -207,7 +213,8 @@ def _memory(req: TrainRequest, framework: str, layout: Layout, micro_batch: int)
     return train_memory(req.model.spec, layout, framework=framework, precision=req.precision,
                         optimizer=req.optimizer, seq=req.seq, micro_batch=micro_batch,
                         num_microbatches=per_rank // micro_batch, recompute=req.recompute, finetune=req.finetune,
-                        lora_rank=req.lora_rank, lora_targets=req.lora_targets, offload=frozenset(req.offload))
+                        lora_rank=req.lora_rank, lora_targets=req.lora_targets, offload=frozenset(req.offload),
+                        flash=req.attention == "flash")
 
 
 def train(req: TrainRequest) -> TrainResult:
@@ -236,6 +243,7 @@ def device_profile(gpu: GPU, path: str | None) -> DeviceProfile:
     return load_profile(path, gpu) if path else default_profile(gpu)
 
 
+ATTENTION = ("flash", "unfused")
 _TOPOLOGIES: dict = {}
 
 
@@ -260,7 +268,8 @@ def _perf(req: TrainRequest, framework: str, layout: Layout, memory: TrainMemory
                      recompute=req.recompute, params_on_rank=st.params_on_rank,
                      trainable_params=st.trainable_params, working_bytes=st.working_bytes_per_param,
                      grad_bytes=st.grad_bytes_per_param, optimizer_bytes=st.optimizer + st.master_weights,
-                     frozen_base=req.finetune != "full", offload=frozenset(req.offload))
+                     frozen_base=req.finetune != "full", offload=frozenset(req.offload), attention=req.attention,
+                     tp_overlap=req.tp_comm_overlap)
     t = step.step_time_s
     dtype = gemm_dtype(req.gpu.peak_flops, req.precision)
     peak = req.gpu.peak_flops.get(dtype)
@@ -283,14 +292,18 @@ def _perf(req: TrainRequest, framework: str, layout: Layout, memory: TrainMemory
 def _assumptions(req: TrainRequest, framework: str, layout: Layout, mem: TrainMemory) -> tuple[str, ...]:
     out = [f"framework profile '{framework}'; peak at the {mem.moment.replace('-', ' ')} on pipeline stage "
            f"{mem.stage} of {layout.pp} (rank 0 of that stage's data-parallel group; all its ranks are alike)"]
-    out.append("activations with flash attention (no materialized scores); gradients counted in full "
-               "(as from the second micro-batch of accumulation on)")
+    if req.attention == "flash":
+        out.append("activations with flash attention (no materialized scores); gradients counted in full "
+                   "(as from the second micro-batch of accumulation on)")
+    else:
+        out.append("unfused attention: the softmax output (and dropout mask and output) of every head is saved, "
+                   "a x s^2 per sequence; gradients counted in full (as from the second micro-batch on)")
     if framework == "hf" and req.finetune == "full" and req.precision in ("bf16", "fp16", "fp8"):
         out.append("mixed precision as torch.autocast: fp32 weights (master) plus cached 16-bit casts (params)")
     if req.finetune != "full":
         out.append(f"LoRA rank {req.lora_rank} on {req.lora_targets}, adapters in fp32 (PEFT's default), "
                    f"frozen base in {'NF4 with double quantization' if req.finetune == 'qlora' else 'the compute dtype'}")
-    if req.recompute == "selective" and framework != "megatron":
+    if req.recompute == "selective" and framework != "megatron" and req.attention == "flash":
         out.append("selective recompute = attention core only; with flash attention it saves nothing more "
                    "(torchtitan's op-level SAC is not modelled)")
     if layout.sp and layout.tp == 1:

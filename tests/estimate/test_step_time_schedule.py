@@ -1,0 +1,104 @@
+"""Step-time details that the validation rows depend on: unfused attention, FSDP without resharding, interleaved
+pipelines with uneven end stages, pipeline hops across nodes; and the grouped evaluation (distinct stages and
+block kinds) against a stage-by-stage one."""
+
+from __future__ import annotations
+
+import pytest
+
+import gpuwise
+from gpuwise.catalog.models import load_model
+from gpuwise.errors import InvalidArgument
+from gpuwise.estimate.activations import korthikanti_layer_bytes
+from gpuwise.estimate.parallel import Layout, validate_layout
+from gpuwise.estimate.train_memory import _stage_memory, train_memory
+
+GPT_22B = "validation/models/gpt-22b.json"
+
+
+def _gpt22b(**kw):
+    opts = dict(gpu="a100-sxm-80gb", num_gpus=8, tp=8, seq=2048, global_batch=4, micro_batch=4, recompute="none",
+                precision="fp16", framework="megatron")
+    opts.update(kw)
+    return gpuwise.train(GPT_22B, **opts)
+
+
+def test_unfused_attention_costs_time_and_the_score_memory():
+    flash, unfused = _gpt22b(), _gpt22b(attention="unfused")
+    # Unfused attention streams the a x s^2 scores through softmax and dropout: slower forward and backward.
+    assert unfused.perf.step.breakdown["forward"] > 1.05 * flash.perf.step.breakdown["forward"]
+    assert unfused.perf.step.breakdown["backward"] > 1.05 * flash.perf.step.breakdown["backward"]
+    # Memory: the difference is the Korthikanti score term 5 a s / h per layer (softmax 2 B, dropout mask 1 B and
+    # output 2 B per score), times 48 layers.
+    s, b, h, a, t = 2048, 4, 6144, 64, 8
+    score_term = korthikanti_layer_bytes(s, b, h, a, t=t) - korthikanti_layer_bytes(s, b, h, a, t=t, recompute="selective")
+    extra = unfused.memory.activations - flash.memory.activations
+    assert extra == pytest.approx(48 * score_term, rel=0.02)
+
+
+def test_selective_recompute_with_unfused_attention_recomputes_the_scores():
+    r = _gpt22b(attention="unfused", recompute="selective", sp=True)
+    f = _gpt22b(recompute="selective", sp=True)
+    assert r.perf.step.breakdown["recompute"] > 3 * f.perf.step.breakdown["recompute"]
+
+
+def test_attention_option_is_validated():
+    with pytest.raises(InvalidArgument, match="--attention"):
+        _gpt22b(attention="sdpa")
+
+
+def _405b(**kw):
+    opts = dict(gpu="h100-sxm", num_gpus=1024, tp=8, sp=True, pp=16, seq=8192, global_batch=256, micro_batch=1,
+                precision="bf16", framework="megatron", pp_first_layers=7, pp_last_layers=7)
+    opts.update(kw)
+    return gpuwise.train("llama-3.1-405b", **opts)
+
+
+def test_fsdp_without_resharding_gathers_once_per_step():
+    full, grad_op = _405b(fsdp="full").perf.step, _405b(fsdp="grad-op").perf.step
+    assert grad_op.num_microbatches == 32
+    assert grad_op.breakdown["dp_comm"] < full.breakdown["dp_comm"] / 4
+
+
+def test_interleaving_with_uneven_end_stages_as_llama3():
+    plain = _405b(fsdp="grad-op").perf.step
+    inter = _405b(fsdp="grad-op", vpp=8).perf.step
+    assert plain.bubble_fraction == pytest.approx(15 / (32 + 15))
+    assert inter.bubble_fraction == pytest.approx((15 / 8) / (32 + 15 / 8))
+    # v chunks per rank: v times the pipeline sends
+    assert inter.breakdown["pp_comm"] == pytest.approx(8 * plain.breakdown["pp_comm"], rel=1e-6)
+
+
+def test_interleaving_still_needs_even_middle_chunks():
+    spec = load_model("llama-3.1-405b").spec
+    layout = Layout(num_gpus=1024, tp=8, pp=16, vpp=3, schedule="interleaved", pp_first_layers=7, pp_last_layers=7)
+    with pytest.raises(InvalidArgument, match="vpp"):
+        validate_layout(layout, spec, seq=8192, global_batch=256, micro_batch=1)
+
+
+def test_pipeline_hops_pay_the_network_once_the_pipeline_leaves_the_node():
+    common = dict(gpu="h100-sxm", num_gpus=8, tp=2, pp=4, seq=4096, global_batch=16, micro_batch=1,
+                  framework="megatron")
+    inside = gpuwise.train("llama-3.1-8b", gpus_per_node=8, **common).perf.step
+    across = gpuwise.train("llama-3.1-8b", gpus_per_node=4, **common).perf.step
+    assert across.breakdown["pp_comm"] > 5 * inside.breakdown["pp_comm"]
+
+
+@pytest.mark.parametrize("model, layout", [
+    ("llama-3.1-8b", Layout(num_gpus=64, tp=2, pp=8, sharding="zero1")),
+    ("llama-3.1-405b", Layout(num_gpus=1024, tp=8, pp=16, vpp=8, schedule="interleaved", pp_first_layers=7,
+                              pp_last_layers=7, sharding="fsdp-grad-op")),
+    ("llama-3.1-8b", Layout(num_gpus=16, pp=4, schedule="gpipe", pp_first_layers=5, pp_last_layers=9)),
+    ("deepseek-v3", Layout(num_gpus=64, pp=4, pp_first_layers=16, pp_last_layers=15, ep=8, sharding="zero1")),
+    ("gemma-2-9b", Layout(num_gpus=6, pp=6)),  # sliding and full layers alternate: stages start on either
+])
+def test_distinct_stages_give_the_same_peak_as_every_stage(model, layout):
+    spec = load_model(model).spec
+    kw = dict(framework="megatron", precision="bf16", optimizer="adamw", seq=4096, micro_batch=1,
+              num_microbatches=8, recompute="none", finetune="full", lora_rank=16, lora_targets="all-linear",
+              offload=frozenset(), flash=True)
+    every = max((_stage_memory(spec, layout, s, **kw) for s in range(layout.pp)), key=lambda m: m.total)
+    kw.pop("finetune"), kw.pop("lora_rank"), kw.pop("lora_targets"), kw.pop("offload"), kw.pop("flash")
+    grouped = train_memory(spec, layout, **kw)
+    assert grouped.total == pytest.approx(every.total, rel=1e-12)
+    assert grouped.stage == every.stage
