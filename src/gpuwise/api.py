@@ -54,3 +54,14 @@ def roofline(model: str | LoadedModel, *, gpu: str | GPU, phase: str = "decode",
     g = gpu if isinstance(gpu, GPU) else get_gpu(gpu)
     return _roofline(RooflineRequest(model=m, gpu=g, phase=phase, batch=batch, seq=seq, dtype=dtype, profile=profile,
                                      plot=plot))
+
+
+def plan(model: str | LoadedModel, *, gpu: str | GPU, **options):
+    """Search the parallel layouts of a training job (options: the fields of plan.search.PlanRequest: num_gpus,
+    seq, global_batch, top, framework, objective, tp, pp, cp, ep, max_tp, no_pp, reserve_gib ...)."""
+    from .plan.search import PlanRequest
+    from .plan.search import plan as _plan
+
+    m = model if isinstance(model, LoadedModel) else load_model(model)
+    g = gpu if isinstance(gpu, GPU) else get_gpu(gpu)
+    return _plan(PlanRequest(model=m, gpu=g, **options))

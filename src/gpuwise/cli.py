@@ -138,6 +138,29 @@ def _add_infer(sub) -> None:
 
 
 def _add_roofline(sub) -> None:
+    pl = sub.add_parser("plan", help="search the parallel layouts of a training job and rank those that fit")
+    pl.add_argument("model", help="catalog name, Hugging Face id, or path to a config.json (or its folder)")
+    pl.add_argument("--gpu", required=True, help="GPU id or name")
+    pl.add_argument("--num-gpus", type=_positive_int, required=True)
+    pl.add_argument("--seq", type=_positive_int, required=True, help="tokens per sequence")
+    pl.add_argument("--global-batch", type=_positive_int, required=True, help="sequences per optimizer step")
+    pl.add_argument("--top", type=_positive_int, default=5, help="plans to show (default 5)")
+    pl.add_argument("--framework", choices=["megatron", "torchtitan", "fsdp", "deepspeed"], default="megatron",
+                    help="trainer whose shardings and memory profile to use (default megatron)")
+    pl.add_argument("--objective", choices=["time", "cost", "memory"], default="time",
+                    help="rank by step time (default), cost (same order at a fixed GPU count) or memory per GPU")
+    pl.add_argument("--precision", choices=["fp32", "bf16", "fp16", "fp8"], default="bf16")
+    for name in ("tp", "pp", "cp", "ep"):
+        pl.add_argument(f"--{name}", type=_positive_int, help=f"fix the {name.upper()} degree")
+    pl.add_argument("--max-tp", type=_positive_int, help="largest tensor-parallel degree to consider")
+    pl.add_argument("--no-pp", action="store_true", help="no pipeline parallelism")
+    pl.add_argument("--reserve-gib", type=_positive_float, default=0.0, help="memory to keep free per GPU (GiB)")
+    pl.add_argument("--tp-across-nodes", action="store_true", help="allow tensor parallelism across nodes")
+    pl.add_argument("--gpus-per-node", type=_positive_int, help="GPUs per node (default 8)")
+    pl.add_argument("--inter-node-gbps", type=_positive_float, help="per-GPU NIC line rate across nodes (Gb/s)")
+    pl.add_argument("--profile", help="measured device profile (JSON)")
+    pl.add_argument("--json", action="store_true", help="machine-readable output (docs/json-schema.md)")
+
     r = sub.add_parser("roofline", help="the model's operations on the GPU's roofline (table and plot)")
     r.add_argument("model", help="catalog name, Hugging Face id, or path to a config.json (or its folder)")
     r.add_argument("--gpu", required=True, help="GPU id or name")
@@ -149,6 +172,23 @@ def _add_roofline(sub) -> None:
     r.add_argument("--profile", help="measured device profile (JSON)")
     r.add_argument("--plot", help="write a log-log roofline plot to FILE.png or FILE.svg")
     r.add_argument("--json", action="store_true", help="machine-readable output (docs/json-schema.md)")
+
+
+def _cmd_plan(args: argparse.Namespace) -> str:
+    from .api import plan
+
+    result = plan(args.model, gpu=args.gpu, num_gpus=args.num_gpus, seq=args.seq, global_batch=args.global_batch,
+                  top=args.top, framework=args.framework, objective=args.objective, precision=args.precision,
+                  tp=args.tp, pp=args.pp, cp=args.cp, ep=args.ep, max_tp=args.max_tp, no_pp=args.no_pp,
+                  reserve_gib=args.reserve_gib, tp_across_nodes=args.tp_across_nodes,
+                  gpus_per_node=args.gpus_per_node, inter_node_gbps=args.inter_node_gbps, profile=args.profile)
+    if args.json:
+        from .report.json_out import dumps, plan_to_dict
+
+        return dumps(plan_to_dict(result))
+    from .report.text import render_plan
+
+    return render_plan(result)
 
 
 def _cmd_infer(args: argparse.Namespace) -> str:
@@ -252,7 +292,7 @@ def _cmd_gpus(args: argparse.Namespace) -> str:
     return render_gpus(found)
 
 
-COMMANDS = {"fit": _cmd_fit, "train": _cmd_train, "infer": _cmd_infer, "roofline": _cmd_roofline,
+COMMANDS = {"fit": _cmd_fit, "train": _cmd_train, "infer": _cmd_infer, "roofline": _cmd_roofline, "plan": _cmd_plan,
             "models": _cmd_models, "gpus": _cmd_gpus}
 
 

@@ -271,5 +271,34 @@ def model_entry_to_dict(e: CatalogEntry) -> dict[str, Any]:
     }
 
 
+def plan_to_dict(r) -> dict:
+    """`gpuwise plan --json`: the ranked layouts (best first) and the search's own figures."""
+    from ..plan.search import describe
+
+    plans = []
+    for p in r.plans:
+        lay = p.layout
+        plans.append({
+            "summary": describe(p),
+            "tp": lay.tp, "pp": lay.pp, "vpp": lay.vpp, "cp": lay.cp, "ep": lay.ep, "dp": lay.dp, "sp": lay.sp,
+            "sharding": lay.sharding, "pp_first_layers": lay.pp_first_layers, "pp_last_layers": lay.pp_last_layers,
+            "micro_batch": p.micro_batch, "num_microbatches": p.step.num_microbatches, "recompute": p.recompute,
+            "step_time_s": round(p.step_time_s, 6), "mfu": None if p.mfu is None else round(p.mfu, 4),
+            "memory_per_gpu": _num(p.memory_bytes), "bottleneck": p.bottleneck,
+            "bubble_fraction": round(p.step.bubble_fraction, 4),
+            "time_breakdown_s": {k: round(v, 6) for k, v in p.step.breakdown.items()},
+        })
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "model": {"id": r.request.model.id, "hf_id": r.request.model.hf_id}, "gpu": r.request.gpu.id, "num_gpus": r.request.num_gpus,
+        "seq": r.request.seq, "global_batch": r.request.global_batch, "framework": r.request.framework,
+        "objective": r.request.objective,
+        "mfu_denominator": {"flops_per_s_per_gpu": r.mfu_denominator, "what": "dense peak of the GEMM dtype"},
+        "plans": plans, "why": r.why, "evaluated": r.evaluated, "timed": r.timed, "feasible": r.feasible,
+        "search_time_s": round(r.search_time_s, 4),
+        "evaluated_per_s": round(r.evaluated / r.search_time_s) if r.search_time_s > 0 else None,
+    }
+
+
 def dumps(doc: Any) -> str:
     return json.dumps(doc, indent=2, sort_keys=False)

@@ -272,3 +272,24 @@ def render_roofline(r) -> str:
     if r.plot:
         lines.append(f"plot written to {r.plot}")
     return "\n".join(lines)
+
+
+def render_plan(r) -> str:
+    from ..plan.search import describe
+
+    req = r.request
+    lines = [f"{req.model.id} on {req.num_gpus} x {req.gpu.name}, seq {req.seq}, global batch {req.global_batch} "
+             f"sequences, framework {req.framework}, objective {req.objective}"]
+    if not r.plans:
+        lines.append(r.why)
+    for i, p in enumerate(r.plans, 1):
+        mfu = "unknown" if p.mfu is None else f"{100 * p.mfu:.1f}%"
+        lines.append(f"{i}. {describe(p)}")
+        lines.append(f"   step {_dur(p.step_time_s)}, MFU {mfu}, {p.memory_bytes / 2**30:.1f} GiB per GPU, "
+                     f"bubble {100 * p.step.bubble_fraction:.0f}%, largest overhead: {p.bottleneck.replace('_', ' ')} "
+                     f"{_dur(p.step.breakdown[p.bottleneck])}")
+    if len(r.plans) > 1:
+        lines.append(f"Why #1: {r.why}.")
+    lines.append(f"MFU = model FLOPs / (step time x GPUs x dense peak of the GEMM dtype per GPU). Searched "
+                 f"{r.evaluated:,} layouts ({r.feasible:,} fit) in {_dur(r.search_time_s)}.")
+    return "\n".join(lines)
