@@ -11,8 +11,8 @@ import gpuwise
 from gpuwise.cli import main
 
 
-def _check_fits(result):
-    for p in result.plans:
+def _check_fits(result, plans):
+    for p in plans:
         lay = p.layout
         r = gpuwise.train(result.request.model, gpu=result.request.gpu, num_gpus=lay.num_gpus, seq=result.request.seq,
                           global_batch=result.request.global_batch, micro_batch=p.micro_batch, tp=lay.tp, pp=lay.pp,
@@ -29,8 +29,7 @@ def test_plans_fit_and_are_ranked_by_step_time():
     assert r.feasible == len(r.plans) > 10
     times = [p.step_time_s for p in r.plans]
     assert times == sorted(times)
-    _check_fits(type(r)(request=r.request, plans=r.plans[:5], evaluated=r.evaluated, timed=r.timed,
-                        feasible=r.feasible, search_time_s=r.search_time_s, why=r.why))
+    _check_fits(r, r.plans[:3] + r.plans[-2:])
     assert "shorter than the runner-up" in r.why
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import InvalidArgument
+from ..memo import remember
 from ..spec.model import ModelSpec
 from .layer_ops import block_signature, stage_blocks
 from .parallel import Layout, in_flight_microbatches, stage_layers
@@ -179,12 +180,12 @@ def _per_token(spec: ModelSpec, layer: int, framework: str, e: float, fp8: bool,
     """Bytes per token saved by blocks of the kind of `layer` (cached per block kind)."""
     key = (id(spec), block_signature(spec, layer), framework, e, fp8, flash, selective, tp, sp, keys)
     hit = _PER_TOKEN.get(key)
-    if hit is None:
-        terms = layer_terms(spec, layer, framework=framework, e=e, fp8=fp8, flash=flash)
-        if selective:
-            terms = LayerTerms(terms.replicated, terms.split, 0.0)
-        hit = _PER_TOKEN[key] = (terms.per_token(tp, sp, keys), spec)
-    return hit[0]
+    if hit is not None:
+        return hit[0]
+    terms = layer_terms(spec, layer, framework=framework, e=e, fp8=fp8, flash=flash)
+    if selective:
+        terms = LayerTerms(terms.replicated, terms.split, 0.0)
+    return remember(_PER_TOKEN, key, terms.per_token(tp, sp, keys), spec)
 
 
 def stage_activations(spec: ModelSpec, layout: Layout, stage: int, *, framework: str, precision: str, seq: int,

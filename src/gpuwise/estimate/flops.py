@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..memo import remember
 from ..spec.model import SLIDING, ModelSpec
 
 CONVENTIONS = ("causal", "full")
@@ -93,13 +94,13 @@ _KINDS: dict = {}
 def _layer_kinds(spec: ModelSpec) -> tuple[tuple[bool, bool, int], ...]:
     """(sliding-window attention, MoE, number of layers) for each kind of block in the model (cached)."""
     hit = _KINDS.get(id(spec))
-    if hit is None:
-        counts: dict[tuple[bool, bool], int] = {}
-        for i in range(spec.num_layers):
-            kind = (spec.layer_types[i] == SLIDING, spec.moe is not None and bool(spec.moe.moe_layers[i]))
-            counts[kind] = counts.get(kind, 0) + 1
-        hit = _KINDS[id(spec)] = (tuple((s, m, n) for (s, m), n in counts.items()), spec)
-    return hit[0]
+    if hit is not None:
+        return hit[0]
+    counts: dict[tuple[bool, bool], int] = {}
+    for i in range(spec.num_layers):
+        kind = (spec.layer_types[i] == SLIDING, spec.moe is not None and bool(spec.moe.moe_layers[i]))
+        counts[kind] = counts.get(kind, 0) + 1
+    return remember(_KINDS, (id(spec),), tuple((s, m, n) for (s, m), n in counts.items()), spec)
 
 
 def forward_flops(spec: ModelSpec, seq: int, *, convention: str = "causal", lm_head_tokens: int | None = None) -> FlopsBreakdown:
@@ -156,9 +157,9 @@ def step_flops(spec: ModelSpec, *, seq: int, global_batch: int, convention: str 
         raise ValueError(f"recompute must be one of {RECOMPUTE}")
     key = (id(spec), seq, global_batch, convention, recompute)
     hit = _STEP_FLOPS.get(key)
-    if hit is None:
-        hit = _STEP_FLOPS[key] = (_step_flops(spec, seq, global_batch, convention, recompute), spec)
-    return hit[0]
+    if hit is not None:
+        return hit[0]
+    return remember(_STEP_FLOPS, key, _step_flops(spec, seq, global_batch, convention, recompute), spec)
 
 
 _STEP_FLOPS: dict = {}

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..memo import remember
 from ..spec.model import SLIDING, ModelSpec
 
 # Bytes per element moved by the streaming kernels of one block, forward (see the module docstring).
@@ -194,13 +195,13 @@ def stage_blocks(spec: ModelSpec, per_stage: tuple[int, ...], stage: int) -> tup
     """(first layer, count) of each block kind on pipeline stage `stage`, given the layers per stage (cached)."""
     key = (id(spec), per_stage, stage)
     hit = _STAGE_BLOCKS.get(key)
-    if hit is None:
-        first = sum(per_stage[:stage])
-        kinds: dict[tuple, list[int]] = {}
-        for layer in range(first, first + per_stage[stage]):
-            kinds.setdefault(block_signature(spec, layer), [layer, 0])[1] += 1
-        hit = _STAGE_BLOCKS[key] = (tuple((f, c) for f, c in kinds.values()), spec)
-    return hit[0]
+    if hit is not None:
+        return hit[0]
+    first = sum(per_stage[:stage])
+    kinds: dict[tuple, list[int]] = {}
+    for layer in range(first, first + per_stage[stage]):
+        kinds.setdefault(block_signature(spec, layer), [layer, 0])[1] += 1
+    return remember(_STAGE_BLOCKS, key, tuple((f, c) for f, c in kinds.values()), spec)
 
 
 _DISTINCT: dict = {}
@@ -210,14 +211,14 @@ def distinct_stages(spec: ModelSpec, per_stage: tuple[int, ...]) -> tuple[int, .
     """The first stage of each class (same block kinds, same first / last role), in order."""
     key = (id(spec), per_stage)
     hit = _DISTINCT.get(key)
-    if hit is None:
-        seen, out, first = set(), [], 0
-        for stage, count in enumerate(per_stage):
-            sig = (stage == 0, stage == len(per_stage) - 1,
-                   tuple(block_signature(spec, i) for i in range(first, first + count)))
-            first += count
-            if sig not in seen:
-                seen.add(sig)
-                out.append(stage)
-        hit = _DISTINCT[key] = (tuple(out), spec)
-    return hit[0]
+    if hit is not None:
+        return hit[0]
+    seen, out, first = set(), [], 0
+    for stage, count in enumerate(per_stage):
+        sig = (stage == 0, stage == len(per_stage) - 1,
+               tuple(block_signature(spec, i) for i in range(first, first + count)))
+        first += count
+        if sig not in seen:
+            seen.add(sig)
+            out.append(stage)
+    return remember(_DISTINCT, key, tuple(out), spec)

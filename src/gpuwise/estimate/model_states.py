@@ -13,9 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import InvalidArgument
+from ..memo import remember
 from ..spec.model import ModelSpec
-from .params import Tensor, tensor_inventory
 from .layer_ops import stage_blocks
+from .params import Tensor, tensor_inventory
 from .parallel import Layout, stage_layers
 
 FRAMEWORKS = ("megatron", "torchtitan", "fsdp", "hf", "deepspeed")
@@ -140,17 +141,17 @@ def _inventory_by_layer(spec: ModelSpec) -> tuple[tuple[tuple[Tensor, bool], ...
     """The tensors outside the blocks, each with whether it sits on the head side (after the blocks), and the
     tensors of each block (cached per spec)."""
     hit = _BY_LAYER.get(id(spec))
-    if hit is None:
-        outside, by_layer = [], [[] for _ in range(spec.num_layers)]
-        seen_blocks = False
-        for t in tensor_inventory(spec):
-            if t.layer is not None:
-                seen_blocks = True
-                by_layer[t.layer].append(t)
-            else:
-                outside.append((t, t.role in ("output", "proj_out") or seen_blocks))
-        hit = _BY_LAYER[id(spec)] = ((tuple(outside), tuple(tuple(x) for x in by_layer)), spec)
-    return hit[0]
+    if hit is not None:
+        return hit[0]
+    outside, by_layer = [], [[] for _ in range(spec.num_layers)]
+    seen_blocks = False
+    for t in tensor_inventory(spec):
+        if t.layer is not None:
+            seen_blocks = True
+            by_layer[t.layer].append(t)
+        else:
+            outside.append((t, t.role in ("output", "proj_out") or seen_blocks))
+    return remember(_BY_LAYER, (id(spec),), (tuple(outside), tuple(tuple(x) for x in by_layer)), spec)
 
 
 def stage_tensors(spec: ModelSpec, layout: Layout, stage: int) -> StageTensors:
@@ -169,6 +170,10 @@ def stage_tensors(spec: ModelSpec, layout: Layout, stage: int) -> StageTensors:
     hit = _STAGE_CACHE.get(key)
     if hit is not None:
         return hit[0]
+    return remember(_STAGE_CACHE, key, _stage_tensors(spec, layout, stage, per_stage), spec)
+
+
+def _stage_tensors(spec: ModelSpec, layout: Layout, stage: int, per_stage: tuple[int, ...]) -> StageTensors:
     outside, by_layer = _inventory_by_layer(spec)
     groups: dict[tuple, list] = {}
     largest = 0.0
@@ -190,12 +195,10 @@ def stage_tensors(spec: ModelSpec, layout: Layout, stage: int) -> StageTensors:
     for layer, reps in stage_blocks(spec, per_stage, stage):
         largest = max(largest, sum(add(t, reps) for t in by_layer[layer]))
     out = tuple(RankTensor(t, n, expert, count) for t, n, expert, count in groups.values())
-    result = StageTensors(
+    return StageTensors(
         groups=out, params=sum(rt.numel * rt.count for rt in out), largest_layer=largest,
         embedding=sum(rt.numel * rt.count for rt in out if rt.tensor.role in ("token_embd", "pos_embd")),
         head=sum(rt.numel * rt.count for rt in out if rt.tensor.role in ("output", "proj_out")))
-    _STAGE_CACHE[key] = (result, spec)  # keep the spec alive so its id stays unique
-    return result
 
 
 def lora_targets(targets: str) -> frozenset[str]:
@@ -244,11 +247,11 @@ def model_states(spec: ModelSpec, layout: Layout, stage: int, *, framework: str,
     key = (id(spec), layout.tp, layout.ep, stage_layers(layout, spec.num_layers), stage, layout.shard_size,
            layout.sharding, framework, precision, optimizer, finetune, lora_rank, lora_targets_spec, offload)
     hit = _STATES_CACHE.get(key)
-    if hit is None:
-        hit = _STATES_CACHE[key] = (_model_states(spec, layout, stage, framework=framework, precision=precision,
-                                                  optimizer=optimizer, finetune=finetune, lora_rank=lora_rank,
-                                                  lora_targets_spec=lora_targets_spec, offload=offload), spec)
-    return hit[0]
+    if hit is not None:
+        return hit[0]
+    return remember(_STATES_CACHE, key, _model_states(
+        spec, layout, stage, framework=framework, precision=precision, optimizer=optimizer, finetune=finetune,
+        lora_rank=lora_rank, lora_targets_spec=lora_targets_spec, offload=offload), spec)
 
 
 _STATES_CACHE: dict = {}

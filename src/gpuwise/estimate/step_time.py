@@ -28,6 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..catalog.devices import DeviceProfile
+from ..memo import remember
 from ..spec.model import ModelSpec
 from .comm import Topology
 from .kernels import attention_s, matmul_s, memory_s
@@ -122,6 +123,13 @@ def _block_time(profile: DeviceProfile, spec: ModelSpec, layer: int, *, tokens: 
     hit = _CACHE.get(key)
     if hit is not None:
         return hit[0]
+    return remember(_CACHE, key, _time_block(profile, spec, layer, tokens, seq_local, cp, tp, ep, dtype, e, recompute,
+                                             frozen_base, framework, attention), profile, spec)
+
+
+def _time_block(profile: DeviceProfile, spec: ModelSpec, layer: int, tokens: int, seq_local: int, cp: int, tp: int,
+                ep: int, dtype: str, e: float, recompute: str, frozen_base: bool, framework: str,
+                attention: str) -> _BlockTime:
     context = seq_local * cp
     keys = keys_per_query(spec, layer, context)
     style = "fused" if framework == "megatron" else "eager"
@@ -145,9 +153,7 @@ def _block_time(profile: DeviceProfile, spec: ModelSpec, layer: int, *, tokens: 
     forward = fwd_gemm + attn_f + stream
     backward = bwd_gemm + attn_b + 2 * stream
     rec = forward if recompute == "full" else (attn_f if recompute == "selective" else 0.0)
-    out = _BlockTime(forward, backward, rec, attn_f, attn_b, fwd_gemm, bwd_gemm)
-    _CACHE[key] = (out, profile, spec)  # keep the keyed objects alive so their ids stay unique
-    return out
+    return _BlockTime(forward, backward, rec, attn_f, attn_b, fwd_gemm, bwd_gemm)
 
 
 def _exposed(comm: float, window: float) -> float:

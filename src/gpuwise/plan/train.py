@@ -21,6 +21,7 @@ from ..estimate.model_states import FINETUNE, FRAMEWORKS, OPTIMIZERS, PRECISIONS
 from ..estimate.parallel import SCHEDULES, Layout, divisors, validate_layout
 from ..estimate.params import ParamCounts, param_counts
 from ..estimate.train_memory import FRAGMENTATION_RISK, TrainMemory, train_memory
+from ..memo import remember
 
 FSDP_MODES = {"full": "fsdp-full", "grad-op": "fsdp-grad-op", "no-reshard": "fsdp-no-reshard", "hybrid": "hsdp"}
 ZERO_STAGES = {0: "ddp", 1: "zero1", 2: "zero2", 3: "zero3"}
@@ -251,11 +252,11 @@ def _topology(req: TrainRequest) -> Topology:
     """The request's network (cached: the planner asks for the same one for every layout)."""
     key = (id(req.gpu), req.num_gpus, req.gpus_per_node, req.inter_node_gbps, req.profile)
     hit = _TOPOLOGIES.get(key)
-    if hit is None:
-        hit = _TOPOLOGIES[key] = (topology(req.gpu, num_gpus=req.num_gpus, gpus_per_node=req.gpus_per_node,
-                                           inter_node_gbps=req.inter_node_gbps,
-                                           overrides=network_overrides(req.profile)), req.gpu)
-    return hit[0]
+    if hit is not None:
+        return hit[0]
+    return remember(_TOPOLOGIES, key, topology(req.gpu, num_gpus=req.num_gpus, gpus_per_node=req.gpus_per_node,
+                                               inter_node_gbps=req.inter_node_gbps,
+                                               overrides=network_overrides(req.profile)), req.gpu)
 
 
 def _perf(req: TrainRequest, framework: str, layout: Layout, memory: TrainMemory, flops: StepFlops) -> TrainPerf:

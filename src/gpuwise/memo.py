@@ -1,0 +1,19 @@
+"""The models' hot-path caches: values stored under keys that hold `id()`s of the objects they depend on.
+
+Model specs, device profiles and GPUs are big frozen dataclasses whose hash walks every field; keying by `id` is
+what makes a lookup cheap. A cache site reads `hit = store.get(key)` and, on a miss only, computes the value and
+calls `remember`, which stores the keyed objects beside it so that their ids stay unique while the entry lives.
+(A helper taking a builder callable would cost a closure per lookup, which the planner's inner loop feels.)
+"""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+def remember(store: dict, key: tuple, value: T, *keep: object) -> T:
+    """Store `value` under `key` with the objects whose ids the key holds; return it."""
+    store[key] = (value, keep)
+    return value
