@@ -42,7 +42,28 @@ def predict_train(row: dict) -> float:
         return p.mfu
     if metric == "hardware_tflops_per_gpu":
         return r.flops.hardware / p.step.step_time_s / r.request.num_gpus / 1e12
+    if metric == "chinchilla_tflops_per_gpu":
+        tokens = r.request.global_batch * r.request.seq
+        flops = chinchilla_flops_per_token(_model(row["model"]), r.request.seq) * tokens
+        return flops / p.step.step_time_s / r.request.num_gpus / 1e12
     raise ValueError(f"unknown training metric {metric!r}")
+
+
+def chinchilla_flops_per_token(model: str, seq: int) -> float:
+    """Forward + backward FLOPs per token by Hoffmann et al. 2022 (arXiv 2203.15556) Appendix F.
+
+    The convention some sources quote their TFLOP/s in (metaseq converted OPT's words per second this way,
+    facebookresearch/metaseq#185): embeddings and logits as matmuls, full (non-causal) s x s attention,
+    3 FLOPs per softmax element, no recomputation, backward = 2 x forward. Dense decoder models only.
+    """
+    from gpuwise.catalog.models import load_model
+
+    m = load_model(model).spec
+    d, inner, ff = m.hidden_size, m.num_heads * m.head_dim, m.intermediate_size
+    attention = 2 * 3 * d * inner + 2 * seq * inner + 3 * m.num_heads * seq + 2 * seq * inner + 2 * inner * d
+    dense = 2 * (2 + m.gated_mlp) * d * ff
+    forward = 2 * m.vocab_size * d + m.num_layers * (attention + dense) + 2 * d * m.vocab_size
+    return 3 * forward
 
 
 def predict_infer(row: dict) -> float:
