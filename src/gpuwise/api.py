@@ -65,3 +65,12 @@ def plan(model: str | LoadedModel, *, gpu: str | GPU, **options):
     m = model if isinstance(model, LoadedModel) else load_model(model)
     g = gpu if isinstance(gpu, GPU) else get_gpu(gpu)
     return _plan(PlanRequest(model=m, gpu=g, **options))
+
+
+def doctor(model: str | LoadedModel, *, gpu: str | GPU, oom_at_gib: float | None = None, **options):
+    """Remedies for a training job that does not fit (options: those of `train`; see plan/doctor.py)."""
+    from .plan.doctor import doctor as _doctor
+
+    m = model if isinstance(model, LoadedModel) else load_model(model)
+    g = gpu if isinstance(gpu, GPU) else get_gpu(gpu)
+    return _doctor(TrainRequest(model=m, gpu=g, **options), oom_at_gib=oom_at_gib)

@@ -77,6 +77,14 @@ def _build_parser() -> argparse.ArgumentParser:
 
 def _add_train(sub) -> None:
     t = sub.add_parser("train", help="training memory per GPU and FLOPs per step: will this job fit?")
+    _train_options(t)
+    d = sub.add_parser("doctor", help="a training job does not fit (or ran out of memory): remedies, ranked")
+    _train_options(d)
+    d.add_argument("--oom-at-gib", type=_positive_float,
+                   help="memory the job held when it ran out (allocated + the failed request, GiB), if observed")
+
+
+def _train_options(t: argparse.ArgumentParser) -> None:
     t.add_argument("model", help="catalog name, Hugging Face id, or path to a config.json (or its folder)")
     t.add_argument("--gpu", required=True, help="GPU id or name, e.g. h100-sxm, a100-80gb")
     t.add_argument("--num-gpus", type=_positive_int, default=1, help="GPUs in the job (default 1)")
@@ -221,23 +229,29 @@ def _cmd_roofline(args: argparse.Namespace) -> str:
     return render_roofline(result)
 
 
-def _cmd_train(args: argparse.Namespace) -> str:
-    from .api import train
-
+def _train_options_from(args: argparse.Namespace) -> dict:
+    """`gpuwise train`'s flags as TrainRequest fields (shared with `doctor`)."""
     offload = tuple(x.strip() for x in args.offload.split(",") if x.strip())
     global_batch = args.global_batch
     if global_batch is None:  # one micro-batch per data-parallel rank
         mp = args.tp * args.pp * args.cp
         global_batch = max(1, args.num_gpus // mp) * args.micro_batch if args.num_gpus % mp == 0 else args.micro_batch
-    result = train(args.model, gpu=args.gpu, num_gpus=args.num_gpus, seq=args.seq, global_batch=global_batch,
-                   micro_batch=args.micro_batch, tp=args.tp, pp=args.pp, vpp=args.vpp, cp=args.cp, ep=args.ep,
-                   sp=args.sp, zero=args.zero, fsdp=args.fsdp, shard_group=args.shard_group, schedule=args.schedule,
-                   pp_first_layers=args.pp_first_layers, pp_last_layers=args.pp_last_layers,
-                   recompute=args.recompute, optimizer=args.optimizer, precision=args.precision,
-                   framework=args.framework, finetune=args.finetune, lora_rank=args.lora_rank,
-                   lora_targets=args.lora_targets, offload=offload, flops_convention=args.flops_convention,
-                   attention=args.attention, tp_comm_overlap=args.tp_comm_overlap, gpus_per_node=args.gpus_per_node, inter_node_gbps=args.inter_node_gbps, profile=args.profile,
-                   train_tokens=args.train_tokens, usd_per_gpu_hour=args.usd_per_gpu_hour)
+    return dict(num_gpus=args.num_gpus, seq=args.seq, global_batch=global_batch,
+                micro_batch=args.micro_batch, tp=args.tp, pp=args.pp, vpp=args.vpp, cp=args.cp, ep=args.ep,
+                sp=args.sp, zero=args.zero, fsdp=args.fsdp, shard_group=args.shard_group, schedule=args.schedule,
+                pp_first_layers=args.pp_first_layers, pp_last_layers=args.pp_last_layers,
+                recompute=args.recompute, optimizer=args.optimizer, precision=args.precision,
+                framework=args.framework, finetune=args.finetune, lora_rank=args.lora_rank,
+                lora_targets=args.lora_targets, offload=offload, flops_convention=args.flops_convention,
+                attention=args.attention, tp_comm_overlap=args.tp_comm_overlap, gpus_per_node=args.gpus_per_node,
+                inter_node_gbps=args.inter_node_gbps, profile=args.profile, train_tokens=args.train_tokens,
+                usd_per_gpu_hour=args.usd_per_gpu_hour)
+
+
+def _cmd_train(args: argparse.Namespace) -> str:
+    from .api import train
+
+    result = train(args.model, gpu=args.gpu, **_train_options_from(args))
     if args.json:
         from .report.json_out import dumps, train_to_dict
 
@@ -245,6 +259,19 @@ def _cmd_train(args: argparse.Namespace) -> str:
     from .report.text import render_train
 
     return render_train(result)
+
+
+def _cmd_doctor(args: argparse.Namespace) -> str:
+    from .api import doctor
+
+    result = doctor(args.model, gpu=args.gpu, oom_at_gib=args.oom_at_gib, **_train_options_from(args))
+    if args.json:
+        from .report.json_out import doctor_to_dict, dumps
+
+        return dumps(doctor_to_dict(result))
+    from .report.text import render_doctor
+
+    return render_doctor(result)
 
 
 def _cmd_fit(args: argparse.Namespace) -> str:
@@ -293,6 +320,7 @@ def _cmd_gpus(args: argparse.Namespace) -> str:
 
 
 COMMANDS = {"fit": _cmd_fit, "train": _cmd_train, "infer": _cmd_infer, "roofline": _cmd_roofline, "plan": _cmd_plan,
+            "doctor": _cmd_doctor,
             "models": _cmd_models, "gpus": _cmd_gpus}
 
 

@@ -293,3 +293,38 @@ def render_plan(r) -> str:
     lines.append(f"MFU = model FLOPs / (step time x GPUs x dense peak of the GEMM dtype per GPU). Searched "
                  f"{r.evaluated:,} layouts ({r.feasible:,} fit) in {_dur(r.search_time_s)}.")
     return "\n".join(lines)
+
+
+def render_doctor(r) -> str:
+    req = r.request
+    gib = 2**30
+    lines = [f"{req.model.id} training on {req.num_gpus} x {req.gpu.name}: {r.verdict}."]
+    if r.observed_bytes is not None and r.offset_bytes == 0:
+        lines.append(f"Observed {r.observed_bytes / gib:.1f} GiB at the OOM; the model predicts "
+                     f"{r.predicted_bytes / gib:.1f} GiB, which already explains it: figures below are the model's.")
+    elif r.observed_bytes is not None:
+        lines.append(f"Observed {r.observed_bytes / gib:.1f} GiB at the OOM vs {r.predicted_bytes / gib:.1f} GiB "
+                     f"predicted: the {r.offset_bytes / gib:.1f} GiB the model does not explain is kept in every "
+                     "figure below.")
+    t0 = r.base.perf.step.step_time_s
+    before = r.needed_bytes
+    rows = []
+    for x in r.remedies:
+        rows.append([("tight" if x.tight else "fits" if x.fits else "no"), x.change, f"{x.memory_bytes / gib:.1f}",
+                     f"{(before - x.memory_bytes) / gib:.1f}", _dur(x.step_time_s), f"{x.slowdown:+.0%}",
+                     "; ".join(w for w in ("changes the job" if x.changes_job else "", x.note) if w)])
+    if rows:
+        lines.append(_table(rows, ["fits", "remedy", "GiB/GPU", "saves GiB", "step", "vs now", "note"],
+                            right={2, 3, 4, 5}))
+    else:
+        lines.append("No remedy gpuwise knows saves memory for this job.")
+    if r.combination is not None:
+        c = r.combination
+        where = "with other hardware" if c.changes_job else "on the same GPUs"
+        tight = " (tight: within the 15% fragmentation allocators often add)" if c.tight else ""
+        lines.append(f"Best combination {where}: {c.change}: {c.memory_bytes / gib:.1f} GiB per GPU{tight}, "
+                     f"step {_dur(c.step_time_s)} ({c.slowdown:+.0%} vs {_dur(t0)}).")
+    elif not r.fits:
+        lines.append("No combination of micro-batch, recompute, sharding, 8-bit optimizer and offload fits on these "
+                     "GPUs: change the job or the hardware (rows marked 'changes the job').")
+    return "\n".join(lines)

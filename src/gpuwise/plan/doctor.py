@@ -1,0 +1,319 @@
+"""`gpuwise doctor`: what to change when a training job does not fit (or ran out of memory).
+
+Each remedy is the same request with one thing changed, costed by the same memory and step-time models as
+`gpuwise train`: smaller micro-batch with gradient accumulation, activation checkpointing (selective, full),
+mixed precision from fp32, fp8, an 8-bit optimizer, a stronger ZeRO/FSDP sharding, CPU offload, LoRA/QLoRA,
+a shorter context, more GPUs, a bigger GPU. Then the combination of the knobs that keep the job and the hardware
+as they are (micro-batch, recompute, sharding, optimizer, offload) that fits with the shortest step.
+
+An observed OOM (`oom_at_gib`: what the job held plus what it asked for when it failed) that is above the
+prediction is carried into every remedy as an offset: the model's savings apply, the unexplained part stays.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, replace
+
+from ..catalog.gpus import GPU, all_gpus
+from ..errors import GpuwiseError, require_positive_number
+from ..estimate.parallel import divisors
+from ..estimate.train_memory import FRAGMENTATION_RISK
+from .train import TrainRequest, TrainResult, train
+
+GIB = 2**30
+RECOMPUTE_LADDER = ("none", "selective", "full")
+ZERO_LADDER = (0, 1, 2, 3)
+HEADROOM_NOTE = FRAGMENTATION_RISK  # GMLake (ASPLOS 2024): 15% average fragmentation
+
+
+@dataclass(frozen=True)
+class Remedy:
+    name: str
+    """Short id: micro-batch, recompute, precision, optimizer, sharding, offload, lora, qlora, context,
+    more-gpus, bigger-gpu, combination."""
+    change: str
+    """What changes, in words."""
+    options: dict
+    """The TrainRequest fields that change (gpu as its id)."""
+    memory_bytes: float
+    """Predicted peak per GPU, with the observed offset added."""
+    step_time_s: float
+    slowdown: float
+    """Step time relative to the original job, minus 1 (negative: faster)."""
+    fits: bool
+    changes_job: bool
+    """True when the remedy changes what is trained or the hardware (LoRA, context, GPUs)."""
+    capacity_bytes: float = 0.0
+    """Memory of the GPU the remedy runs on."""
+    note: str = ""
+
+    @property
+    def tight(self) -> bool:
+        """Fits, but within the fragmentation allocators are often measured to add (HEADROOM_NOTE)."""
+        return self.fits and self.memory_bytes * (1 + HEADROOM_NOTE) > self.capacity_bytes
+
+    def saved_bytes(self, before: float) -> float:
+        return before - self.memory_bytes
+
+
+@dataclass(frozen=True)
+class DoctorResult:
+    request: TrainRequest
+    base: TrainResult
+    capacity_bytes: float
+    predicted_bytes: float
+    observed_bytes: float | None
+    offset_bytes: float
+    remedies: tuple[Remedy, ...]
+    """Ranked: those that fit first (least slowdown first; same job before changed job), then the rest (most
+    memory saved first)."""
+    combination: Remedy | None
+    """The cheapest-in-time mix of same-job knobs that fits; None when none does."""
+    verdict: str
+
+    @property
+    def needed_bytes(self) -> float:
+        return self.predicted_bytes + self.offset_bytes
+
+    @property
+    def fits(self) -> bool:
+        return self.needed_bytes <= self.capacity_bytes
+
+
+def doctor(req: TrainRequest, *, oom_at_gib: float | None = None) -> DoctorResult:
+    base = train(req)
+    framework = base.framework
+    req = replace(req, framework=framework)  # keep the implementation profile fixed across remedies
+    capacity = req.gpu.memory_bytes
+    predicted = base.memory.total
+    observed = None
+    if oom_at_gib is not None:
+        require_positive_number("--oom-at-gib", oom_at_gib, 1e6)
+        observed = oom_at_gib * GIB
+    offset = max(0.0, observed - predicted) if observed is not None else 0.0
+    t0 = base.perf.step.step_time_s
+
+    def remedy(name: str, change: str, changes_job: bool = False, note: str = "", **options) -> Remedy | None:
+        try:
+            r = train(replace(req, **options))
+        except GpuwiseError:
+            return None  # not a valid job with this change (e.g. a batch that no longer divides)
+        mem = r.memory.total + offset
+        shown = {k: (v.id if isinstance(v, GPU) else v) for k, v in options.items()}
+        if r.memory.cpu > 0:
+            note = "; ".join(w for w in (note, f"{r.memory.cpu / GIB:.1f} GiB of host memory per GPU") if w)
+        return Remedy(name, change, shown, mem, r.perf.step.step_time_s, r.perf.step.step_time_s / t0 - 1,
+                      mem <= r.request.gpu.memory_bytes, changes_job, r.request.gpu.memory_bytes, note)
+
+    found = [x for x in _single_changes(req, base, remedy) if x is not None
+             and (x.memory_bytes < predicted + offset - 0.5 * GIB / 1024 or x.name == "bigger-gpu")]
+    ranked = sorted(found, key=lambda x: (not x.fits, x.changes_job, x.slowdown if x.fits else -x.saved_bytes(
+        predicted + offset)))
+    combo = _combination(req, base, remedy)
+    return DoctorResult(request=req, base=base, capacity_bytes=capacity, predicted_bytes=predicted,
+                        observed_bytes=observed, offset_bytes=offset, remedies=tuple(ranked), combination=combo,
+                        verdict=_verdict(req, predicted + offset, capacity, ranked, combo))
+
+
+def _single_changes(req: TrainRequest, base: TrainResult, remedy):
+    lay = base.layout
+    per_rank = req.global_batch // lay.dp
+    if req.micro_batch > 1:
+        smaller = [b for b in divisors(per_rank) if b < req.micro_batch]
+        fitting = [b for b in smaller if base.max_micro_batch and b <= base.max_micro_batch]
+        b = max(fitting) if fitting else 1
+        yield remedy("micro-batch", f"micro-batch {req.micro_batch} -> {b}, gradient accumulation x"
+                     f"{per_rank // b} (same global batch)", micro_batch=b)
+    for rc in RECOMPUTE_LADDER[RECOMPUTE_LADDER.index(req.recompute) + 1:]:
+        if "activations" in req.offload and rc == "full":
+            continue
+        yield remedy("recompute", f"activation checkpointing {req.recompute} -> {rc}", recompute=rc)
+    if req.precision == "fp32":
+        yield remedy("precision", "fp32 -> bf16 mixed precision (fp32 master weights)", precision="bf16")
+    if req.precision in ("bf16", "fp16") and req.gpu.peak("fp8") and req.finetune != "qlora":
+        yield remedy("precision", f"{req.precision} -> fp8 matmuls (Transformer Engine)", precision="fp8",
+                     note="changes numerics: validate loss curves")
+    if req.optimizer == "adamw" and req.finetune == "full":
+        yield remedy("optimizer", "AdamW -> 8-bit AdamW (bitsandbytes)", optimizer="adamw-8bit")
+    for sharding in _stronger_shardings(req, lay):
+        yield remedy("sharding", sharding.pop("_label"), **sharding)
+    yield from _offloads(req, base, remedy)
+    if req.finetune == "full":
+        for mode in ("lora", "qlora"):
+            if mode == "qlora" and req.precision in ("fp32", "fp8"):
+                continue
+            yield remedy(mode, f"full fine-tuning -> {mode.upper()} (rank {req.lora_rank}, {req.lora_targets})",
+                         changes_job=True, note="trains adapters only: for fine-tuning, not pre-training",
+                         finetune=mode, framework=None, optimizer="adamw" if req.optimizer == "adamw-8bit" else req.optimizer)
+    seq = req.seq
+    for _ in range(3):
+        seq //= 2
+        if seq < 256 or seq % lay.cp:
+            break
+        r = remedy("context", f"sequence length {req.seq} -> {seq} (same sequences per step, fewer tokens)", changes_job=True, seq=seq)
+        if r is not None:
+            yield r
+            if r.fits:
+                break
+    yield from _more_gpus(req, base, remedy)
+    yield from _bigger_gpu(req, remedy)
+
+
+def _stronger_shardings(req: TrainRequest, lay) -> list[dict]:
+    if lay.dp * lay.cp == 1:
+        return []
+    if req.fsdp is not None:
+        return [] if req.fsdp == "full" else [dict(fsdp="full", _label=f"FSDP {req.fsdp} -> full shard")]
+    if base_zero(req) is not None and req.framework in ("deepspeed", "megatron"):
+        stages = [z for z in ZERO_LADDER if z > base_zero(req)]
+        if req.framework == "megatron":
+            stages = [z for z in stages if z == 1] or []  # Megatron: the distributed optimizer; beyond it, FSDP
+        return [dict(zero=z, _label=f"ZeRO {base_zero(req)} -> {z}") for z in stages]
+    return [dict(fsdp="full", _label="DDP -> FSDP full shard (ZeRO-3)")]
+
+
+def base_zero(req: TrainRequest) -> int | None:
+    if req.fsdp is not None:
+        return None
+    return req.zero or 0
+
+
+def _offloads(req: TrainRequest, base: TrainResult, remedy):
+    if "optimizer" not in req.offload and req.optimizer != "none":
+        yield remedy("offload", "optimizer states -> CPU memory (ZeRO-Offload)", offload=req.offload + ("optimizer",))
+    if "params" not in req.offload and base.layout.sharding in ("zero3", "fsdp-full", "hsdp"):
+        yield remedy("offload", "parameters and optimizer -> CPU memory (ZeRO-Infinity style)",
+                     offload=tuple(dict.fromkeys(req.offload + ("optimizer", "params"))))
+
+
+def _more_gpu_options(req: TrainRequest, base: TrainResult) -> list[tuple[int, dict]]:
+    """(factor, request changes) for 2, 4 and 8 times the GPUs as data parallelism with sharded states."""
+    lay = base.layout
+    sharded = {} if lay.sharding in ("zero3", "fsdp-full", "hsdp") else (
+        dict(zero=3) if req.framework == "deepspeed" else dict(fsdp="full", zero=None, framework=(
+            req.framework if req.framework != "megatron" else "torchtitan")))
+    out = []
+    for k in (2, 4, 8):
+        if req.global_batch % (lay.dp * k):
+            break
+        per_rank = req.global_batch // (lay.dp * k)
+        mb = max(b for b in divisors(per_rank) if b <= req.micro_batch)
+        out.append((k, dict(num_gpus=req.num_gpus * k, micro_batch=mb, **sharded)))
+    return out
+
+
+def _more_gpus(req: TrainRequest, base: TrainResult, remedy):
+    for k, changes in _more_gpu_options(req, base):
+        r = remedy("more-gpus", f"{req.num_gpus} -> {changes['num_gpus']} GPUs (data parallel x{k}, states sharded "
+                   "over them), same global batch", changes_job=True,
+                   note="cost per step grows with the GPU count", **changes)
+        if r is not None:
+            yield r
+            if r.fits:
+                return
+
+
+def _bigger_gpus(req: TrainRequest) -> list[GPU]:
+    """Same-vendor catalog GPUs with more memory and bf16 tensor cores, smallest first."""
+    return sorted((g for g in all_gpus() if g.vendor == req.gpu.vendor and g.memory_bytes > req.gpu.memory_bytes
+                   and g.peak("bf16")), key=lambda g: (g.memory_bytes, -(g.peak("bf16") or 0)))
+
+
+def _bigger_gpu(req: TrainRequest, remedy):
+    """The smallest bigger GPU on which the job fits as it is (or the biggest, if none does)."""
+    last = None
+    for g in _bigger_gpus(req):
+        last = remedy("bigger-gpu", f"{req.gpu.name} -> {g.name} ({g.memory_bytes / GIB:.0f} GiB)",
+                      changes_job=True, gpu=g)
+        if last is not None and last.fits:
+            break
+    if last is not None:
+        yield last
+
+
+def _combination(req: TrainRequest, base: TrainResult, remedy) -> Remedy | None:
+    """Search the same-job knobs together (micro-batch, recompute, sharding, optimizer, offload); the fitting mix
+    with the shortest predicted step. On the same GPUs first; if nothing fits there, with 2, 4, 8 times the GPUs,
+    then on the bigger GPUs, and the first hardware that admits a fitting mix is reported."""
+    best = _knob_search(req, base, remedy, {}, False, req)
+    if best is not None:
+        return best
+    for _, changes in _more_gpu_options(req, base):
+        try:
+            wider = train(replace(req, **changes))
+        except GpuwiseError:
+            continue
+        best = _knob_search(replace(req, **changes), wider, remedy, changes, True, req)
+        if best is not None:
+            return best
+    for g in _bigger_gpus(req):
+        best = _knob_search(replace(req, gpu=g), base, remedy, {"gpu": g}, True, req)
+        if best is not None:
+            return best
+    return None
+
+
+def _knob_search(req: TrainRequest, base: TrainResult, remedy, hardware: dict, changes_job: bool,
+                 original: TrainRequest) -> Remedy | None:
+    lay = base.layout
+    per_rank = req.global_batch // lay.dp
+    mbs = [b for b in divisors(per_rank) if b <= req.micro_batch]
+    rcs = RECOMPUTE_LADDER[RECOMPUTE_LADDER.index(req.recompute):]
+    shardings = [dict()] + [{k: v for k, v in s.items() if k != "_label"} for s in _stronger_shardings(req, lay)]
+    optimizers = [req.optimizer] + (["adamw-8bit"] if req.optimizer == "adamw" and req.finetune == "full" else [])
+    offloads = [req.offload]
+    if "optimizer" not in req.offload and req.optimizer != "none":
+        offloads.append(req.offload + ("optimizer",))
+    best: Remedy | None = None
+    for mb, rc, sh, opt, off in itertools.product(reversed(mbs), rcs, shardings, optimizers, offloads):
+        if "activations" in off and rc == "full":
+            continue
+        changes = {k: v for k, v in dict(micro_batch=mb, recompute=rc, optimizer=opt, offload=off).items()
+                   if getattr(req, k) != v}
+        changes.update(sh)
+        if not changes and not hardware:
+            continue
+        r = remedy("combination", _describe(original, {**hardware, **changes}), changes_job, **{**hardware, **changes})
+        if r is not None and r.fits and (best is None or (r.step_time_s, -r.memory_bytes)
+                                         < (best.step_time_s, -best.memory_bytes)):
+            best = r
+    return best
+
+
+def _describe(req: TrainRequest, changes: dict) -> str:
+    """The changes from the original request, in words (unchanged values left out)."""
+    words = []
+    if "gpu" in changes:
+        words.append(f"{changes['gpu'].name} instead of {req.gpu.name}")
+    if "num_gpus" in changes:
+        words.append(f"{req.num_gpus} -> {changes['num_gpus']} GPUs")
+    for k, v in changes.items():
+        if k in ("gpu", "num_gpus") or getattr(req, k) == v:
+            continue
+        if k == "offload":
+            words.append("offload " + (", ".join(v) or "none"))
+        elif k in ("zero", "fsdp", "framework"):
+            if v is not None:
+                words.append(f"{k} {v}")
+        else:
+            words.append(f"{k.replace('_', '-')} {getattr(req, k)} -> {v}")
+    return "; ".join(words)
+
+
+def _verdict(req: TrainRequest, needed: float, capacity: float, ranked: list[Remedy], combo: Remedy | None) -> str:
+    gib = GIB
+    if needed <= capacity:
+        left = capacity - needed
+        tight = " (tight: within the allocator's usual fragmentation)" if needed * (1 + HEADROOM_NOTE) > capacity else ""
+        return f"fits: {needed / gib:.1f} of {capacity / gib:.1f} GiB, {left / gib:.1f} GiB free{tight}"
+    short = needed - capacity
+    head = f"does not fit: needs {needed / gib:.1f} GiB on {req.gpu.name} ({capacity / gib:.1f} GiB), {short / gib:.1f} GiB short"
+    if combo is not None:
+        where = "with other hardware" if combo.changes_job else "on the same GPUs"
+        return (f"{head}; least slowdown that fits {where}: {combo.change} "
+                f"({combo.memory_bytes / gib:.1f} GiB, step {combo.slowdown:+.0%})")
+    other = next((r for r in ranked if r.fits), None)
+    if other is not None:
+        return f"{head}; no same-job setting fits; smallest change that does: {other.change}"
+    return f"{head}; no single remedy fits: more or bigger GPUs with the settings above combined"

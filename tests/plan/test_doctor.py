@@ -1,0 +1,96 @@
+"""`gpuwise doctor`: remedies are the train model's own figures, the combination is the best mix, CLI is robust."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import gpuwise
+from gpuwise.api import doctor
+from gpuwise.cli import main
+
+JOB = dict(num_gpus=8, fsdp="full", seq=8192, micro_batch=4, global_batch=64)
+
+
+@pytest.fixture(scope="module")
+def oom():
+    return doctor("llama-3.1-8b", gpu="h100-sxm", **JOB)
+
+
+def test_every_remedy_is_what_train_predicts_for_its_options(oom):
+    assert not oom.fits
+    assert oom.remedies
+    for x in oom.remedies:
+        options = {**JOB, "framework": oom.base.framework, **x.options}
+        gpu = options.pop("gpu", "h100-sxm")
+        r = gpuwise.train("llama-3.1-8b", gpu=gpu, **options)
+        assert x.memory_bytes == pytest.approx(r.memory.total)
+        assert x.step_time_s == pytest.approx(r.perf.step.step_time_s)
+        assert x.fits == r.fits
+
+
+def test_ranked_fitting_first_then_by_slowdown(oom):
+    fits = [x.fits for x in oom.remedies]
+    assert fits == sorted(fits, reverse=True)
+    same_job_fitting = [x.slowdown for x in oom.remedies if x.fits and not x.changes_job]
+    assert same_job_fitting == sorted(same_job_fitting)
+
+
+def test_combination_fits_and_beats_every_single_same_job_change_that_fits(oom):
+    c = oom.combination
+    assert c is not None and c.fits and not c.changes_job
+    assert c.memory_bytes <= oom.capacity_bytes
+    knobs = {"micro-batch", "recompute", "optimizer", "sharding"}
+    for x in oom.remedies:
+        if x.name in knobs and x.fits:
+            assert c.step_time_s <= x.step_time_s + 1e-12
+
+
+def test_a_job_that_cannot_fit_on_its_gpu_gets_a_hardware_combination():
+    r = doctor("llama-3.1-8b", gpu="rtx-4090", seq=4096, micro_batch=4, global_batch=8)
+    assert not r.fits
+    assert r.combination is not None and r.combination.changes_job and r.combination.fits
+    assert "does not fit" in r.verdict
+
+
+def test_fitting_job_says_so():
+    r = doctor("llama-3.1-8b", gpu="h100-sxm", num_gpus=8, fsdp="full", seq=2048, micro_batch=1, global_batch=8,
+               recompute="full")
+    assert r.fits and r.verdict.startswith("fits")
+
+
+def test_observed_oom_above_the_prediction_is_carried_into_every_remedy(oom):
+    extra = oom.predicted_bytes / 2**30 + 10
+    r = doctor("llama-3.1-8b", gpu="h100-sxm", oom_at_gib=extra, **JOB)
+    assert r.offset_bytes == pytest.approx(10 * 2**30)
+    by_change = {x.change: x for x in oom.remedies}
+    for x in r.remedies:
+        if x.change in by_change:
+            assert x.memory_bytes == pytest.approx(by_change[x.change].memory_bytes + r.offset_bytes)
+
+
+def test_cli_json_and_text(capsys):
+    assert main(["doctor", "llama-3.1-8b", "--gpu", "h100-sxm", "--num-gpus", "8", "--fsdp", "full", "--seq", "8192",
+                 "--micro-batch", "4", "--global-batch", "64", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["command"] == "doctor" and doc["fits"] is False
+    assert doc["remedies"] and doc["combination"]["fits"] is True
+    assert main(["doctor", "llama-3.1-8b", "--gpu", "h100-sxm", "--num-gpus", "8", "--fsdp", "full", "--seq", "8192",
+                 "--micro-batch", "4", "--global-batch", "64"]) == 0
+    out = capsys.readouterr().out
+    assert "Best combination on the same GPUs" in out and "GiB/GPU" in out
+
+
+@pytest.mark.parametrize("argv", [
+    ["doctor", "llama-3.1-8b", "--gpu", "h100-sxm", "--oom-at-gib", "-3"],
+    ["doctor", "no-such-model", "--gpu", "h100-sxm"],
+    ["doctor", "llama-3.1-8b", "--gpu", "h100-sxm", "--zero", "3", "--fsdp", "full"],
+])
+def test_bad_input_is_one_line_and_exit_2(argv, capsys):
+    with pytest.raises(SystemExit) as e:
+        code = main(argv)
+        raise SystemExit(code)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("gpuwise: error:")
