@@ -7,7 +7,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from .api import fit, infer, plan, roofline, train
+from .api import doctor, fit, infer, pick, plan, roofline, train
 from .catalog.gpus import get_gpu, search_gpus
 from .catalog.models import load_model, search_models
 from .errors import GpuwiseError
@@ -15,7 +15,7 @@ from .estimate.params import param_counts, tensor_inventory
 from .quant.formats import get_weight_format
 
 __all__ = [
-    "plan",
+    "doctor", "pick", "plan",
     "GpuwiseError", "__version__", "fit", "get_gpu", "infer", "roofline", "get_weight_format", "load_model", "param_counts",
     "search_gpus", "search_models", "tensor_inventory", "train",
 ]

@@ -74,3 +74,18 @@ def doctor(model: str | LoadedModel, *, gpu: str | GPU, oom_at_gib: float | None
     m = model if isinstance(model, LoadedModel) else load_model(model)
     g = gpu if isinstance(gpu, GPU) else get_gpu(gpu)
     return _doctor(TrainRequest(model=m, gpu=g, **options), oom_at_gib=oom_at_gib)
+
+
+def pick(model: str | LoadedModel, **options):
+    """Rank GPU kinds and counts for a workload (options: the fields of plan.pick.PickRequest: task, gpus,
+    max_gpus, budget_usd_per_hour, objective, headroom, prices; infer or train options)."""
+    from .plan.pick import PickRequest
+    from .plan.pick import pick as _pick
+
+    m = model if isinstance(model, LoadedModel) else load_model(model)
+    gpus = options.pop("gpus", None)
+    if gpus is not None:
+        from .plan.pick import resolve_gpu
+
+        gpus = tuple(g if isinstance(g, GPU) else resolve_gpu(g) for g in gpus)
+    return _pick(PickRequest(model=m, gpus=gpus, **options))

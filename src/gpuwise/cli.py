@@ -169,6 +169,31 @@ def _add_roofline(sub) -> None:
     pl.add_argument("--profile", help="measured device profile (JSON)")
     pl.add_argument("--json", action="store_true", help="machine-readable output (docs/json-schema.md)")
 
+    pk = sub.add_parser("pick", help="which GPU kind and how many for a workload: ranked, with each rejection's rule")
+    pk.add_argument("model", help="catalog name, Hugging Face id, or path to a config.json (or its folder)")
+    pk.add_argument("--task", choices=["infer", "train", "finetune"], default="infer", help="default infer")
+    pk.add_argument("--gpus", help="comma list of candidate GPUs (MIG slice as GPU:PROFILE); default: the catalog")
+    pk.add_argument("--max-gpus", type=_positive_int, default=8, help="most GPUs of one kind (default 8)")
+    pk.add_argument("--budget-usd-per-hour", type=_positive_float, help="most to spend per hour, all GPUs together")
+    pk.add_argument("--objective", choices=["cost", "speed"], default="cost",
+                    help="rank by cost per million tokens (default) or tokens per second")
+    pk.add_argument("--headroom", type=float, default=0.10, help="share of GPU memory to keep free (default 0.10)")
+    pk.add_argument("--no-mig", action="store_true", help="leave MIG slices out")
+    pk.add_argument("--price", default="", help="your prices, USD per GPU-hour: ID=USD,ID=USD (overrides the catalog)")
+    pk.add_argument("--top", type=_positive_int, default=10, help="candidates to show (default 10)")
+    pk.add_argument("--weights", help="infer: dtype or quantization (default: what the engine loads)")
+    pk.add_argument("--kv-dtype", help="infer: KV cache type")
+    pk.add_argument("--batch", type=_positive_int, default=1, help="infer: concurrent sequences (default 1)")
+    pk.add_argument("--prompt-tokens", type=_positive_int, default=512, help="infer: prompt tokens (default 512)")
+    pk.add_argument("--output-tokens", type=_positive_int, default=128, help="infer: output tokens (default 128)")
+    pk.add_argument("--engine", choices=["hf", "vllm", "llamacpp", "trtllm"], default="vllm", help="infer: default vllm")
+    pk.add_argument("--seq", type=_positive_int, help="train/finetune: tokens per sequence (default 4096 / 2048)")
+    pk.add_argument("--global-batch", type=_positive_int, help="train/finetune: sequences per step (default 256 / 16)")
+    pk.add_argument("--precision", choices=["bf16", "fp16", "fp8", "fp32"], default="bf16", help="train/finetune")
+    pk.add_argument("--finetune", choices=["full", "lora", "qlora"], help="finetune: method (default lora)")
+    pk.add_argument("--train-tokens", type=_positive_float, help="train/finetune: token budget (run time and cost)")
+    pk.add_argument("--json", action="store_true", help="machine-readable output (docs/json-schema.md)")
+
     r = sub.add_parser("roofline", help="the model's operations on the GPU's roofline (table and plot)")
     r.add_argument("model", help="catalog name, Hugging Face id, or path to a config.json (or its folder)")
     r.add_argument("--gpu", required=True, help="GPU id or name")
@@ -197,6 +222,44 @@ def _cmd_plan(args: argparse.Namespace) -> str:
     from .report.text import render_plan
 
     return render_plan(result)
+
+
+def _prices(text: str) -> dict[str, float]:
+    from .catalog.gpus import get_gpu
+    from .errors import InvalidArgument
+
+    out = {}
+    for item in (x.strip() for x in text.split(",") if x.strip()):
+        name, _, value = item.partition("=")
+        try:
+            usd = float(value)
+        except ValueError:
+            raise InvalidArgument(f"--price: '{item}' is not ID=USD") from None
+        if not 0 < usd < 1e4:
+            raise InvalidArgument(f"--price: {usd} USD per GPU-hour is not a price")
+        base, _, profile = name.strip().partition(":")
+        out[get_gpu(base).id + (":" + profile if profile else "")] = usd
+    return out
+
+
+def _cmd_pick(args: argparse.Namespace) -> str:
+    from .api import pick
+    from .plan.pick import resolve_gpu
+
+    gpus = tuple(resolve_gpu(x.strip()) for x in args.gpus.split(",") if x.strip()) if args.gpus else None
+    result = pick(args.model, task=args.task, gpus=gpus, max_gpus=args.max_gpus,
+                  budget_usd_per_hour=args.budget_usd_per_hour, objective=args.objective, headroom=args.headroom,
+                  mig=not args.no_mig, prices=_prices(args.price), top=args.top, weights=args.weights,
+                  kv_dtype=args.kv_dtype, batch=args.batch, prompt_tokens=args.prompt_tokens,
+                  output_tokens=args.output_tokens, engine=args.engine, seq=args.seq, global_batch=args.global_batch,
+                  precision=args.precision, finetune=args.finetune, train_tokens=args.train_tokens)
+    if args.json:
+        from .report.json_out import dumps, pick_to_dict
+
+        return dumps(pick_to_dict(result))
+    from .report.text import render_pick
+
+    return render_pick(result)
 
 
 def _cmd_infer(args: argparse.Namespace) -> str:
@@ -320,7 +383,7 @@ def _cmd_gpus(args: argparse.Namespace) -> str:
 
 
 COMMANDS = {"fit": _cmd_fit, "train": _cmd_train, "infer": _cmd_infer, "roofline": _cmd_roofline, "plan": _cmd_plan,
-            "doctor": _cmd_doctor,
+            "doctor": _cmd_doctor, "pick": _cmd_pick,
             "models": _cmd_models, "gpus": _cmd_gpus}
 
 

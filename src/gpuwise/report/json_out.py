@@ -324,3 +324,24 @@ def doctor_to_dict(r) -> dict:
         "remedies": [remedy(x) for x in r.remedies],
         "combination": remedy(r.combination) if r.combination is not None else None,
     }
+
+
+def pick_to_dict(r) -> dict:
+    """`gpuwise pick --json`: accepted candidates best first, and every rejection with its rule."""
+
+    def cand(c) -> dict:
+        return {"gpu": c.gpu.id, "gpu_name": c.gpu.name, "count": c.count, "fits": c.fits,
+                "memory_per_gpu": _num(c.memory_bytes), "memory_capacity": _num(c.gpu.memory_bytes),
+                "tokens_per_s": _round(c.tokens_per_s, 3), "usd_per_hour": _round(c.usd_per_hour, 4),
+                "usd_per_million_tokens": _round(c.usd_per_million_tokens, 6),
+                "kwh_per_million_tokens": _round(c.kwh_per_million_tokens, 6), "price_source": c.price_source,
+                "setup": c.setup, "interconnect": c.interconnect,
+                "latency_s": {k: _round(v, 6) for k, v in c.latency.items()},
+                "run_hours": _round(c.run_hours, 3), "run_usd": _round(c.run_usd, 2), "rule": c.rule,
+                "reason": c.reason or None}
+
+    req = r.request
+    return {"schema_version": SCHEMA_VERSION, "command": "pick", "model": {"id": req.model.id, "hf_id": req.model.hf_id},
+            "task": req.task, "objective": req.objective, "budget_usd_per_hour": req.budget_usd_per_hour,
+            "headroom": req.headroom, "ranked": [cand(c) for c in r.ranked], "why": r.why, "accepted": r.accepted,
+            "rejected": [cand(c) for c in r.rejected], "search_time_s": round(r.search_time_s, 4)}

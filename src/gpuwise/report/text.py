@@ -328,3 +328,51 @@ def render_doctor(r) -> str:
         lines.append("No combination of micro-batch, recompute, sharding, 8-bit optimizer and offload fits on these "
                      "GPUs: change the job or the hardware (rows marked 'changes the job').")
     return "\n".join(lines)
+
+
+def _usd(x: float | None, fmt: str = ".2f") -> str:
+    return "unknown" if x is None else f"${x:{fmt}}"
+
+
+def render_pick(r) -> str:
+    from ..plan.pick import RULES
+
+    req = r.request
+    what = {"infer": f"inference with {req.engine}, batch {req.batch}, {req.prompt_tokens} + {req.output_tokens} "
+                     "tokens", "train": f"training, seq {req.train_seq}, {req.train_batch} sequences per step",
+            "finetune": f"fine-tuning ({req.finetune or 'lora'}), seq {req.train_seq}, {req.train_batch} sequences "
+                        "per step"}[req.task]
+    gib = 2**30
+    lines = [f"{req.model.id}: {what}; ranked by {'cost per million tokens' if req.objective == 'cost' else 'speed'}"]
+    rows = []
+    for i, c in enumerate(r.ranked, 1):
+        rows.append([str(i), c.label, f"{c.tokens_per_s:,.0f}" if c.tokens_per_s else "unknown", _usd(c.usd_per_hour),
+                     _usd(c.usd_per_million_tokens, ".3g"), f"{(c.memory_bytes or 0) / gib:.1f} / "
+                     f"{c.gpu.memory_bytes / gib:.0f}", c.setup])
+    if rows:
+        speed = "output tok/s" if req.task == "infer" else "train tok/s"
+        lines.append(_table(rows, ["#", "GPUs", speed, "$/h", "$/M tok", "GiB/GPU", "setup"], right={2, 3, 4, 5}))
+        best = r.ranked[0]
+        lines.append(f"Why #1: {r.why}.")
+        lines.append(f"#1 interconnect: {best.interconnect}.")
+        if best.run_hours is not None:
+            lines.append(f"#1 for {req.train_tokens:,.0f} tokens: {best.run_hours:,.1f} h, {_usd(best.run_usd, ',.0f')}.")
+        if best.kwh_per_million_tokens is not None:
+            lines.append(f"#1 energy: {best.kwh_per_million_tokens:.3g} kWh per million tokens at TDP (an upper bound).")
+    else:
+        lines.append(r.why + ".")
+    by_rule: dict[str, list] = {}
+    for c in r.rejected:
+        by_rule.setdefault(c.rule, []).append(c)
+    if by_rule:
+        lines.append(f"Rejected ({len(r.rejected)}), by the first rule each fails (memory, communication, budget, "
+                     "headroom):")
+    for rule in RULES:
+        group = by_rule.get(rule, [])
+        for c in group[:3]:
+            lines.append(f"  {rule}: {c.label}: {c.reason}")
+        if len(group) > 3:
+            lines.append(f"  {rule}: ... and {len(group) - 3} more (--json lists them)")
+    lines.append("Prices: on-demand rental list prices (catalog, with sources in --json) unless given with --price; "
+                 "MIG slices pro-rata.")
+    return "\n".join(lines)

@@ -1,0 +1,120 @@
+"""`gpuwise pick`: the rules in order, the ranking, MIG slices, and the property that more memory never hurts."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import gpuwise
+from gpuwise.catalog.gpus import get_gpu
+from gpuwise.cli import main
+from gpuwise.plan.pick import RULES, mig_slices
+
+GIB = 2**30
+
+
+@pytest.fixture(scope="module")
+def infer70():
+    return gpuwise.pick("llama-3.1-70b", task="infer", budget_usd_per_hour=20, top=1000)
+
+
+def test_accepted_fit_with_headroom_within_budget_and_ranked_by_cost(infer70):
+    r = infer70
+    assert r.ranked and len(r.ranked) == r.accepted
+    for c in r.ranked:
+        assert c.fits and c.rule is None
+        assert c.memory_bytes <= 0.9 * c.gpu.memory_bytes
+        assert c.usd_per_hour is not None and c.usd_per_hour <= 20
+    costs = [c.usd_per_million_tokens for c in r.ranked]
+    assert costs == sorted(costs)
+
+
+def test_each_rejection_names_the_first_rule_it_fails(infer70):
+    for c in infer70.rejected:
+        assert c.rule in RULES and c.reason
+        assert (c.rule == "memory") == (not c.fits)
+        if c.rule in ("budget", "headroom"):
+            assert c.fits
+        if c.rule == "headroom":
+            assert c.usd_per_hour <= 20
+
+
+def test_candidates_are_what_infer_predicts():
+    r = gpuwise.pick("llama-3.1-8b", task="infer", gpus=["rtx-4090", "h100-sxm"], headroom=0, top=100)
+    for c in r.ranked:
+        ref = gpuwise.infer("llama-3.1-8b", gpu=c.gpu, num_gpus=c.count)
+        assert c.tokens_per_s == pytest.approx(ref.requests_per_s * 128)  # output tokens of whole requests
+        assert c.usd_per_million_tokens == pytest.approx(ref.usd_per_million_output_tokens)
+
+
+def test_layer_split_that_is_no_faster_is_rejected_by_communication():
+    r = gpuwise.pick("llama-3.1-8b", task="infer", engine="llamacpp", weights="Q4_K_M", gpus=["rtx-4090"], top=10)
+    assert [c.count for c in r.ranked] == [1]
+    assert {c.rule for c in r.rejected} == {"communication"}
+    assert all("layer split" in c.reason for c in r.rejected)
+
+
+def test_mig_slices_are_pro_rata_and_single():
+    h100 = get_gpu("h100-sxm")
+    slices = mig_slices(h100)
+    assert slices and all(s.memory_bytes < h100.memory_bytes for s in slices)
+    one = next(s for s in slices if s.id.endswith("1g.10gb"))
+    assert one.peak("bf16") == pytest.approx(h100.peak("bf16") / 7)
+    r = gpuwise.pick("llama-3.1-8b", task="infer", engine="llamacpp", weights="Q4_K_M",
+                     gpus=["h100-sxm:1g.10gb"], headroom=0)
+    assert [c.count for c in r.ranked] == [1]
+    assert r.ranked[0].usd_per_hour == pytest.approx(3.99 * max(1 / 7, 10 / 80))
+
+
+def test_training_candidates_keep_the_headroom():
+    r = gpuwise.pick("llama-3.1-8b", task="finetune", finetune="qlora", gpus=["rtx-4090", "a100-sxm-80gb"], top=20)
+    assert r.ranked
+    for c in r.ranked:
+        assert c.memory_bytes <= 0.9 * c.gpu.memory_bytes and c.tokens_per_s > 0
+
+
+MODELS = ["llama-3.1-8b", "qwen2.5-7b", "mistral-7b-v0.3"]
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(model=st.sampled_from(MODELS), batch=st.sampled_from([1, 4, 32, 128]),
+       prompt=st.sampled_from([128, 2048, 16384]), engine=st.sampled_from(["vllm", "llamacpp"]),
+       factor=st.sampled_from([1.5, 2.0, 4.0]))
+def test_a_bigger_memory_gpu_of_the_same_speed_never_ranks_lower(model, batch, prompt, engine, factor):
+    base = get_gpu("rtx-4090")
+    big = replace(base, id="rtx-4090-big", name="RTX 4090 with more memory", memory_gb=base.memory_gb * factor,
+                  memory_bytes=int(base.memory_bytes * factor))
+    r = gpuwise.pick(model, task="infer", gpus=[base, big], batch=batch, prompt_tokens=prompt, engine=engine,
+                     prices={base.id: 0.5, big.id: 0.5}, top=100)
+    order = [c.gpu.id for c in r.ranked]
+    if base.id in order:
+        assert big.id in order and order.index(big.id) < order.index(base.id)
+
+
+@pytest.mark.parametrize("argv", [
+    ["pick", "llama-3.1-8b", "--task", "inference"],
+    ["pick", "llama-3.1-8b", "--gpus", "no-such-gpu"],
+    ["pick", "llama-3.1-8b", "--gpus", "h100-sxm:9g.99gb"],
+    ["pick", "llama-3.1-8b", "--price", "h100-sxm=cheap"],
+    ["pick", "llama-3.1-8b", "--headroom", "1.5"],
+    ["pick", "llama-3.1-8b", "--task", "infer", "--seq", "4096"],
+])
+def test_bad_input_is_one_line_and_exit_2(argv, capsys):
+    with pytest.raises(SystemExit) as e:
+        raise SystemExit(main(argv))
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("gpuwise: error:")
+
+
+def test_cli_json(capsys):
+    assert main(["pick", "llama-3.1-8b", "--gpus", "rtx-4090,l40s,h100-sxm", "--budget-usd-per-hour", "3",
+                 "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["command"] == "pick" and doc["ranked"]
+    assert {c["rule"] for c in doc["rejected"]} <= set(RULES)
+    assert all(c["usd_per_hour"] <= 3 for c in doc["ranked"])
