@@ -194,6 +194,13 @@ def _add_roofline(sub) -> None:
     pk.add_argument("--train-tokens", type=_positive_float, help="train/finetune: token budget (run time and cost)")
     pk.add_argument("--json", action="store_true", help="machine-readable output (docs/json-schema.md)")
 
+    ex = sub.add_parser("explain", help="a concept in plain words, with its numbers for your GPU and model")
+    ex.add_argument("term", nargs="?", help="e.g. mfu, zero, bubble, ridge, nvlink, mig, fp8 (none: list the terms)")
+    ex.add_argument("--model", help="show the numbers for this model too (catalog name, HF id or config.json)")
+    ex.add_argument("--gpu", help="GPU for the numbers (default h100-sxm)")
+    ex.add_argument("--list", action="store_true", help="list the terms")
+    ex.add_argument("--json", action="store_true", help="machine-readable output")
+
     r = sub.add_parser("roofline", help="the model's operations on the GPU's roofline (table and plot)")
     r.add_argument("model", help="catalog name, Hugging Face id, or path to a config.json (or its folder)")
     r.add_argument("--gpu", required=True, help="GPU id or name")
@@ -240,6 +247,23 @@ def _prices(text: str) -> dict[str, float]:
         base, _, profile = name.strip().partition(":")
         out[get_gpu(base).id + (":" + profile if profile else "")] = usd
     return out
+
+
+def _cmd_explain(args: argparse.Namespace) -> str:
+    from .plan import explain as ex
+
+    if args.list or not args.term:
+        if args.json:
+            from .report.json_out import SCHEMA_VERSION, dumps
+
+            return dumps({"schema_version": SCHEMA_VERSION, "command": "explain", "terms": list(ex.TERMS)})
+        return ex.list_terms()
+    e = ex.explain(args.term, model=args.model, gpu=args.gpu)
+    if args.json:
+        from .report.json_out import dumps
+
+        return dumps(ex.to_dict(e))
+    return ex.render(e)
 
 
 def _cmd_pick(args: argparse.Namespace) -> str:
@@ -384,6 +408,7 @@ def _cmd_gpus(args: argparse.Namespace) -> str:
 
 COMMANDS = {"fit": _cmd_fit, "train": _cmd_train, "infer": _cmd_infer, "roofline": _cmd_roofline, "plan": _cmd_plan,
             "doctor": _cmd_doctor, "pick": _cmd_pick,
+            "explain": _cmd_explain,
             "models": _cmd_models, "gpus": _cmd_gpus}
 
 
