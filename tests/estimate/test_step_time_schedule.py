@@ -4,6 +4,8 @@ block kinds) against a stage-by-stage one."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 import gpuwise
@@ -11,7 +13,7 @@ from gpuwise.catalog.models import load_model
 from gpuwise.errors import InvalidArgument
 from gpuwise.estimate.activations import korthikanti_layer_bytes
 from gpuwise.estimate.parallel import Layout, validate_layout
-from gpuwise.estimate.train_memory import _stage_memory, train_memory
+from gpuwise.estimate.train_memory import _stage_memory, layout_memory, train_memory
 
 GPT_22B = "validation/models/gpt-22b.json"
 
@@ -94,6 +96,10 @@ def test_pipeline_hops_pay_the_network_once_the_pipeline_leaves_the_node():
 ])
 def test_distinct_stages_give_the_same_peak_as_every_stage(model, layout):
     spec = load_model(model).spec
+    # The same layout without interleaving first: the stages' memory is cached for both (only the micro-batches
+    # in flight differ), which must not leak one's schedule into the other.
+    train_memory(spec, replace(layout, vpp=1, schedule="1f1b"), framework="megatron", precision="bf16",
+                 optimizer="adamw", seq=4096, micro_batch=1, num_microbatches=8)
     kw = dict(framework="megatron", precision="bf16", optimizer="adamw", seq=4096, micro_batch=1,
               num_microbatches=8, recompute="none", finetune="full", lora_rank=16, lora_targets="all-linear",
               offload=frozenset(), flash=True)
@@ -102,3 +108,23 @@ def test_distinct_stages_give_the_same_peak_as_every_stage(model, layout):
     grouped = train_memory(spec, layout, **kw)
     assert grouped.total == pytest.approx(every.total, rel=1e-12)
     assert grouped.stage == every.stage
+
+
+@pytest.mark.parametrize("offload", [frozenset(), frozenset({"optimizer"}), frozenset({"optimizer", "params"}),
+                                     frozenset({"activations"})])
+@pytest.mark.parametrize("layout", [
+    Layout(num_gpus=64, tp=2, pp=4, sp=True, sharding="zero3"),
+    Layout(num_gpus=64, pp=8, vpp=2, schedule="interleaved", cp=2, sharding="hsdp", shard_group=2),
+    Layout(num_gpus=8, sharding="ddp"),
+])
+def test_the_planners_peak_is_the_breakdowns_total(layout, offload):
+    # The planner reads `peak` (no objects built); `gpuwise train` reads `at`: the same total and stage, exactly.
+    spec = load_model("llama-3.1-8b").spec
+    for framework in ("megatron", "fsdp", "deepspeed"):
+        lm = layout_memory(spec, layout, framework=framework, precision="bf16", optimizer="adamw", seq=4096,
+                           offload=offload)
+        for mb in (1, 2, 8):
+            for rc in ("none", "selective", "full"):
+                total, stage, _ = lm.peak(mb, 16, rc)
+                mem = lm.at(mb, 16, rc)
+                assert mem.total == total and mem.stage == stage.index

@@ -188,42 +188,116 @@ def _per_token(spec: ModelSpec, layer: int, framework: str, e: float, fp8: bool,
     return remember(_PER_TOKEN, key, terms.per_token(tp, sp, keys), spec)
 
 
+@dataclass(frozen=True, slots=True)
+class StageActivationTerms:
+    """One pipeline stage's activations up to the micro-batch, the micro-batches in flight and the recompute mode:
+    bytes per token of each block kind and of what sits outside the blocks. `at` finishes the sum. Cached by
+    `stage_activation_terms` (shared by the layouts that differ only in schedule, interleaving or sharding); the
+    memory model calls `parts` for every candidate micro-batch and recompute mode."""
+
+    seq: int
+    cp: int
+    tp: int
+    e: float
+    """Bytes per activation element (4 under fp32, else 2)."""
+    per_kind: tuple[tuple[float, int], ...]
+    """(bytes per token, block count) of each block kind on the stage, nothing recomputed."""
+    per_kind_selective: tuple[tuple[float, int], ...]
+    """The same with the attention core recomputed (selective)."""
+    num_layers: int
+    seq_split: int
+    """What sequence parallelism divides the replicated terms by (tp with SP, else 1)."""
+    stored_per_token: float
+    """Bytes per token and layer that full recompute keeps (the layer input)."""
+    dropout_mask: bool
+    """The first stage keeps the embedding dropout mask."""
+    rope_dim: int
+    """Head dimension of the cos and sin tables (0 without rotary embeddings)."""
+    head_per_token: float
+    """Last stage: final norm and LM head input, bytes per token before the SP split (0 elsewhere)."""
+    logit_bytes: tuple[float, float] | None
+    """Last stage: (saved, peak) bytes per logit element; None elsewhere."""
+    hidden: int
+    vocab: int
+
+    def at(self, micro_batch: int, in_flight: float, recompute: str = "none",
+           offload_activations: bool = False) -> Activations:
+        """Activation bytes at the stage's peak, `in_flight` micro-batches of `micro_batch` sequences held."""
+        return Activations(*self.parts(micro_batch, in_flight, recompute, offload_activations))
+
+    def parts(self, micro_batch: int, in_flight: float, recompute: str,
+              offload_activations: bool) -> tuple[float, float, float, float, float, float]:
+        """`Activations`' fields in order (layers, outside layers, recompute working set, logits, micro-batches in
+        flight, largest layer), as a tuple: the memory model's inner loop reads them without building one."""
+        if recompute not in RECOMPUTE:
+            raise InvalidArgument(f"unknown recompute mode '{recompute}'; valid: {', '.join(RECOMPUTE)}")
+        tokens = micro_batch * self.seq / self.cp
+        full_layer = 0.0  # the largest block kind's bytes for one micro-batch
+        all_layers = 0  # all the stage's blocks, one micro-batch
+        for i, (b, c) in enumerate(self.per_kind_selective if recompute == "selective" else self.per_kind):
+            b *= tokens
+            if i == 0 or b > full_layer:
+                full_layer = b
+            all_layers += b * c
+        if recompute == "full":
+            layers, working = self.stored_per_token * tokens * self.num_layers * in_flight, full_layer
+        elif offload_activations:
+            layers, working = 0.0, 2 * full_layer  # the layer computing and the one in transfer
+        else:
+            layers, working = all_layers * in_flight, 0.0
+        outside = 0.0
+        if self.dropout_mask:
+            outside += tokens * self.hidden / self.seq_split * in_flight  # embedding dropout mask
+        if self.rope_dim:
+            outside += tokens / micro_batch * 2 * self.e * self.rope_dim  # cos and sin, shared by the layers
+        logits = 0.0
+        if self.logit_bytes is not None:
+            # saved per in-flight micro-batch (GPipe's last stage holds all m); the loss gradients once
+            outside += tokens * self.head_per_token / self.seq_split * in_flight
+            saved, peak = self.logit_bytes
+            logits = tokens * self.vocab * (saved * in_flight + peak - saved) / self.tp
+        return layers, outside, working, logits, in_flight, full_layer
+
+
+_STAGE_TERMS: dict = {}
+
+
+def stage_activation_terms(spec: ModelSpec, layout: Layout, stage: int, *, framework: str, precision: str, seq: int,
+                           flash: bool = True) -> StageActivationTerms:
+    """The per-token terms of pipeline stage `stage`, cached by the spec's id, the layers per stage, the stage, TP,
+    SP, CP, sequence, framework, precision and attention kernel (what they depend on)."""
+    per_stage = stage_layers(layout, spec.num_layers)
+    sp = layout.sp and layout.tp > 1
+    key = (id(spec), per_stage, stage, layout.tp, sp, layout.cp, seq, framework, precision, flash)
+    hit = _STAGE_TERMS.get(key)
+    if hit is not None:
+        return hit[0]
+    e = 4.0 if precision == "fp32" else 2.0
+    fp8 = precision == "fp8"
+    tp = layout.tp
+    keys = seq / layout.cp  # materialized scores: local queries against local keys
+    blocks = stage_blocks(spec, per_stage, stage)
+
+    def kinds(selective: bool) -> tuple[tuple[float, int], ...]:
+        return tuple((_per_token(spec, layer, framework, e, fp8, flash, selective, tp, sp, keys), count)
+                     for layer, count in blocks)
+
+    h = spec.hidden_size
+    split = tp if sp else 1
+    last = stage == layout.pp - 1
+    return remember(_STAGE_TERMS, key, StageActivationTerms(
+        seq=seq, cp=layout.cp, tp=tp, e=e, per_kind=kinds(False), per_kind_selective=kinds(True),
+        num_layers=sum(c for _, c in blocks), seq_split=split, stored_per_token=e * h / split,
+        dropout_mask=stage == 0 and spec.hidden_dropout > 0,
+        rope_dim=spec.head_dim if spec.position == "rope" else 0,
+        head_per_token=(_norm_bytes(spec, h, e, framework) + e * h) if last else 0.0,
+        logit_bytes=logits_bytes_per_element(framework, e) if last else None, hidden=h, vocab=spec.vocab_size), spec)
+
+
 def stage_activations(spec: ModelSpec, layout: Layout, stage: int, *, framework: str, precision: str, seq: int,
                       micro_batch: int, num_microbatches: int, recompute: str = "none",
                       offload_activations: bool = False, flash: bool = True) -> Activations:
     """Activation bytes on a rank of pipeline stage `stage` at its peak."""
-    if recompute not in RECOMPUTE:
-        raise InvalidArgument(f"unknown recompute mode '{recompute}'; valid: {', '.join(RECOMPUTE)}")
-    e = 4.0 if precision == "fp32" else 2.0
-    fp8 = precision == "fp8"
-    tp, sp = layout.tp, layout.sp and layout.tp > 1
-    tokens = micro_batch * seq / layout.cp
-    keys = seq / layout.cp  # materialized scores: local queries against local keys
-    blocks = stage_blocks(spec, stage_layers(layout, spec.num_layers), stage)
-    per_kind = [(tokens * _per_token(spec, layer, framework, e, fp8, flash, recompute == "selective", tp, sp, keys),
-                 count) for layer, count in blocks]
-    full_layer = max((b for b, _ in per_kind), default=0.0)
-    all_layers = sum(b * c for b, c in per_kind)
-    num_layers = sum(c for _, c in per_kind)
-    in_flight = in_flight_microbatches(layout, stage, num_microbatches)
-    if recompute == "full":
-        stored = e * spec.hidden_size / (tp if sp else 1) * tokens * num_layers
-        layers, working = stored * in_flight, full_layer
-    elif offload_activations:
-        layers, working = 0.0, 2 * full_layer  # the layer computing and the one in transfer
-    else:
-        layers, working = all_layers * in_flight, 0.0
-    h = spec.hidden_size
-    outside = 0.0
-    if stage == 0 and spec.hidden_dropout > 0:
-        outside += tokens * h / (tp if sp else 1) * in_flight  # embedding dropout mask
-    if spec.position == "rope":
-        outside += tokens / micro_batch * 2 * e * spec.head_dim  # cos and sin, shared by the layers
-    logits = 0.0
-    if stage == layout.pp - 1:
-        # saved per in-flight micro-batch (GPipe's last stage holds all m); the loss gradients once
-        outside += tokens * (_norm_bytes(spec, h, e, framework) + e * h) / (tp if sp else 1) * in_flight
-        saved, peak = logits_bytes_per_element(framework, e)
-        logits = tokens * spec.vocab_size * (saved * in_flight + peak - saved) / tp
-    return Activations(layers=layers, outside_layers=outside, recompute_working=working, logits=logits,
-                       in_flight=in_flight, largest_layer=full_layer)
+    terms = stage_activation_terms(spec, layout, stage, framework=framework, precision=precision, seq=seq, flash=flash)
+    return terms.at(micro_batch, in_flight_microbatches(layout, stage, num_microbatches), recompute,
+                    offload_activations)

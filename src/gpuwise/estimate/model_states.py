@@ -140,7 +140,7 @@ _BY_LAYER: dict = {}
 def _inventory_by_layer(spec: ModelSpec) -> tuple[tuple[tuple[Tensor, bool], ...], tuple[tuple[Tensor, ...], ...]]:
     """The tensors outside the blocks, each with whether it sits on the head side (after the blocks), and the
     tensors of each block (cached per spec)."""
-    hit = _BY_LAYER.get(id(spec))
+    hit = _BY_LAYER.get((id(spec),))
     if hit is not None:
         return hit[0]
     outside, by_layer = [], [[] for _ in range(spec.num_layers)]

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..catalog.devices import DeviceProfile
+from ..catalog.devices import DeviceProfile, network_defaults
 from ..memo import remember
 from ..spec.model import ModelSpec
 from .comm import Topology
@@ -160,12 +160,45 @@ def _exposed(comm: float, window: float) -> float:
     return max(0.0, comm - window)
 
 
+def group_params(layout: Layout) -> int:
+    """Ranks the parameters are sharded over (1 without parameter sharding)."""
+    return layout.shard_size if layout.sharding_spec.params else 1
+
+
+def _offload_s(profile: DeviceProfile, offload: frozenset[str], trained: float, params: float, working_bytes: float,
+               grad_bytes: float, host_bytes: float, fwd_window: float, bwd_window: float) -> float:
+    """Exposed seconds of CPU offload per step (ZeRO-Offload's schedule, without its delayed parameter update).
+
+    Optimizer offload: the gradient shards go to the host during the backward (hidden behind it up to its length),
+    the CPU optimizer streams the host states through host DRAM twice (read and write) plus the gradients and the
+    new working weights, and the updated weights come back before the next forward. Parameter offload: the shards
+    come to the GPU for the forward and again for the backward, prefetched behind that compute.
+    """
+    net = network_defaults()
+    gen = str(profile.gpu.pcie_gen or 4)
+    pcie = float(net["pcie_x16_gb_s"].get(gen, net["pcie_x16_gb_s"]["4"])) * 1e9 * float(net["host_copy_efficiency"])
+    host = float(net["host_memory_gb_s_per_gpu"]) * 1e9
+    t = 0.0
+    if "optimizer" in offload:
+        down = trained * grad_bytes / pcie
+        cpu = (2 * host_bytes + trained * (grad_bytes + working_bytes)) / host
+        up = trained * working_bytes / pcie
+        t += _exposed(down, bwd_window) + cpu + up
+    if "params" in offload:
+        per_pass = params * working_bytes / pcie
+        t += _exposed(per_pass, fwd_window) + _exposed(per_pass, bwd_window)
+    return t
+
+
 def step_time(spec: ModelSpec, layout: Layout, *, profile: DeviceProfile, topo: Topology, framework: str,
               precision: str, seq: int, micro_batch: int, num_microbatches: int, recompute: str,
               params_on_rank: float, trainable_params: float, working_bytes: float,
               grad_bytes: float, optimizer_bytes: float, frozen_base: bool = False,
-              offload: frozenset[str] = frozenset(), attention: str = "flash", tp_overlap: bool = False) -> StepTime:
+              offload: frozenset[str] = frozenset(), attention: str = "flash", tp_overlap: bool = False,
+              host_bytes: float = 0.0) -> StepTime:
     """Seconds per optimizer step on the slowest pipeline stage (see the module docstring).
+
+    `host_bytes`: model states this rank keeps in host memory (offload), which the CPU optimizer step streams.
 
     Memory-model inputs (per rank, before ZeRO/FSDP sharding): `params_on_rank`, `trainable_params`, bytes per working parameter and gradient element, and optimizer-state bytes per rank.
     """
@@ -273,6 +306,9 @@ def step_time(spec: ModelSpec, layout: Layout, *, profile: DeviceProfile, topo: 
     if optimizer_bytes > 0 and "optimizer" not in offload:
         opt = memory_s(profile, 2 * optimizer_bytes + (grad_bytes + working_bytes) * trainable_params / shard)
     breakdown["optimizer"] = opt
+    if offload - {"activations"}:
+        breakdown["offload"] = _offload_s(profile, offload, trainable_params / shard, params_on_rank / group_params(
+            layout), working_bytes, grad_bytes, host_bytes, fwd_window, bwd_window)
     breakdown["overhead"] = STEP_HOST_OVERHEAD_S
     total = sum(breakdown.values())
     return StepTime(step_time_s=total, breakdown=breakdown, microbatch_s=mb_time, num_microbatches=m,

@@ -10,14 +10,16 @@ stage (it holds p micro-batches), unless the last stage's logits outweigh it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from operator import attrgetter
 
+from ..memo import remember
 from ..spec.model import ModelSpec
-from .activations import stage_activations
+from .activations import StageActivationTerms, stage_activation_terms
 from .engines import CUBLAS_WORKSPACE_BYTES, CUDA_CONTEXT_BYTES
 from .model_states import ModelStates, model_states, stage_tensors
 from .layer_ops import distinct_stages
-from .parallel import Layout, stage_layers
+from .parallel import Layout, in_flight_microbatches, stage_layers
 
 # Caching-allocator allowance on top of the allocated peak: Megatron-LM's theoretical_memory_usage.py adds 5%
 # ("buffer for optimizer and miscellaneous temporaries"). GMLake (Guo et al., ASPLOS 2024) measured 15% average
@@ -57,8 +59,15 @@ class TrainMemory:
 
     @property
     def total(self) -> float:
-        return (self.params + self.master_weights + self.grads + self.optimizer + self.activations + self.logits
-                + self.buffers + self.runtime + self.allocator)
+        return self.sum_parts(self.params, self.master_weights, self.grads, self.optimizer, self.activations,
+                              self.logits, self.buffers, self.runtime, self.allocator)
+
+    @staticmethod
+    def sum_parts(params: float, master_weights: float, grads: float, optimizer: float, activations: float,
+                  logits: float, buffers: float, runtime: float, allocator: float) -> float:
+        """The total, added in this order wherever it is computed (`LayoutMemory.peak` too): float addition
+        depends on the order, and the planner's totals must equal `gpuwise train`'s exactly."""
+        return params + master_weights + grads + optimizer + activations + logits + buffers + runtime + allocator
 
     def as_dict(self) -> dict[str, float]:
         keys = ("params", "master_weights", "grads", "optimizer", "activations", "logits", "buffers", "runtime",
@@ -68,9 +77,14 @@ class TrainMemory:
         return out
 
 
-def _buffers(spec: ModelSpec, layout: Layout, states: ModelStates, stage: int, *, framework: str, e: float,
-             tokens: float, unit_params: float) -> dict[str, float]:
-    """Communication and prefetch buffers on one rank at the backward peak."""
+def _runtime(layout: Layout) -> float:
+    """CUDA context, cuBLAS workspace and NCCL's buffers (with more than one GPU)."""
+    return CUDA_CONTEXT_BYTES + CUBLAS_WORKSPACE_BYTES + (NCCL_BUFFER_BYTES if layout.num_gpus > 1 else 0)
+
+
+def _state_buffers(layout: Layout, states: ModelStates, *, framework: str, unit_params: float) -> dict[str, float]:
+    """Buffers sized by the model states on one rank at the backward peak: gradient buckets, FSDP / ZeRO-3
+    gathers and reduce-scatters (whatever the micro-batch)."""
     out: dict[str, float] = {}
     sh = layout.sharding_spec
     grad_bytes = states.grad_bytes_per_param
@@ -91,6 +105,13 @@ def _buffers(spec: ModelSpec, layout: Layout, states: ModelStates, stage: int, *
             out["param_gather"] = 2 * unit_params * w
         if not frozen_units:  # the block's unsharded gradients in the compute dtype, and the copy reduce-scattered
             out["grad_reduce_scatter"] = unit_params * (w + grad_bytes)
+    return out
+
+
+def _token_buffers(spec: ModelSpec, layout: Layout, *, e: float, tokens: float) -> dict[str, float]:
+    """Communication buffers proportional to the micro-batch's tokens (SP gathers, pipeline sends, CP and EP
+    exchanges)."""
+    out: dict[str, float] = {}
     h = spec.hidden_size
     if layout.tp > 1 and layout.sp:
         out["sp_all_gather"] = e * tokens * h  # the sequence-gathered input of the QKV / MLP matmuls
@@ -104,6 +125,119 @@ def _buffers(spec: ModelSpec, layout: Layout, states: ModelStates, stage: int, *
     return out
 
 
+@dataclass(slots=True)  # not frozen: built per layout, and frozen __init__ costs 3x
+class _Stage:
+    """What one pipeline stage's memory holds whatever the micro-batch and recompute mode."""
+
+    index: int
+    states: ModelStates
+    states_total: float
+    activations: StageActivationTerms
+    state_buffers: dict[str, float]
+    state_buffer_bytes: float
+    """sum(state_buffers.values()): the micro-batch's token buffers are added to it in order."""
+    step_buffers: float
+    """Buffers alive at the optimizer step: the optimizer's temporaries and DDP's buckets."""
+    step_allocated: float
+    """Bytes allocated at the optimizer step (no activations)."""
+    step_total: float
+    """The stage's total when the optimizer step is its peak."""
+
+
+class LayoutMemory:
+    """Training memory of one layout and job, for any micro-batch and recompute mode.
+
+    Holds what does not depend on them, for each distinct pipeline stage (`_Stage`, cached by `layout_memory`):
+    model states, state-sized buffers, the optimizer-step total and the activations' per-token terms. `peak`
+    adds what grows with the micro-batch (activations, logits, token buffers) and returns the most loaded
+    stage's total; `at` gives that stage's breakdown. `train_memory` is `at`, and the planner, which asks for
+    every micro-batch and recompute mode of a layout, calls `peak` on one `LayoutMemory`: one implementation.
+    """
+
+    __slots__ = ("spec", "layout", "seq", "e", "offload_activations", "runtime", "stages")
+
+    def __init__(self, spec: ModelSpec, layout: Layout, *, seq: int, precision: str, offload_activations: bool,
+                 stages: tuple[_Stage, ...]) -> None:
+        self.spec, self.layout, self.seq = spec, layout, seq
+        self.e = 4.0 if precision == "fp32" else 2.0
+        self.offload_activations = offload_activations
+        self.runtime = _runtime(layout)
+        self.stages = stages
+
+    def at(self, micro_batch: int, num_microbatches: int, recompute: str = "none") -> TrainMemory:
+        """Memory on the most loaded GPU, by part (the stage and moment `peak` finds)."""
+        _, st, backward = self.peak(micro_batch, num_microbatches, recompute)
+        act = st.activations.at(micro_batch, in_flight_microbatches(self.layout, st.index, num_microbatches),
+                                recompute, self.offload_activations)
+        states = st.states
+        tokens = micro_batch * self.seq / self.layout.cp
+        parts = {**st.state_buffers, **_token_buffers(self.spec, self.layout, e=self.e, tokens=tokens)}
+        if backward is not None:
+            return TrainMemory(params=states.params, master_weights=states.master_weights, grads=states.grads,
+                               optimizer=states.optimizer, activations=act.total, logits=act.logits,
+                               buffers=sum(parts.values()), runtime=self.runtime,
+                               allocator=ALLOCATOR_FRACTION * backward, stage=st.index, moment="backward",
+                               cpu=states.cpu, states=states, buffer_parts=parts, activation_in_flight=act.in_flight)
+        return TrainMemory(params=states.params - states.transient_params, master_weights=states.master_weights,
+                           grads=states.grads, optimizer=states.optimizer, activations=0.0, logits=0.0,
+                           buffers=st.step_buffers, runtime=self.runtime,
+                           allocator=ALLOCATOR_FRACTION * st.step_allocated, stage=st.index, moment="optimizer-step",
+                           cpu=states.cpu, states=states, buffer_parts=parts, activation_in_flight=act.in_flight)
+
+    def peak(self, micro_batch: int, num_microbatches: int,
+             recompute: str = "none") -> tuple[float, _Stage, float | None]:
+        """(total bytes, stage, bytes allocated at the backward peak or None where the optimizer step is the
+        peak) of the most loaded stage: the first of the distinct stages with the largest total.
+
+        The planner's inner loop: no objects built. Parts are added in `TrainMemory.total`'s order (`states_total`
+        is its first four), so that `at(...).total` equals this total exactly.
+        """
+        tokens = micro_batch * self.seq / self.layout.cp
+        token_buffers = _token_buffers(self.spec, self.layout, e=self.e, tokens=tokens).values()
+        best: tuple[float, _Stage, float | None] | None = None
+        for st in self.stages:
+            in_flight = in_flight_microbatches(self.layout, st.index, num_microbatches)
+            layers, outside, working, logits, _, _ = st.activations.parts(micro_batch, in_flight, recompute,
+                                                                          self.offload_activations)
+            act_total = layers + outside + working  # Activations.total
+            buffers = sum(token_buffers, st.state_buffer_bytes)  # sum(buffer_parts.values()), in its order
+            backward = st.states_total + act_total + logits + buffers
+            if backward >= st.step_allocated:
+                total = st.states_total + act_total + logits + buffers + self.runtime + ALLOCATOR_FRACTION * backward
+                if best is None or total > best[0]:
+                    best = (total, st, backward)
+            elif best is None or st.step_total > best[0]:
+                best = (st.step_total, st, None)
+        assert best is not None
+        return best
+
+
+_STAGES: dict = {}
+_CLASS_FIELDS = attrgetter(*(f.name for f in fields(Layout) if f.name not in ("vpp", "schedule")))
+"""The layout's fields that its stages' memory depends on: all but the schedule and the interleaving, which only
+set the micro-batches in flight (read from the layout itself in `LayoutMemory.peak`)."""
+
+
+def layout_memory(spec: ModelSpec, layout: Layout, *, framework: str, precision: str, optimizer: str, seq: int,
+                  finetune: str = "full", lora_rank: int = 16, lora_targets: str = "all-linear",
+                  offload: frozenset[str] = frozenset(), flash: bool = True) -> LayoutMemory:
+    """The layout's `LayoutMemory`. Its distinct stages (`_Stage`) are cached by the spec's id, the layout's fields
+    but schedule and interleaving (`_CLASS_FIELDS`) and every other argument, so that the layouts differing only in
+    those share them."""
+    key = (id(spec), _CLASS_FIELDS(layout), framework, precision, optimizer, seq, finetune, lora_rank, lora_targets,
+           offload, flash)
+    hit = _STAGES.get(key)
+    if hit is not None:
+        stages = hit[0]
+    else:
+        stages = remember(_STAGES, key, tuple(
+            _stage(spec, layout, stage, framework=framework, precision=precision, optimizer=optimizer, seq=seq,
+                   finetune=finetune, lora_rank=lora_rank, lora_targets=lora_targets, offload=offload, flash=flash)
+            for stage in distinct_stages(spec, stage_layers(layout, spec.num_layers))), spec)
+    return LayoutMemory(spec, layout, seq=seq, precision=precision, offload_activations="activations" in offload,
+                        stages=stages)
+
+
 def train_memory(spec: ModelSpec, layout: Layout, *, framework: str, precision: str, optimizer: str, seq: int,
                  micro_batch: int, num_microbatches: int, recompute: str = "none", finetune: str = "full",
                  lora_rank: int = 16, lora_targets: str = "all-linear", offload: frozenset[str] = frozenset(),
@@ -113,49 +247,44 @@ def train_memory(spec: ModelSpec, layout: Layout, *, framework: str, precision: 
     Stages holding the same kinds of blocks, neither first nor last, differ only in the micro-batches in flight,
     which never grow with the stage index: the first of them is the largest, the others are skipped.
     """
-    best: TrainMemory | None = None
-    for stage in distinct_stages(spec, stage_layers(layout, spec.num_layers)):
-        mem = _stage_memory(spec, layout, stage, framework=framework, precision=precision, optimizer=optimizer,
-                            seq=seq, micro_batch=micro_batch, num_microbatches=num_microbatches, recompute=recompute,
-                            finetune=finetune, lora_rank=lora_rank, lora_targets=lora_targets, offload=offload,
-                            flash=flash)
-        if best is None or mem.total > best.total:
-            best = mem
-    assert best is not None
-    return best
+    return layout_memory(spec, layout, framework=framework, precision=precision, optimizer=optimizer, seq=seq,
+                         finetune=finetune, lora_rank=lora_rank, lora_targets=lora_targets, offload=offload,
+                         flash=flash).at(micro_batch, num_microbatches, recompute)
 
 
-def _stage_memory(spec: ModelSpec, layout: Layout, stage: int, *, framework: str, precision: str, optimizer: str,
-                  seq: int, micro_batch: int, num_microbatches: int, recompute: str, finetune: str, lora_rank: int,
-                  lora_targets: str, offload: frozenset[str], flash: bool) -> TrainMemory:
+def _stage(spec: ModelSpec, layout: Layout, stage: int, *, framework: str, precision: str, optimizer: str, seq: int,
+           finetune: str, lora_rank: int, lora_targets: str, offload: frozenset[str], flash: bool) -> _Stage:
+    """The micro-batch-independent parts of pipeline stage `stage`."""
     states = model_states(spec, layout, stage, framework=framework, precision=precision, optimizer=optimizer,
                           finetune=finetune, lora_rank=lora_rank, lora_targets_spec=lora_targets, offload=offload)
-    act = stage_activations(spec, layout, stage, framework=framework, precision=precision, seq=seq,
-                            micro_batch=micro_batch, num_microbatches=num_microbatches, recompute=recompute,
-                            offload_activations="activations" in offload, flash=flash)
-    e = 4.0 if precision == "fp32" else 2.0
-    tokens = micro_batch * seq / layout.cp
+    terms = stage_activation_terms(spec, layout, stage, framework=framework, precision=precision, seq=seq,
+                                   flash=flash)
     # FSDP units (torchtitan's wrapping): each block, the token embedding, and the final norm + LM head.
     held = stage_tensors(spec, layout, stage)
     unit = max(states.layer_params, held.embedding, held.head)
-    parts = _buffers(spec, layout, states, stage, framework=framework, e=e, tokens=tokens, unit_params=unit)
-    buffers = sum(parts.values())
-    runtime = CUDA_CONTEXT_BYTES + CUBLAS_WORKSPACE_BYTES + (NCCL_BUFFER_BYTES if layout.num_gpus > 1 else 0)
-    backward = states.total + act.total + act.logits + buffers
+    parts = _state_buffers(layout, states, framework=framework, unit_params=unit)
     # Optimizer step: torch's foreach AdamW / SGD allocate an fp32 temporary per parameter (hf, fsdp,
     # torchtitan); Megatron's and DeepSpeed's fused optimizers update in place.
     temp = 0.0
     if optimizer != "none" and framework in ("hf", "fsdp", "torchtitan") and "optimizer" not in offload:
         shard = layout.shard_size if layout.sharding_spec.optimizer else 1
         temp = 4 * states.trainable_params / shard
-    step = states.total - states.transient_params + temp + parts.get("ddp_buckets", 0.0)
-    moment = "backward" if backward >= step else "optimizer-step"
-    activations = act.total if moment == "backward" else 0.0
-    logits = act.logits if moment == "backward" else 0.0
-    buffers = buffers if moment == "backward" else temp + parts.get("ddp_buckets", 0.0)
-    allocated = (backward if moment == "backward" else step)
-    params = states.params if moment == "backward" else states.params - states.transient_params
-    return TrainMemory(params=params, master_weights=states.master_weights, grads=states.grads,
-                       optimizer=states.optimizer, activations=activations, logits=logits, buffers=buffers,
-                       runtime=runtime, allocator=ALLOCATOR_FRACTION * allocated, stage=stage, moment=moment,
-                       cpu=states.cpu, states=states, buffer_parts=parts, activation_in_flight=act.in_flight)
+    ddp = parts.get("ddp_buckets", 0.0)
+    step = states.total - states.transient_params + temp + ddp
+    step_total = TrainMemory.sum_parts(states.params - states.transient_params, states.master_weights, states.grads,
+                                       states.optimizer, 0.0, 0.0, temp + ddp, _runtime(layout),
+                                       ALLOCATOR_FRACTION * step)
+    return _Stage(index=stage, states=states, states_total=states.total, activations=terms, state_buffers=parts,
+                  state_buffer_bytes=sum(parts.values()), step_buffers=temp + ddp, step_allocated=step,
+                  step_total=step_total)
+
+
+def _stage_memory(spec: ModelSpec, layout: Layout, stage: int, *, framework: str, precision: str, optimizer: str,
+                  seq: int, micro_batch: int, num_microbatches: int, recompute: str, finetune: str, lora_rank: int,
+                  lora_targets: str, offload: frozenset[str], flash: bool) -> TrainMemory:
+    """Memory on a rank of pipeline stage `stage` (any stage, distinct or not; for checks of the grouping)."""
+    st = _stage(spec, layout, stage, framework=framework, precision=precision, optimizer=optimizer, seq=seq,
+                finetune=finetune, lora_rank=lora_rank, lora_targets=lora_targets, offload=offload, flash=flash)
+    lm = LayoutMemory(spec, layout, seq=seq, precision=precision, offload_activations="activations" in offload,
+                      stages=(st,))
+    return lm.at(micro_batch, num_microbatches, recompute)

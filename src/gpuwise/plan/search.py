@@ -3,32 +3,38 @@
 The space: tensor parallelism t (dividing the attention and key/value heads, inside a node unless allowed across),
 pipeline parallelism p (even splits, or the first and last stage one or more layers short as Llama 3 405B), its
 interleaving v (dividing the layers of a middle stage), context parallelism c, expert parallelism e (MoE), data
-parallelism d = N / (t p c) dividing the global batch, the sharding of the framework, the micro-batch b (a divisor
-of the sequences per data-parallel rank) and the recompute mode. Every candidate gets the memory model; the ones
-that fit get the step-time model.
+parallelism d = N / (t p c) dividing the global batch, the sharding of the framework (with HSDP shard groups for
+torchtitan and FSDP, `_shard_groups`), the micro-batch b (a divisor of the sequences per data-parallel rank), the
+recompute mode and CPU offload (optimizer states, and parameters where the sharding shards them). Every candidate
+gets the memory model; the ones that fit get the step-time model.
 
 Pruning that never drops a candidate that could win (per layout class):
-- memory grows with b (`in_flight x b = min(p, m) x b` is non-decreasing): the micro-batch scan stops at the first
-  that does not fit;
-- with objective `time` or `cost`, a recompute mode is skipped at a micro-batch where a cheaper one (none before
-  selective before full) already fits: recomputation only adds work at the same layout and micro-batch.
+- memory grows with b (`in_flight x b = min(p, m) x b` is non-decreasing): the micro-batch scan of each recompute
+  and offload variant stops at the first that does not fit;
+- with objective `time` or `cost`, a variant is skipped at a micro-batch where a variant that dominates it already
+  fits: one with a cheaper or equal recompute mode (none before selective before full: recomputation only adds
+  work) and a subset of its offload, or any variant without offload (offload is taken to cost more than any
+  recompute mode: the PCIe transfers and the host's optimizer step; see `_dominated`). So offload is tried only
+  where nothing fits on the GPU alone; with objective `memory` every variant is evaluated.
 `evaluated` counts the candidates whose memory was computed; `timed` those that also got a step time.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from ..catalog.devices import default_profile, load_profile, network_overrides
+from ..catalog.devices import DeviceProfile, default_profile, load_profile, network_overrides
 from ..catalog.gpus import GPU
 from ..catalog.models import LoadedModel
 from ..errors import InvalidArgument, require_positive_int
-from ..estimate.comm import topology
+from ..estimate.comm import Topology, topology
 from ..estimate.flops import step_flops
 from ..estimate.parallel import Layout, divisors
 from ..estimate.step_time import StepTime, gemm_dtype, step_time
-from ..estimate.train_memory import train_memory
+from ..estimate.model_states import ModelStates
+from ..estimate.train_memory import layout_memory
 
 OBJECTIVES = ("time", "cost", "memory")
 RECOMPUTE_ORDER = ("none", "selective", "full")
@@ -38,6 +44,13 @@ SHARDINGS_BY_FRAMEWORK = {
     "fsdp": ("fsdp-full", "fsdp-grad-op"),
     "deepspeed": ("zero1", "zero2", "zero3"),
 }
+OFFLOADS = ((), ("optimizer",), ("optimizer", "params"))
+"""Offload variants, cheapest first (plan/train.py's --offload targets; activations are left to recompute)."""
+PARAM_OFFLOAD_SHARDINGS = ("zero3", "fsdp-full", "hsdp")
+"""Shardings under which parameters can be offloaded (plan/train.py's validation of --offload params)."""
+HSDP_FRAMEWORKS = ("torchtitan", "fsdp")
+HSDP_DOUBLINGS = 3
+"""HSDP shard groups tried beyond one node's data-parallel ranks (see `_shard_groups`)."""
 GIB = 2**30
 
 
@@ -60,6 +73,10 @@ class PlanRequest:
     ep: int | None = None
     max_tp: int | None = None
     no_pp: bool = False
+    no_hsdp: bool = False
+    """Leave HSDP shard groups out of the search (torchtitan and FSDP)."""
+    no_offload: bool = False
+    """Leave CPU offload out of the search."""
     reserve_gib: float = 0.0
     """Memory kept free on every GPU, on top of the model's own allowance."""
     tp_across_nodes: bool = False
@@ -93,6 +110,8 @@ class Plan:
     mfu: float | None
     memory_bytes: float
     """Peak memory per GPU (the memory model's total)."""
+    offload: tuple[str, ...] = ()
+    """States kept in host memory (`gpuwise train --offload`): () or optimizer[, params]."""
 
     @property
     def step_time_s(self) -> float:
@@ -167,27 +186,24 @@ def _vpp_options(layers_middle: int, pp: int) -> list[int]:
     return [v for v in divisors(layers_middle) if v <= 8 or v == layers_middle]
 
 
-def plan(req: PlanRequest) -> PlanResult:
-    t0 = time.perf_counter()
-    spec = req.model.spec
-    gpu = req.gpu
-    n = req.num_gpus
-    layers = spec.num_layers
-    profile = load_profile(req.profile, gpu) if req.profile else default_profile(gpu)
-    topo = topology(gpu, num_gpus=n, gpus_per_node=req.gpus_per_node, inter_node_gbps=req.inter_node_gbps,
-                    overrides=network_overrides(req.profile))
-    budget = gpu.memory_bytes - req.reserve_gib * GIB
-    framework = req.framework
-    dtype = gemm_dtype(gpu.peak_flops, req.precision)
-    peak = gpu.peak_flops.get(dtype)
-    flops = {rc: step_flops(spec, seq=req.seq, global_batch=req.global_batch, recompute=rc) for rc in RECOMPUTE_ORDER}
-    moe = spec.moe is not None
-    prune_recompute = req.objective in ("time", "cost")
+def _shard_groups(req: PlanRequest, tp: int, pp: int, ranks: int, per_node: int) -> list[int]:
+    """HSDP shard groups over the `ranks` = dp x cp ranks that hold the same weights: the ranks one node holds
+    (the group's stride is tp x pp, so a node holds per_node / (tp pp) of them and their gathers stay on NVLink;
+    at least 2), then up to `HSDP_DOUBLINGS` doublings; each divides `ranks` and is short of it (sharding over
+    all of them is FSDP's full shard, already in the search)."""
+    if req.no_hsdp or req.framework not in HSDP_FRAMEWORKS:
+        return []
+    node = max(2, per_node // (tp * pp))
+    return [g for g in (node << k for k in range(HSDP_DOUBLINGS + 1)) if g < ranks and ranks % g == 0]
 
-    evaluated = timed = 0
-    results: list[Plan] = []
+
+def _layouts(req: PlanRequest, per_node: int) -> Iterator[Layout]:
+    """Every layout of the search space, in search order (TP, PP and its split, VPP, CP, EP, sharding)."""
+    spec = req.model.spec
+    n, layers = req.num_gpus, spec.num_layers
+    shardings = SHARDINGS_BY_FRAMEWORK[req.framework]
     pps = [1] if req.no_pp else ([req.pp] if req.pp is not None else [p for p in divisors(n) if p <= layers])
-    for tp in _tp_options(req, topo.gpus_per_node):
+    for tp in _tp_options(req, per_node):
         for pp in pps:
             for first, last in _pp_splits(layers, pp):
                 middle = (layers - (first or 0) - (last or 0)) // max(1, pp - (first is not None) - (last is not None))
@@ -199,48 +215,110 @@ def plan(req: PlanRequest) -> PlanResult:
                         if req.global_batch % dp:
                             continue
                         eps = [1]
-                        if moe:
+                        if spec.moe is not None:
                             eps = [req.ep] if req.ep is not None else [
                                 e for e in divisors(dp * cp) if spec.moe.num_experts % e == 0]
-                        per_rank = req.global_batch // dp
+                        # nothing to shard over: one variant is enough
+                        variants = [(sh, None) for sh in (shardings if dp * cp > 1 else shardings[:1])]
+                        variants += [("hsdp", g) for g in _shard_groups(req, tp, pp, dp * cp, per_node)]
                         for ep in eps:
-                            for sharding in SHARDINGS_BY_FRAMEWORK[framework]:
-                                if dp * cp == 1 and sharding != SHARDINGS_BY_FRAMEWORK[framework][0]:
-                                    continue  # nothing to shard over: one variant is enough
-                                layout = Layout(num_gpus=n, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, sp=tp > 1,
-                                                sharding=sharding,
-                                                schedule="interleaved" if vpp > 1 else "1f1b",
-                                                pp_first_layers=first, pp_last_layers=last)
-                                fits_at: dict[int, str] = {}
-                                for rc in RECOMPUTE_ORDER:
-                                    for mb in divisors(per_rank):
-                                        if prune_recompute and mb in fits_at:
-                                            continue
-                                        m = per_rank // mb
-                                        mem = train_memory(spec, layout, framework=framework, precision=req.precision,
-                                                           optimizer=req.optimizer, seq=req.seq, micro_batch=mb,
-                                                           num_microbatches=m, recompute=rc)
-                                        evaluated += 1
-                                        if mem.total > budget:
-                                            break
-                                        fits_at.setdefault(mb, rc)
-                                        st = mem.states
-                                        step = step_time(spec, layout, profile=profile, topo=topo, framework=framework,
-                                                         precision=req.precision, seq=req.seq, micro_batch=mb,
-                                                         num_microbatches=m, recompute=rc,
-                                                         params_on_rank=st.params_on_rank,
-                                                         trainable_params=st.trainable_params,
-                                                         working_bytes=st.working_bytes_per_param,
-                                                         grad_bytes=st.grad_bytes_per_param,
-                                                         optimizer_bytes=st.optimizer + st.master_weights)
-                                        timed += 1
-                                        mfu = flops[rc].model / (step.step_time_s * n * peak) if peak else None
-                                        results.append(Plan(layout, mb, rc, step, mfu, mem.total))
+                            for sharding, group in variants:
+                                yield Layout(num_gpus=n, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, sp=tp > 1,
+                                             sharding=sharding, shard_group=group,
+                                             schedule="interleaved" if vpp > 1 else "1f1b",
+                                             pp_first_layers=first, pp_last_layers=last)
+
+
+def _offloads(req: PlanRequest, layout: Layout) -> tuple[tuple[str, ...], ...]:
+    """The offload variants of a layout, cheapest first: none; the optimizer states (with an optimizer to
+    offload); also the parameters, where the sharding shards them."""
+    if req.no_offload or req.optimizer == "none":
+        return OFFLOADS[:1]
+    return OFFLOADS if layout.sharding in PARAM_OFFLOAD_SHARDINGS else OFFLOADS[:2]
+
+
+def _dominated(fits: list[tuple[tuple[str, ...], int]], offload: tuple[str, ...], rc: int) -> bool:
+    """Whether a variant that fits at this micro-batch is never slower than (offload, recompute index rc): one
+    without offload when this one offloads, or one with a subset of its offload and no more recomputation."""
+    return any((off_fit == () and offload != ()) or (set(off_fit) <= set(offload) and rc_fit <= rc)
+               for off_fit, rc_fit in fits)
+
+
+@dataclass(slots=True)
+class _Search:
+    """The fixed inputs of one search and its running counts."""
+
+    req: PlanRequest
+    profile: DeviceProfile
+    topo: Topology
+    budget: float
+    peak: float | None
+    model_flops: dict[str, float]
+    """Model FLOPs per step by recompute mode (the MFU numerator)."""
+    evaluated: int = 0
+    timed: int = 0
+
+    def layout(self, layout: Layout, results: list[Plan]) -> None:
+        """Every (offload, recompute, micro-batch) of one layout, pruned (see the module docstring); the ones that
+        fit go to `results`. The memory model of each offload variant is built once (`layout_memory`) and asked
+        for the peak of each micro-batch and recompute mode."""
+        req = self.req
+        per_rank = req.global_batch // layout.dp
+        mbs = divisors(per_rank)
+        prune = req.objective in ("time", "cost")
+        fits_at: dict[int, list[tuple[tuple[str, ...], int]]] = {}  # micro-batch -> fitting (offload, recompute)
+        for offload in _offloads(req, layout):
+            if prune and offload and all(mb in fits_at and _dominated(fits_at[mb], offload, 0) for mb in mbs):
+                continue  # nothing left to evaluate: spare building its memory model
+            mem_model = layout_memory(req.model.spec, layout, framework=req.framework, precision=req.precision,
+                                      optimizer=req.optimizer, seq=req.seq, offload=frozenset(offload))
+            for i, rc in enumerate(RECOMPUTE_ORDER):
+                for mb in mbs:
+                    if prune and mb in fits_at and _dominated(fits_at[mb], offload, i):
+                        continue
+                    m = per_rank // mb
+                    total, stage, _ = mem_model.peak(mb, m, rc)
+                    self.evaluated += 1
+                    if total > self.budget:
+                        break
+                    fits_at.setdefault(mb, []).append((offload, i))
+                    results.append(self._timed(layout, mb, m, rc, offload, total, stage.states))
+
+    def _timed(self, layout: Layout, mb: int, m: int, rc: str, offload: tuple[str, ...], memory_bytes: float,
+               st: ModelStates) -> Plan:
+        """The step time of a candidate that fits, with the inputs `gpuwise train` gives it (plan/train.py)."""
+        req = self.req
+        step = step_time(req.model.spec, layout, profile=self.profile, topo=self.topo, framework=req.framework,
+                         precision=req.precision, seq=req.seq, micro_batch=mb, num_microbatches=m, recompute=rc,
+                         params_on_rank=st.params_on_rank, trainable_params=st.trainable_params,
+                         working_bytes=st.working_bytes_per_param, grad_bytes=st.grad_bytes_per_param,
+                         optimizer_bytes=st.optimizer + st.master_weights, offload=frozenset(offload),
+                         host_bytes=st.cpu)
+        self.timed += 1
+        mfu = self.model_flops[rc] / (step.step_time_s * layout.num_gpus * self.peak) if self.peak else None
+        return Plan(layout, mb, rc, step, mfu, memory_bytes, offload)
+
+
+def plan(req: PlanRequest) -> PlanResult:
+    t0 = time.perf_counter()
+    spec = req.model.spec
+    gpu = req.gpu
+    profile = load_profile(req.profile, gpu) if req.profile else default_profile(gpu)
+    topo = topology(gpu, num_gpus=req.num_gpus, gpus_per_node=req.gpus_per_node, inter_node_gbps=req.inter_node_gbps,
+                    overrides=network_overrides(req.profile))
+    peak = gpu.peak_flops.get(gemm_dtype(gpu.peak_flops, req.precision))
+    flops = {rc: step_flops(spec, seq=req.seq, global_batch=req.global_batch, recompute=rc).model
+             for rc in RECOMPUTE_ORDER}
+    search = _Search(req, profile, topo, gpu.memory_bytes - req.reserve_gib * GIB, peak, flops)
+    results: list[Plan] = []
+    for layout in _layouts(req, topo.gpus_per_node):
+        search.layout(layout, results)
     key = (lambda p: p.memory_bytes) if req.objective == "memory" else (lambda p: p.step.step_time_s)
     results.sort(key=key)
     best = tuple(results[: req.top])
-    return PlanResult(request=req, plans=best, evaluated=evaluated, timed=timed, feasible=len(results),
-                      search_time_s=time.perf_counter() - t0, why=_why(best, req), mfu_denominator=peak)
+    return PlanResult(request=req, plans=best, evaluated=search.evaluated, timed=search.timed,
+                      feasible=len(results), search_time_s=time.perf_counter() - t0, why=_why(best, req),
+                      mfu_denominator=peak)
 
 
 def describe(p: Plan) -> str:
@@ -248,7 +326,10 @@ def describe(p: Plan) -> str:
     parts = [f"TP {lay.tp}", f"PP {lay.pp}" + (f"x{lay.vpp}" if lay.vpp > 1 else ""), f"CP {lay.cp}"]
     if lay.ep > 1:
         parts.append(f"EP {lay.ep}")
-    parts += [f"DP {lay.dp} ({lay.sharding})", f"micro-batch {p.micro_batch}", f"recompute {p.recompute}"]
+    sharding = lay.sharding + (f", shard group {lay.shard_group}" if lay.shard_group else "")
+    parts += [f"DP {lay.dp} ({sharding})", f"micro-batch {p.micro_batch}", f"recompute {p.recompute}"]
+    if p.offload:
+        parts.append("offload " + " + ".join(p.offload))
     return ", ".join(parts)
 
 

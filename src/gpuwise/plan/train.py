@@ -270,7 +270,7 @@ def _perf(req: TrainRequest, framework: str, layout: Layout, memory: TrainMemory
                      trainable_params=st.trainable_params, working_bytes=st.working_bytes_per_param,
                      grad_bytes=st.grad_bytes_per_param, optimizer_bytes=st.optimizer + st.master_weights,
                      frozen_base=req.finetune != "full", offload=frozenset(req.offload), attention=req.attention,
-                     tp_overlap=req.tp_comm_overlap)
+                     tp_overlap=req.tp_comm_overlap, host_bytes=st.cpu)
     t = step.step_time_s
     dtype = gemm_dtype(req.gpu.peak_flops, req.precision)
     peak = req.gpu.peak_flops.get(dtype)
