@@ -167,6 +167,8 @@ def _add_roofline(sub) -> None:
     pl.add_argument("--gpus-per-node", type=_positive_int, help="GPUs per node (default 8)")
     pl.add_argument("--inter-node-gbps", type=_positive_float, help="per-GPU NIC line rate across nodes (Gb/s)")
     pl.add_argument("--profile", help="measured device profile (JSON)")
+    pl.add_argument("--emit", metavar="DIR", help="write the best plan's launch recipe to DIR (torchrun command, "
+                                                  "torchtitan TOML, Megatron-LM flags, DeepSpeed JSON)")
     pl.add_argument("--json", action="store_true", help="machine-readable output (docs/json-schema.md)")
 
     pk = sub.add_parser("pick", help="which GPU kind and how many for a workload: ranked, with each rejection's rule")
@@ -222,13 +224,29 @@ def _cmd_plan(args: argparse.Namespace) -> str:
                   tp=args.tp, pp=args.pp, cp=args.cp, ep=args.ep, max_tp=args.max_tp, no_pp=args.no_pp,
                   reserve_gib=args.reserve_gib, tp_across_nodes=args.tp_across_nodes,
                   gpus_per_node=args.gpus_per_node, inter_node_gbps=args.inter_node_gbps, profile=args.profile)
+    written = []
+    if args.emit:
+        if not result.plans:
+            raise GpuwiseError(f"--emit: no plan to write ({result.why})")
+        from .plan.recipe import write_recipes
+
+        try:
+            written = write_recipes(result, result.plans[0], args.emit)
+        except OSError as exc:
+            raise GpuwiseError(f"--emit: cannot write to '{args.emit}': {exc.strerror or exc}") from None
     if args.json:
         from .report.json_out import dumps, plan_to_dict
 
-        return dumps(plan_to_dict(result))
+        doc = plan_to_dict(result)
+        if args.emit:
+            doc["emitted"] = [str(p) for p in written]
+        return dumps(doc)
     from .report.text import render_plan
 
-    return render_plan(result)
+    out = render_plan(result)
+    if written:
+        out += f"\nLaunch recipe for #1 written to {args.emit}: " + ", ".join(p.name for p in written)
+    return out
 
 
 def _prices(text: str) -> dict[str, float]:

@@ -52,6 +52,9 @@ HSDP_FRAMEWORKS = ("torchtitan", "fsdp")
 HSDP_DOUBLINGS = 3
 """HSDP shard groups tried beyond one node's data-parallel ranks (see `_shard_groups`)."""
 GIB = 2**30
+# DeepSpeed's ZeRO engine is data parallel (its TP, pipeline and Ulysses paths are other engines): the search
+# keeps TP = PP = CP = 1 for it unless a degree is fixed.
+DATA_PARALLEL_ONLY = frozenset({"deepspeed"})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -158,6 +161,8 @@ def _tp_options(req: PlanRequest, per_node: int) -> list[int]:
     spec = req.model.spec
     if req.tp is not None:
         return [req.tp]
+    if req.framework in DATA_PARALLEL_ONLY:
+        return [1]
     out = []
     for t in divisors(req.num_gpus):
         if spec.num_heads % t or (spec.num_kv_heads % t and t % spec.num_kv_heads):
@@ -173,6 +178,8 @@ def _tp_options(req: PlanRequest, per_node: int) -> list[int]:
 def _cp_options(req: PlanRequest) -> list[int]:
     if req.cp is not None:
         return [req.cp]
+    if req.framework in DATA_PARALLEL_ONLY:
+        return [1]
     out, c = [1], 2
     while req.seq % (2 * c) == 0 and req.seq // c >= 2048 and c <= req.num_gpus:
         out.append(c)
@@ -203,6 +210,8 @@ def _layouts(req: PlanRequest, per_node: int) -> Iterator[Layout]:
     n, layers = req.num_gpus, spec.num_layers
     shardings = SHARDINGS_BY_FRAMEWORK[req.framework]
     pps = [1] if req.no_pp else ([req.pp] if req.pp is not None else [p for p in divisors(n) if p <= layers])
+    if req.framework in DATA_PARALLEL_ONLY and req.pp is None:
+        pps = [1]
     for tp in _tp_options(req, per_node):
         for pp in pps:
             for first, last in _pp_splits(layers, pp):
@@ -223,6 +232,8 @@ def _layouts(req: PlanRequest, per_node: int) -> Iterator[Layout]:
                         variants += [("hsdp", g) for g in _shard_groups(req, tp, pp, dp * cp, per_node)]
                         for ep in eps:
                             for sharding, group in variants:
+                                if group is not None and ep > 1 and group % ep:
+                                    continue  # experts sharded within the HSDP group (torchtitan requires it)
                                 yield Layout(num_gpus=n, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, sp=tp > 1,
                                              sharding=sharding, shard_group=group,
                                              schedule="interleaved" if vpp > 1 else "1f1b",
