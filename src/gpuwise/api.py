@@ -67,12 +67,18 @@ def plan(model: str | LoadedModel, *, gpu: str | GPU, **options):
     return _plan(PlanRequest(model=m, gpu=g, **options))
 
 
-def doctor(model: str | LoadedModel, *, gpu: str | GPU, oom_at_gib: float | None = None, **options):
-    """Remedies for a training job that does not fit (options: those of `train`; see plan/doctor.py)."""
-    from .plan.doctor import doctor as _doctor
-
+def doctor(model: str | LoadedModel, *, gpu: str | GPU, oom_at_gib: float | None = None, task: str = "train",
+           **options):
+    """Remedies for a job that does not fit: task 'train' takes `train`'s options (plan/doctor.py), task 'infer'
+    takes `fit`'s (plan/doctor_infer.py)."""
     m = model if isinstance(model, LoadedModel) else load_model(model)
     g = gpu if isinstance(gpu, GPU) else get_gpu(gpu)
+    if task == "infer":
+        from .plan.doctor_infer import doctor_infer
+
+        return doctor_infer(FitRequest(model=m, gpu=g, **options), oom_at_gib=oom_at_gib)
+    from .plan.doctor import doctor as _doctor
+
     return _doctor(TrainRequest(model=m, gpu=g, **options), oom_at_gib=oom_at_gib)
 
 

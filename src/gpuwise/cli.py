@@ -82,6 +82,14 @@ def _add_train(sub) -> None:
     _train_options(d)
     d.add_argument("--oom-at-gib", type=_positive_float,
                    help="memory the job held when it ran out (allocated + the failed request, GiB), if observed")
+    d.add_argument("--task", choices=["train", "infer"], default="train",
+                   help="train (default: train's options) or infer (fit's: --weights --kv-dtype --context --batch "
+                        "--engine)")
+    d.add_argument("--weights", help="infer: dtype or quantization")
+    d.add_argument("--kv-dtype", help="infer: KV cache type")
+    d.add_argument("--context", type=_positive_int, help="infer: tokens per sequence (default 4096)")
+    d.add_argument("--batch", type=_positive_int, default=1, help="infer: concurrent sequences (default 1)")
+    d.add_argument("--engine", choices=["hf", "vllm", "llamacpp", "trtllm"], default="vllm", help="infer: engine")
 
 
 def _train_options(t: argparse.ArgumentParser) -> None:
@@ -369,14 +377,19 @@ def _cmd_train(args: argparse.Namespace) -> str:
 def _cmd_doctor(args: argparse.Namespace) -> str:
     from .api import doctor
 
-    result = doctor(args.model, gpu=args.gpu, oom_at_gib=args.oom_at_gib, **_train_options_from(args))
+    if args.task == "infer":
+        result = doctor(args.model, gpu=args.gpu, oom_at_gib=args.oom_at_gib, task="infer", num_gpus=args.num_gpus,
+                        weights=args.weights, kv_dtype=args.kv_dtype, context=args.context, batch=args.batch,
+                        engine=args.engine)
+    else:
+        result = doctor(args.model, gpu=args.gpu, oom_at_gib=args.oom_at_gib, **_train_options_from(args))
     if args.json:
         from .report.json_out import doctor_to_dict, dumps
 
         return dumps(doctor_to_dict(result))
-    from .report.text import render_doctor
+    from .report.text import render_doctor, render_doctor_infer
 
-    return render_doctor(result)
+    return (render_doctor_infer if args.task == "infer" else render_doctor)(result)
 
 
 def _cmd_fit(args: argparse.Namespace) -> str:

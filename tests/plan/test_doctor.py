@@ -94,3 +94,27 @@ def test_bad_input_is_one_line_and_exit_2(argv, capsys):
     assert e.value.code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("gpuwise: error:")
+
+
+def test_inference_doctor_remedies_are_fit_and_infer_figures():
+    r = doctor("llama-3.1-70b", gpu="h100-sxm", task="infer", batch=8, context=8192)
+    assert not r.fits and r.remedies
+    for x in r.remedies:
+        options = {"batch": 8, "context": 8192, **x.options}
+        gpu = options.pop("gpu", "h100-sxm")
+        f = gpuwise.fit("llama-3.1-70b", gpu=gpu, **options)
+        assert x.memory_bytes == pytest.approx(f.estimate.memory.total)
+        assert x.fits == f.fits
+        i = gpuwise.infer("llama-3.1-70b", gpu=gpu, batch=options["batch"], num_gpus=options.get("num_gpus", 1),
+                          weights=options.get("weights"), kv_dtype=options.get("kv_dtype"),
+                          prompt_tokens=options["context"] - 128, output_tokens=128)
+        assert x.step_time_s == pytest.approx(i.tpot_s)
+    c = r.combination
+    assert c is not None and c.fits and not c.changes_job
+    assert all(c.step_time_s <= x.step_time_s for x in r.remedies if x.fits and x.name in ("weights", "kv-cache"))
+
+
+def test_cli_inference_doctor(capsys):
+    assert main(["doctor", "llama-3.1-70b", "--gpu", "h100-sxm", "--task", "infer", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["task"] == "infer" and doc["fits"] is False and doc["remedies"]

@@ -215,8 +215,8 @@ def _more_gpus(req: TrainRequest, base: TrainResult, remedy):
 
 
 def _bigger_gpus(req: TrainRequest) -> list[GPU]:
-    """Same-vendor catalog GPUs with more memory and bf16 tensor cores, smallest first."""
-    return sorted((g for g in all_gpus() if g.vendor == req.gpu.vendor and g.memory_bytes > req.gpu.memory_bytes
+    """Same-vendor catalog GPUs with more memory (5% or more) and bf16 tensor cores, smallest first."""
+    return sorted((g for g in all_gpus() if g.vendor == req.gpu.vendor and g.memory_bytes > 1.05 * req.gpu.memory_bytes
                    and g.peak("bf16")), key=lambda g: (g.memory_bytes, -(g.peak("bf16") or 0)))
 
 

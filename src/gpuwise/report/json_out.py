@@ -306,25 +306,31 @@ def dumps(doc: Any) -> str:
 
 
 def doctor_to_dict(r) -> dict:
-    """`gpuwise doctor --json`: the verdict, each remedy with its predicted memory and step time, the combination."""
+    """`gpuwise doctor --json`: the verdict, each remedy with its predicted memory and time, the combination.
+    Training: `step_time_s` is the step; inference (`task` "infer"): `tpot_s`, the time per output token."""
 
     def remedy(x) -> dict:
         return {"name": x.name, "change": x.change, "options": {k: list(v) if isinstance(v, tuple) else v
                                                                  for k, v in x.options.items()},
                 "memory_per_gpu": _num(x.memory_bytes), "saved_bytes": _num(r.needed_bytes - x.memory_bytes),
-                "step_time_s": round(x.step_time_s, 6), "slowdown": round(x.slowdown, 4), "fits": x.fits,
-                "changes_job": x.changes_job, "note": x.note or None}
+                "time_s": round(x.step_time_s, 6), "slowdown": round(x.slowdown, 4), "fits": x.fits,
+                "tight": x.tight, "changes_job": x.changes_job, "note": x.note or None}
 
-    return {
-        "schema_version": SCHEMA_VERSION, "command": "doctor",
+    infer = hasattr(r, "tpot_s")
+    doc = {
+        "schema_version": SCHEMA_VERSION, "command": "doctor", "task": "infer" if infer else "train",
         "model": {"id": r.request.model.id, "hf_id": r.request.model.hf_id}, "gpu": r.request.gpu.id,
         "num_gpus": r.request.num_gpus, "capacity_bytes": _num(r.capacity_bytes),
         "predicted_bytes": _num(r.predicted_bytes), "observed_bytes": _num(r.observed_bytes),
         "offset_bytes": _num(r.offset_bytes), "fits": r.fits, "verdict": r.verdict,
-        "step_time_s": round(r.base.perf.step.step_time_s, 6),
-        "remedies": [remedy(x) for x in r.remedies],
-        "combination": remedy(r.combination) if r.combination is not None else None,
     }
+    if infer:
+        doc["tpot_s"] = round(r.tpot_s, 6)
+    else:
+        doc["step_time_s"] = round(r.base.perf.step.step_time_s, 6)
+    doc["remedies"] = [remedy(x) for x in r.remedies]
+    doc["combination"] = remedy(r.combination) if r.combination is not None else None
+    return doc
 
 
 def pick_to_dict(r) -> dict:

@@ -295,10 +295,10 @@ def render_plan(r) -> str:
     return "\n".join(lines)
 
 
-def render_doctor(r) -> str:
-    req = r.request
+def _remedy_lines(r, now_s: float) -> list[str]:
+    """The observed-OOM line, the ranked remedies and the combination (training and inference doctors)."""
     gib = 2**30
-    lines = [f"{req.model.id} training on {req.num_gpus} x {req.gpu.name}: {r.verdict}."]
+    lines = []
     if r.observed_bytes is not None and r.offset_bytes == 0:
         lines.append(f"Observed {r.observed_bytes / gib:.1f} GiB at the OOM; the model predicts "
                      f"{r.predicted_bytes / gib:.1f} GiB, which already explains it: figures below are the model's.")
@@ -306,7 +306,6 @@ def render_doctor(r) -> str:
         lines.append(f"Observed {r.observed_bytes / gib:.1f} GiB at the OOM vs {r.predicted_bytes / gib:.1f} GiB "
                      f"predicted: the {r.offset_bytes / gib:.1f} GiB the model does not explain is kept in every "
                      "figure below.")
-    t0 = r.base.perf.step.step_time_s
     before = r.needed_bytes
     rows = []
     for x in r.remedies:
@@ -314,20 +313,35 @@ def render_doctor(r) -> str:
                      f"{(before - x.memory_bytes) / gib:.1f}", _dur(x.step_time_s), f"{x.slowdown:+.0%}",
                      "; ".join(w for w in ("changes the job" if x.changes_job else "", x.note) if w)])
     if rows:
-        lines.append(_table(rows, ["fits", "remedy", "GiB/GPU", "saves GiB", "step", "vs now", "note"],
+        lines.append(_table(rows, ["fits", "remedy", "GiB/GPU", "saves GiB", "time", "vs now", "note"],
                             right={2, 3, 4, 5}))
     else:
-        lines.append("No remedy gpuwise knows saves memory for this job.")
+        lines.append("No remedy gpuwise knows saves memory here.")
     if r.combination is not None:
         c = r.combination
         where = "with other hardware" if c.changes_job else "on the same GPUs"
         tight = " (tight: within the 15% fragmentation allocators often add)" if c.tight else ""
         lines.append(f"Best combination {where}: {c.change}: {c.memory_bytes / gib:.1f} GiB per GPU{tight}, "
-                     f"step {_dur(c.step_time_s)} ({c.slowdown:+.0%} vs {_dur(t0)}).")
-    elif not r.fits:
+                     f"{_dur(c.step_time_s)} ({c.slowdown:+.0%} vs {_dur(now_s)}).")
+    return lines
+
+
+def render_doctor(r) -> str:
+    req = r.request
+    lines = [f"{req.model.id} training on {req.num_gpus} x {req.gpu.name}: {r.verdict}.",
+             "time = predicted step time."]
+    lines += _remedy_lines(r, r.base.perf.step.step_time_s)
+    if r.combination is None and not r.fits:
         lines.append("No combination of micro-batch, recompute, sharding, 8-bit optimizer and offload fits on these "
                      "GPUs: change the job or the hardware (rows marked 'changes the job').")
     return "\n".join(lines)
+
+
+def render_doctor_infer(r) -> str:
+    req = r.request
+    lines = [f"{req.model.id} inference with {req.engine} on {req.num_gpus} x {req.gpu.name}, batch {req.batch}, "
+             f"context {req.context}: {r.verdict}.", "time = predicted time per output token."]
+    return "\n".join(lines + _remedy_lines(r, r.tpot_s))
 
 
 def _usd(x: float | None, fmt: str = ".2f") -> str:
