@@ -67,7 +67,9 @@ def test_mig_slices_are_pro_rata_and_single():
     r = gpuwise.pick("llama-3.1-8b", task="infer", engine="llamacpp", weights="Q4_K_M",
                      gpus=["h100-sxm:1g.10gb"], headroom=0)
     assert [c.count for c in r.ranked] == [1]
-    assert r.ranked[0].usd_per_hour == pytest.approx(3.99 * max(1 / 7, 10 / 80))
+    from gpuwise.catalog.devices import rental_price
+
+    assert r.ranked[0].usd_per_hour == pytest.approx(rental_price(h100)[0] * max(1 / 7, 10 / 80))
 
 
 def test_training_candidates_keep_the_headroom():

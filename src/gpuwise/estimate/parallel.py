@@ -16,6 +16,9 @@ from functools import lru_cache
 from ..errors import InvalidArgument, require_positive_int
 from ..spec.model import ModelSpec
 
+# Shardings whose parameters can live in host memory between uses (ZeRO-Infinity offload_param, FSDP2
+# CPUOffloadPolicy): the ones that shard the parameters and gather them per use.
+PARAM_OFFLOAD_SHARDINGS = ("zero3", "fsdp-full", "hsdp")
 SHARDING = ("ddp", "zero1", "zero2", "zero3", "fsdp-full", "fsdp-grad-op", "fsdp-no-reshard", "hsdp")
 SCHEDULES = ("1f1b", "gpipe", "interleaved")
 
@@ -228,3 +231,10 @@ def in_flight_microbatches(layout: Layout, stage: int, num_microbatches: int) ->
         chunks = min(m * v, (p - stage - 1) * 2 + (v - 1) * p + 1)
         return chunks / v
     return float(min(p - stage, m))
+
+
+def bubble_fraction(pp: int, num_microbatches: int, vpp: int = 1) -> float:
+    """Idle share of a pipeline step: (p-1)/v idle micro-batch slots out of m + (p-1)/v; (p-1)/(m+p-1) for 1F1B
+    and GPipe (Narayanan et al. 2021, section 2.2)."""
+    idle = (pp - 1) / vpp
+    return idle / (num_microbatches + idle)

@@ -34,7 +34,7 @@ from .comm import Topology
 from .kernels import attention_s, matmul_s, memory_s
 from .layer_ops import (block_ops, block_signature, distinct_stages, head_gemm, keys_per_query, stage_blocks,
                         unfused_attention)
-from .parallel import Layout, stage_layers
+from .parallel import Layout, bubble_fraction, stage_layers
 
 LOSS_BYTES_PER_LOGIT = 12.0
 """Cross-entropy streams each logit about three times: the forward reads 16-bit logits and writes fp32
@@ -312,4 +312,4 @@ def step_time(spec: ModelSpec, layout: Layout, *, profile: DeviceProfile, topo: 
     breakdown["overhead"] = STEP_HOST_OVERHEAD_S
     total = sum(breakdown.values())
     return StepTime(step_time_s=total, breakdown=breakdown, microbatch_s=mb_time, num_microbatches=m,
-                    bubble_fraction=bubble_mb / (m + bubble_mb), slowest_stage=slowest)
+                    bubble_fraction=bubble_fraction(pp, m, v), slowest_stage=slowest)

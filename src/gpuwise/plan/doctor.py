@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 
 from ..catalog.gpus import GPU, all_gpus
 from ..errors import GpuwiseError, require_positive_number
-from ..estimate.parallel import divisors
+from ..estimate.parallel import PARAM_OFFLOAD_SHARDINGS, divisors
 from ..estimate.train_memory import FRAGMENTATION_RISK
 from .train import TrainRequest, TrainResult, train
 
@@ -57,8 +57,24 @@ class Remedy:
         return before - self.memory_bytes
 
 
+class Diagnosis:
+    """What both doctors' results share: the memory needed (prediction + observed offset) against capacity."""
+
+    predicted_bytes: float
+    offset_bytes: float
+    capacity_bytes: float
+
+    @property
+    def needed_bytes(self) -> float:
+        return self.predicted_bytes + self.offset_bytes
+
+    @property
+    def fits(self) -> bool:
+        return self.needed_bytes <= self.capacity_bytes
+
+
 @dataclass(frozen=True)
-class DoctorResult:
+class DoctorResult(Diagnosis):
     request: TrainRequest
     base: TrainResult
     capacity_bytes: float
@@ -71,14 +87,6 @@ class DoctorResult:
     combination: Remedy | None
     """The cheapest-in-time mix of same-job knobs that fits; None when none does."""
     verdict: str
-
-    @property
-    def needed_bytes(self) -> float:
-        return self.predicted_bytes + self.offset_bytes
-
-    @property
-    def fits(self) -> bool:
-        return self.needed_bytes <= self.capacity_bytes
 
 
 def doctor(req: TrainRequest, *, oom_at_gib: float | None = None) -> DoctorResult:
@@ -182,7 +190,7 @@ def base_zero(req: TrainRequest) -> int | None:
 def _offloads(req: TrainRequest, base: TrainResult, remedy):
     if "optimizer" not in req.offload and req.optimizer != "none":
         yield remedy("offload", "optimizer states -> CPU memory (ZeRO-Offload)", offload=req.offload + ("optimizer",))
-    if "params" not in req.offload and base.layout.sharding in ("zero3", "fsdp-full", "hsdp"):
+    if "params" not in req.offload and base.layout.sharding in PARAM_OFFLOAD_SHARDINGS:
         yield remedy("offload", "parameters and optimizer -> CPU memory (ZeRO-Infinity style)",
                      offload=tuple(dict.fromkeys(req.offload + ("optimizer", "params"))))
 
@@ -190,7 +198,7 @@ def _offloads(req: TrainRequest, base: TrainResult, remedy):
 def _more_gpu_options(req: TrainRequest, base: TrainResult) -> list[tuple[int, dict]]:
     """(factor, request changes) for 2, 4 and 8 times the GPUs as data parallelism with sharded states."""
     lay = base.layout
-    sharded = {} if lay.sharding in ("zero3", "fsdp-full", "hsdp") else (
+    sharded = {} if lay.sharding in PARAM_OFFLOAD_SHARDINGS else (
         dict(zero=3) if req.framework == "deepspeed" else dict(fsdp="full", zero=None, framework=(
             req.framework if req.framework != "megatron" else "torchtitan")))
     out = []

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 
 from ..errors import GpuwiseError, require_positive_number
 from ..estimate.train_memory import FRAGMENTATION_RISK
-from .doctor import GIB, Remedy, _bigger_gpus
+from .doctor import GIB, Diagnosis, Remedy, _bigger_gpus
 from .fit import FitRequest, fit
 from .infer import InferRequest, infer
 
@@ -25,7 +25,7 @@ KV = {"llamacpp": ("q8_0", "q4_0"), "hf": (), "vllm": ("fp8",), "trtllm": ("fp8"
 
 
 @dataclass(frozen=True)
-class InferDoctorResult:
+class InferDoctorResult(Diagnosis):
     request: FitRequest
     capacity_bytes: float
     """What the engine may use (vLLM: gpu_memory_utilization x the card; see plan/fit.py)."""
@@ -36,14 +36,6 @@ class InferDoctorResult:
     remedies: tuple[Remedy, ...]
     combination: Remedy | None
     verdict: str
-
-    @property
-    def needed_bytes(self) -> float:
-        return self.predicted_bytes + self.offset_bytes
-
-    @property
-    def fits(self) -> bool:
-        return self.needed_bytes <= self.capacity_bytes
 
 
 def _tpot(req: FitRequest, context: int) -> float:

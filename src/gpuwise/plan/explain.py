@@ -22,6 +22,7 @@ from ..catalog._toml import load_toml
 from ..catalog.gpus import GPU, get_gpu
 from ..catalog.models import LoadedModel, load_model
 from ..errors import GpuwiseError, suggest
+from ..estimate.parallel import bubble_fraction
 from ..units import GB, fmt_count, fmt_gib
 
 DEFAULT_GPU = "h100-sxm"
@@ -196,13 +197,6 @@ def _pcie_one_way(g: GPU) -> float | None:
     if g.pcie_gen is None or str(g.pcie_gen) not in table:
         return None
     return float(table[str(g.pcie_gen)]) * GB
-
-
-def _bubble(p: int, m: int, v: int = 1) -> float:
-    """Idle share of a pipeline step: (p-1)/v idle micro-batch slots out of m + (p-1)/v (as estimate/step_time.py);
-    with v = 1 this is (p-1)/(m+p-1)."""
-    idle = (p - 1) / v
-    return idle / (m + idle)
 
 
 def _layer_activation_bytes(m: LoadedModel, *, seq: int, t: int = 1, sp: bool = False, recompute: str) -> float:
@@ -486,7 +480,7 @@ def _bubble_lines(examples: tuple[tuple[int, int, int], ...]) -> list[Fact]:
     out: list[Fact] = []
     parts = []
     for p, mb, v in examples:
-        f = _bubble(p, mb, v)
+        f = bubble_fraction(p, mb, v)
         key = f"bubble_fraction_p{p}_m{mb}" + (f"_v{v}" if v > 1 else "")
         out.append((key, f, None))
         parts.append(f"p={p}, m={mb}" + (f", v={v}" if v > 1 else "") + f": {_pct(f)}")
@@ -663,7 +657,7 @@ def _n_gradient_accumulation(g: GPU, m: LoadedModel | None) -> list[Fact]:
     out: list[Fact] = [("accumulation_steps_example", steps,
                         f"Global batch {gb} with micro-batch {mb} on {dp} data-parallel GPUs: {gb} / ({mb} x {dp}) = "
                         f"{steps} accumulation steps per optimizer step.")]
-    f = _bubble(4, steps)
+    f = bubble_fraction(4, steps)
     out.append(("bubble_fraction_p4_example", f, f"With 4 pipeline stages those {steps} micro-batches leave a bubble "
                                                  f"of {_pct(f)}."))
     return out

@@ -31,7 +31,7 @@ from ..catalog.models import LoadedModel
 from ..errors import InvalidArgument, require_positive_int
 from ..estimate.comm import Topology, topology
 from ..estimate.flops import step_flops
-from ..estimate.parallel import Layout, divisors
+from ..estimate.parallel import PARAM_OFFLOAD_SHARDINGS, Layout, divisors
 from ..estimate.step_time import StepTime, gemm_dtype, step_time
 from ..estimate.model_states import ModelStates
 from ..estimate.train_memory import layout_memory
@@ -46,7 +46,6 @@ SHARDINGS_BY_FRAMEWORK = {
 }
 OFFLOADS = ((), ("optimizer",), ("optimizer", "params"))
 """Offload variants, cheapest first (plan/train.py's --offload targets; activations are left to recompute)."""
-PARAM_OFFLOAD_SHARDINGS = ("zero3", "fsdp-full", "hsdp")
 """Shardings under which parameters can be offloaded (plan/train.py's validation of --offload params)."""
 HSDP_FRAMEWORKS = ("torchtitan", "fsdp")
 HSDP_DOUBLINGS = 3

@@ -18,7 +18,7 @@ from ..estimate.comm import Topology, topology
 from ..estimate.step_time import StepTime, gemm_dtype, step_time
 from ..estimate.flops import CONVENTIONS, StepFlops, step_flops
 from ..estimate.model_states import FINETUNE, FRAMEWORKS, OPTIMIZERS, PRECISIONS, lora_targets
-from ..estimate.parallel import SCHEDULES, Layout, divisors, validate_layout
+from ..estimate.parallel import PARAM_OFFLOAD_SHARDINGS, SCHEDULES, Layout, divisors, validate_layout
 from ..estimate.params import ParamCounts, param_counts
 from ..estimate.train_memory import FRAGMENTATION_RISK, TrainMemory, train_memory
 from ..memo import remember
@@ -113,7 +113,7 @@ class TrainRequest:
         bad = [o for o in self.offload if o not in OFFLOAD]
         if bad:
             raise InvalidArgument(f"--offload: unknown target '{bad[0]}'; valid: {', '.join(OFFLOAD)}")
-        if "params" in self.offload and self.sharding not in ("zero3", "fsdp-full", "hsdp"):
+        if "params" in self.offload and self.sharding not in PARAM_OFFLOAD_SHARDINGS:
             raise InvalidArgument("--offload params needs sharded parameters (--zero 3 or --fsdp full/hybrid)")
         if "activations" in self.offload and self.recompute == "full":
             raise InvalidArgument("--offload activations and --recompute full both set: choose one")
