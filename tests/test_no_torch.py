@@ -32,3 +32,31 @@ def test_core_runs_without_torch() -> None:
     proc = subprocess.run([sys.executable, "-c", CODE], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip().endswith("OK")
+
+
+MEASURE_CODE = r"""
+import sys
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.split('.')[0] in ('torch', 'pynvml'):
+            raise ImportError('blocked for this test: ' + name)
+sys.meta_path.insert(0, Block())
+from gpuwise.cli import main
+for argv in (['calibrate', '--device', 'cpu', '--quick'], ['bench', 'train', 'gpt2', '--device', 'cpu'],
+             ['bench', 'comm', '--device', 'cpu'], ['watch', '--once']):
+    assert main(argv) == 2, argv
+import gpuwise.measure.tracker, gpuwise.measure.rules, gpuwise.measure.callbacks  # importable without torch
+assert 'torch' not in sys.modules
+print('OK')
+"""
+
+
+def test_measurement_without_torch_or_nvml_is_one_line_each() -> None:
+    """The `measure` extra missing: each command says so in one line on stderr and exits 2."""
+    proc = subprocess.run([sys.executable, "-c", MEASURE_CODE], capture_output=True, text=True, timeout=120,
+                          env={k: v for k, v in __import__("os").environ.items() if k not in ("RANK", "WORLD_SIZE")})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 4 and all(line.startswith("gpuwise: error:") for line in lines), lines
+    assert sum("PyTorch" in line for line in lines) == 2  # calibrate, bench train; bench comm: torchrun first
+    assert "NVML" in lines[3] or "nvidia-ml-py" in lines[3]

@@ -64,6 +64,7 @@ def _build_parser() -> argparse.ArgumentParser:
     _add_train(sub)
     _add_infer(sub)
     _add_roofline(sub)
+    _add_measure(sub)
 
     models = sub.add_parser("models", help="list the embedded model catalog")
     models.add_argument("query", nargs="?", help="filter by id, Hugging Face id or family")
@@ -222,6 +223,85 @@ def _add_roofline(sub) -> None:
     r.add_argument("--profile", help="measured device profile (JSON)")
     r.add_argument("--plot", help="write a log-log roofline plot to FILE.png or FILE.svg")
     r.add_argument("--json", action="store_true", help="machine-readable output (docs/json-schema.md)")
+
+
+def _add_measure(sub) -> None:
+    """The measurement commands (torch / NVML, the `measure` extra): their options here, their work in measure/."""
+    c = sub.add_parser("calibrate", help="measure this GPU: matmul TFLOP/s per dtype, memory and host bandwidth, "
+                                         "launch overhead -> a device profile for --profile")
+    c.add_argument("--device", help="cuda, cuda:N or cpu (default: the current CUDA GPU)")
+    c.add_argument("--quick", action="store_true", help="fewer shapes and repetitions (seconds instead of minutes)")
+    c.add_argument("--dtypes", help="comma list of fp32, tf32, bf16, fp16, fp8 (default: all the device supports)")
+    c.add_argument("--save", nargs="?", const="", metavar="FILE",
+                   help="write the device profile JSON (default file: gpuwise-profile-<gpu>.json)")
+    c.add_argument("--json", action="store_true", help="machine-readable output")
+
+    b = sub.add_parser("bench", help="benchmarks under torchrun: collectives (comm) or real training steps (train)")
+    bs = b.add_subparsers(dest="bench", parser_class=_Parser, required=True)
+    bc = bs.add_parser("comm", help="all-reduce, all-gather, reduce-scatter, all-to-all, send/recv: nccl-tests "
+                                    "algbw/busbw over message sizes (run under torchrun)")
+    bc.add_argument("--ops", help="comma list of all_reduce, all_gather, reduce_scatter, all_to_all, send_recv "
+                                  "(default: all)")
+    bc.add_argument("--min-bytes", type=_positive_int, help="smallest message (default 8 KiB; quick: 8 KiB)")
+    bc.add_argument("--max-bytes", type=_positive_int, help="largest message (default 1 GiB; quick: 4 MiB)")
+    bc.add_argument("--iters", type=_positive_int, help="timed repetitions per size (default 20; quick: 5)")
+    bc.add_argument("--warmup", type=_positive_int, help="untimed repetitions per size (default 5; quick: 2)")
+    bc.add_argument("--quick", action="store_true", help="few sizes and repetitions")
+    bc.add_argument("--device", help="cpu to use gloo on CPU (default: each rank's CUDA GPU, NCCL)")
+    bc.add_argument("--save", nargs="?", const="", metavar="FILE",
+                    help="write/merge the network section into a profile JSON (default gpuwise-network.json)")
+    bc.add_argument("--json", action="store_true", help="machine-readable output")
+    bt = bs.add_parser("train", help="real forward/backward/optimizer steps of MODEL with a layout, next to "
+                                     "gpuwise's prediction (run under torchrun for more than one rank)")
+    bt.add_argument("model", help="catalog name, Hugging Face id, or path to a config.json (or its folder)")
+    bt.add_argument("--steps", type=_positive_int, default=10, help="timed steps (default 10)")
+    bt.add_argument("--warmup-steps", type=_positive_int, default=3, help="untimed steps first (default 3)")
+    bt.add_argument("--layers", type=_positive_int, help="build only this many layers (the prediction is made for "
+                                                         "the same shrunk model, and scaled to the full one)")
+    bt.add_argument("--seq", type=_positive_int, default=2048, help="tokens per sequence (default 2048)")
+    bt.add_argument("--micro-batch", type=_positive_int, default=1, help="sequences per forward/backward per rank")
+    bt.add_argument("--global-batch", type=_positive_int, help="sequences per optimizer step (default dp x micro)")
+    bt.add_argument("--tp", type=_positive_int, default=1, help="tensor parallel degree (DeviceMesh + DTensor)")
+    bt.add_argument("--sp", action="store_true", help="sequence parallelism with TP")
+    bt.add_argument("--fsdp", choices=["full", "grad-op"],
+                    help="FSDP2 fully_shard (full: reshard after forward; grad-op: keep params until backward)")
+    bt.add_argument("--zero", type=int, choices=[0, 3], help="0 = DDP, 3 = FSDP2 full shard")
+    bt.add_argument("--recompute", choices=["none", "full"], default="none", help="activation checkpointing")
+    bt.add_argument("--precision", choices=["fp32", "bf16", "bf16-pure"], default="bf16",
+                    help="bf16: mixed precision with fp32 master weights (default); fp32 runs GEMMs in TF32")
+    bt.add_argument("--optimizer", choices=["adamw", "sgd"], default="adamw")
+    bt.add_argument("--plan", help="a plan JSON (`gpuwise plan --json`, the first plan) to take the layout from")
+    bt.add_argument("--gpu", help="catalog GPU for the prediction (default: the GPU torch reports)")
+    bt.add_argument("--profile", help="measured device profile (JSON) for the prediction")
+    bt.add_argument("--device", help="cpu to run on CPU with gloo (default: each rank's CUDA GPU)")
+    bt.add_argument("--json", action="store_true", help="machine-readable output")
+
+    w = sub.add_parser("watch", help="live per-GPU view from NVML: utilization, memory, power, temperature, "
+                                     "clocks, processes")
+    w.add_argument("--interval", type=_positive_float, default=1.0, help="seconds between refreshes (default 1)")
+    w.add_argument("--count", type=_positive_int, help="stop after this many refreshes (default: until Ctrl-C)")
+    w.add_argument("--once", action="store_true", help="one snapshot, then exit (same as --count 1)")
+    w.add_argument("--json", action="store_true", help="one JSON document per refresh (JSON lines)")
+
+
+def _cmd_calibrate(args: argparse.Namespace) -> str:
+    from .measure.calibrate import cli_main
+
+    return cli_main(args)
+
+
+def _cmd_bench(args: argparse.Namespace) -> str | None:
+    if args.bench == "comm":
+        from .measure.comm_bench import cli_main
+    else:
+        from .measure.train_bench import cli_main
+    return cli_main(args)
+
+
+def _cmd_watch(args: argparse.Namespace) -> str | None:
+    from .measure.watch import cli_main
+
+    return cli_main(args)
 
 
 def _cmd_plan(args: argparse.Namespace) -> str:
@@ -439,7 +519,7 @@ def _cmd_gpus(args: argparse.Namespace) -> str:
 
 COMMANDS = {"fit": _cmd_fit, "train": _cmd_train, "infer": _cmd_infer, "roofline": _cmd_roofline, "plan": _cmd_plan,
             "doctor": _cmd_doctor, "pick": _cmd_pick,
-            "explain": _cmd_explain,
+            "explain": _cmd_explain, "calibrate": _cmd_calibrate, "bench": _cmd_bench, "watch": _cmd_watch,
             "models": _cmd_models, "gpus": _cmd_gpus}
 
 
@@ -459,6 +539,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except GpuwiseError as exc:
         sys.stderr.write(f"gpuwise: error: {exc}\n")
         return EXIT_USAGE
+    if out is None:  # wrote its own output (a live view), or a torchrun rank other than 0
+        return 0
     try:
         sys.stdout.write(out + "\n")
     except BrokenPipeError:  # `gpuwise models | head`

@@ -21,6 +21,9 @@ def test_doubling_gpus_never_slows_the_best_beyond_its_communication(model, gpu,
     big = gpuwise.plan(model, gpu=gpu, num_gpus=2 * n, seq=seq, global_batch=batch, framework=framework, top=1)
     if not small.plans:
         return
+    if not big.plans and not big.evaluated:  # e.g. DeepSpeed (data parallel only) with fewer sequences than GPUs
+        assert 2 * n > batch and "splits the global batch" in big.why
+        return
     assert big.plans, "a job that fits on n GPUs must fit on 2n (data parallel shards or replicates it)"
     a, b = small.plans[0], big.plans[0]
     comm = sum(b.step.breakdown.get(k, 0.0) for k in COMM)

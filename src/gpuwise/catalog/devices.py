@@ -40,6 +40,8 @@ class DeviceProfile:
     """Smallest GPU time of one kernel (launch latency, ramp-up and tail), added once per kernel."""
     tile: tuple[int, int]
     """Output tile (rows, cols) of one thread block of the large GEMM kernels (tile/wave quantization)."""
+    host_copy_bytes_per_s: float | None = None
+    """Measured pinned host-to-device bytes/s (`gpuwise calibrate`); None: the PCIe line rate x host_copy_efficiency."""
     sources: dict[str, str] = field(default_factory=dict)
     """Field -> where the number comes from (a public measurement, an architecture default, a profile file)."""
 
@@ -108,7 +110,8 @@ def _build(gpu: GPU, v: dict, sources: dict[str, str]) -> DeviceProfile:
         gpu=gpu, matmul_efficiency=dict(v["matmul_efficiency"]), memory_efficiency=float(v["memory_efficiency"]),
         attention_forward_efficiency=float(v["attention_forward_efficiency"]),
         attention_backward_efficiency=float(v["attention_backward_efficiency"]),
-        kernel_overhead_s=float(v["kernel_overhead_us"]) * 1e-6, tile=tuple(v["tile"]), sources=dict(sources))
+        kernel_overhead_s=float(v["kernel_overhead_us"]) * 1e-6, tile=tuple(v["tile"]), sources=dict(sources),
+        host_copy_bytes_per_s=None)
 
 
 def _fraction(name: str, value: object) -> float:
@@ -122,10 +125,15 @@ def load_profile(path: str | Path, gpu: GPU) -> DeviceProfile:
 
     Keys (all optional; see docs/performance.md): `matmul_efficiency` {dtype: fraction} or `matmul_tflops`
     {dtype: TFLOP/s}, `memory_efficiency` or `memory_bandwidth_gb_s`, `attention_forward_efficiency`,
-    `attention_backward_efficiency`, `kernel_overhead_us`, and `network` {intra_node_busbw_gb_s,
-    inter_node_busbw_gb_s, latency_us}. Measured absolute figures are divided by the catalog peak.
+    `attention_backward_efficiency`, `kernel_overhead_us`, `host_to_device_gb_s` (pinned), and `network`
+    {intra_node_busbw_gb_s, inter_node_busbw_gb_s, intra_node_latency_us, inter_node_latency_us}. Measured absolute figures are divided by the catalog
+    peak. A profile that names the catalog `gpu` it was measured on applies to that GPU only.
     """
     doc = _read_profile(str(path))
+    measured_on = doc.get("gpu")
+    if measured_on is not None and measured_on != gpu.id:
+        raise InvalidArgument(f"--profile: {Path(path).name} was measured on {measured_on}, not {gpu.id} "
+                              f"(use --gpu {measured_on}, or calibrate this GPU)")
     base = default_profile(gpu)
     origin = f"profile {Path(path).name}"
     sources = dict(base.sources)
@@ -154,6 +162,9 @@ def load_profile(path: str | Path, gpu: GPU) -> DeviceProfile:
         if isinstance(us, bool) or not isinstance(us, (int, float)) or not 0 <= us < 1e4:
             raise InvalidArgument(f"profile: kernel_overhead_us must be in [0, 10000), got {us!r}")
         changes["kernel_overhead_s"] = us * 1e-6
+    if "host_to_device_gb_s" in doc:
+        require_positive_number("--profile: host_to_device_gb_s", doc["host_to_device_gb_s"], 1e4)
+        changes["host_copy_bytes_per_s"] = float(doc["host_to_device_gb_s"]) * 1e9
     for key in changes:
         if key != "matmul_efficiency":
             sources[key] = origin
@@ -180,7 +191,7 @@ def network_overrides(path: str | Path | None) -> dict:
     net = _read_profile(str(path)).get("network") or {}
     if not isinstance(net, dict):
         raise InvalidArgument("--profile: `network` must be an object")
-    for key in ("intra_node_busbw_gb_s", "inter_node_busbw_gb_s"):
+    for key in ("intra_node_busbw_gb_s", "inter_node_busbw_gb_s", "intra_node_latency_us", "inter_node_latency_us"):
         if key in net:
             require_positive_number(f"--profile: network.{key}", net[key], 1e5)
     return net

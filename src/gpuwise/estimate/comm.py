@@ -86,15 +86,22 @@ def topology(gpu: GPU, *, num_gpus: int, gpus_per_node: int | None = None, inter
         require_positive_number("--inter-node-gbps", inter_node_gbps, 1e5)
     per_node = gpus_per_node or min(num_gpus, int(net["gpus_per_node"].get(gpu.segment, net["gpus_per_node"]["default"])))
     intra = _intra_level(gpu, per_node, net)
-    if "intra_node_busbw_gb_s" in over:
-        intra = Level(intra.name + " (profile)", float(over["intra_node_busbw_gb_s"]) * 1e9, intra.latency_s, "profile")
+    intra = _measured(intra, over, "intra_node")
     gbps = inter_node_gbps or float(net["inter_node_gbps"].get(_arch(gpu), net["inter_node_gbps"]["default"]))
     eff = float(net["nic_busbw_efficiency"])
     inter = Level(f"{gbps:g} Gb/s per GPU", gbps / 8 * 1e9 * eff, float(net["inter_node_latency_us"]) * 1e-6,
                   net["nic_source"])
-    if "inter_node_busbw_gb_s" in over:
-        inter = Level(inter.name + " (profile)", float(over["inter_node_busbw_gb_s"]) * 1e9, inter.latency_s, "profile")
+    inter = _measured(inter, over, "inter_node")
     return Topology(per_node, intra, inter)
+
+
+def _measured(level: Level, over: dict, prefix: str) -> Level:
+    """A level with the bus bandwidth and latency a profile measured (`gpuwise bench comm`), where it has them."""
+    bw, lat = over.get(f"{prefix}_busbw_gb_s"), over.get(f"{prefix}_latency_us")
+    if bw is None and lat is None:
+        return level
+    return Level(level.name + " (profile)", float(bw) * 1e9 if bw is not None else level.busbw_bytes_per_s,
+                 float(lat) * 1e-6 if lat is not None else level.latency_s, "profile")
 
 
 def _intra_level(gpu: GPU, per_node: int, net: dict) -> Level:

@@ -176,7 +176,8 @@ def _offload_s(profile: DeviceProfile, offload: frozenset[str], trained: float, 
     """
     net = network_defaults()
     gen = str(profile.gpu.pcie_gen or 4)
-    pcie = float(net["pcie_x16_gb_s"].get(gen, net["pcie_x16_gb_s"]["4"])) * 1e9 * float(net["host_copy_efficiency"])
+    pcie = profile.host_copy_bytes_per_s or (float(net["pcie_x16_gb_s"].get(gen, net["pcie_x16_gb_s"]["4"])) * 1e9
+                                              * float(net["host_copy_efficiency"]))
     host = float(net["host_memory_gb_s_per_gpu"]) * 1e9
     t = 0.0
     if "optimizer" in offload:

@@ -327,7 +327,8 @@ def plan(req: PlanRequest) -> PlanResult:
     results.sort(key=key)
     best = tuple(results[: req.top])
     return PlanResult(request=req, plans=best, evaluated=search.evaluated, timed=search.timed,
-                      feasible=len(results), search_time_s=time.perf_counter() - t0, why=_why(best, req),
+                      feasible=len(results), search_time_s=time.perf_counter() - t0,
+                      why=_why(best, req, search.evaluated),
                       mfu_denominator=peak)
 
 
@@ -343,7 +344,12 @@ def describe(p: Plan) -> str:
     return ", ".join(parts)
 
 
-def _why(plans: tuple[Plan, ...], req: PlanRequest) -> str:
+def _why(plans: tuple[Plan, ...], req: PlanRequest, evaluated: int) -> str:
+    if not plans and not evaluated:  # not memory: no layout of this trainer can split the batch over the GPUs
+        only_dp = " (DeepSpeed's ZeRO engine is data parallel only)" if req.framework == "deepspeed" else ""
+        return (f"no {req.framework} layout on {req.num_gpus} GPUs splits the global batch of {req.global_batch} "
+                f"sequences over its data-parallel ranks{only_dp}: each rank needs at least one sequence; use a "
+                "larger batch, fewer GPUs or fixed model-parallel degrees")
     if not plans:
         return (f"no layout fits in {req.gpu.memory_bytes / GIB:.0f} GiB per GPU"
                 + (f" with {req.reserve_gib:g} GiB reserved" if req.reserve_gib else "")

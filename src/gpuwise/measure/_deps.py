@@ -1,0 +1,50 @@
+"""Optional dependencies of the measurement side, imported on demand, with one clear line when missing."""
+
+from __future__ import annotations
+
+import importlib
+import os
+
+from ..errors import GpuwiseError
+
+EXTRA_HINT = 'pip install "gpuwise[measure]" (install torch first, see README)'
+
+
+class MeasureUnavailable(GpuwiseError):
+    """torch, a GPU, NVML or a torchrun environment that a measurement needs is missing."""
+
+
+def require_torch(what: str):
+    """The torch module, or MeasureUnavailable naming the command that needed it."""
+    try:
+        return importlib.import_module("torch")
+    except ImportError:
+        raise MeasureUnavailable(f"{what} needs PyTorch, which is not installed: {EXTRA_HINT}") from None
+
+
+def resolve_device(torch, name: str | None, what: str):
+    """A torch.device from 'cuda', 'cuda:N' or 'cpu' (None: the current CUDA device, else an error saying so).
+
+    Never a silent fallback: asking for CUDA on a machine without one is an error, and so is no device given
+    on a machine without CUDA (the caller must say --device cpu)."""
+    if name is None:
+        if torch.cuda.is_available():
+            return torch.device("cuda", torch.cuda.current_device())
+        raise MeasureUnavailable(f"{what}: no CUDA GPU visible to PyTorch (torch {torch.__version__}, "
+                                 f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}); "
+                                 "pass --device cpu to measure the CPU")
+    try:
+        dev = torch.device(name)
+    except (RuntimeError, ValueError):
+        raise MeasureUnavailable(f"{what}: '{name}' is not a device (use cuda, cuda:N or cpu)") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise MeasureUnavailable(f"{what}: --device {name}, but PyTorch sees no CUDA GPU "
+                                     f"(torch {torch.__version__}, cuda {torch.version.cuda})")
+        index = dev.index if dev.index is not None else torch.cuda.current_device()
+        if index >= torch.cuda.device_count():
+            raise MeasureUnavailable(f"{what}: --device {name}, but only {torch.cuda.device_count()} GPU(s) visible")
+        return torch.device("cuda", index)
+    if dev.type != "cpu":
+        raise MeasureUnavailable(f"{what}: device type '{dev.type}' is not supported (use cuda or cpu)")
+    return dev

@@ -1,0 +1,138 @@
+"""`gpuwise calibrate` on CPU produces a valid profile, and the GEMM-curve fit recovers a known efficiency."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+
+import pytest
+
+pytest.importorskip("torch")
+
+from gpuwise.catalog.devices import default_profile, load_profile
+from gpuwise.catalog.gpus import get_gpu
+from gpuwise.cli import main
+from gpuwise.estimate.kernels import matmul_s
+from gpuwise.measure.calibrate import GemmPoint, _fit, calibrate, parse_dtypes, profile_doc
+from gpuwise.measure.timing import Stats, buffers_to_rotate, summarize
+
+
+@pytest.fixture(scope="module")
+def cpu_run():
+    return calibrate(device="cpu", quick=True, dtypes=("fp32", "bf16", "tf32", "fp8"))
+
+
+def test_cpu_quick_measures_and_explains_what_it_skips(cpu_run) -> None:
+    c = cpu_run
+    assert c.gpu is None and c.device == "cpu"
+    assert {d.dtype for d in c.dtypes} == {"fp32", "bf16"}
+    assert set(c.skipped) == {"tf32", "fp8"} and all(c.skipped.values())
+    for d in c.dtypes:
+        assert d.peak_tflops is None and d.best_fraction is None and d.fitted_efficiency is None  # unknown, not 0
+        for p in d.points:  # each point: 2mnk FLOPs over the median time
+            assert math.isclose(p.tflops, 2 * p.m * p.n * p.k / p.stats.median_s / 1e12)
+            assert p.stats.p10_s <= p.stats.median_s <= p.stats.p90_s and p.stats.reps >= 5
+    kinds = {t.kind for t in c.transfers}
+    assert kinds == {"copy", "read"}  # no host-to-device link on a CPU device
+    copy = c.transfer("copy")
+    assert copy.moved_bytes == 2 * copy.size_bytes and copy.gb_s > 0
+    assert 0 < c.kernel_overhead_us < 1e4
+    assert c.state_before is None and "CPU" in c.state_note
+
+
+def test_profile_is_accepted_by_load_profile(cpu_run, tmp_path) -> None:
+    doc = profile_doc(cpu_run)
+    path = tmp_path / "cpu.json"
+    path.write_text(json.dumps(doc))
+    h100 = get_gpu("h100-sxm")
+    prof = load_profile(path, h100)
+    # A CPU profile has no catalog GPU: absolute TFLOP/s, divided by the --gpu's peak when applied.
+    assert doc["gpu"] is None and "matmul_efficiency" not in doc
+    assert math.isclose(prof.matmul_efficiency["bf16"], doc["matmul_tflops"]["bf16"] * 1e12 / h100.peak_flops["bf16"])
+    assert math.isclose(prof.bandwidth, doc["memory_bandwidth_gb_s"] * 1e9)
+    assert math.isclose(prof.kernel_overhead_s, doc["kernel_overhead_us"] * 1e-6)
+    assert prof.sources["memory_efficiency"] == "profile cpu.json"
+
+
+def test_cli_saves_a_profile_that_train_uses(tmp_path, capsys) -> None:
+    path = tmp_path / "p.json"
+    assert main(["calibrate", "--device", "cpu", "--quick", "--dtypes", "fp32", "--save", str(path), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["command"] == "calibrate" and out["saved"] == str(path)
+    assert out["matmul"][0]["dtype"] == "fp32" and out["matmul"][0]["peak_tflops"] is None
+    saved = json.loads(path.read_text())
+    assert saved["kind"] == "gpuwise-device-profile" and saved["measured"]["environment"]["torch"]
+    # The profile changes a prediction: a CPU's bandwidth on an H100 makes decoding far slower.
+    assert main(["infer", "llama-3.1-8b", "--gpu", "h100-sxm", "--json"]) == 0
+    base = json.loads(capsys.readouterr().out)
+    assert main(["infer", "llama-3.1-8b", "--gpu", "h100-sxm", "--profile", str(path), "--json"]) == 0
+    measured = json.loads(capsys.readouterr().out)
+    assert measured["tpot_s"] > 5 * base["tpot_s"]
+
+
+def test_a_profile_for_one_gpu_refuses_another(tmp_path, capsys) -> None:
+    path = tmp_path / "h100.json"
+    path.write_text(json.dumps({"kind": "gpuwise-device-profile", "gpu": "h100-sxm", "memory_bandwidth_gb_s": 3000}))
+    assert main(["infer", "llama-3.1-8b", "--gpu", "a100-80gb", "--profile", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "measured on h100-sxm" in err
+    assert main(["infer", "llama-3.1-8b", "--gpu", "h100-sxm", "--profile", str(path)]) == 0
+
+
+def test_host_copy_figure_feeds_the_offload_model(tmp_path) -> None:
+    import gpuwise
+
+    opts = dict(gpu="h100-sxm", num_gpus=8, seq=4096, global_batch=8, zero=3, offload=("optimizer",))
+    slow = tmp_path / "slow.json"
+    slow.write_text(json.dumps({"gpu": "h100-sxm", "host_to_device_gb_s": 5.0}))
+    fast = tmp_path / "fast.json"
+    fast.write_text(json.dumps({"gpu": "h100-sxm", "host_to_device_gb_s": 50.0}))
+    t_slow = gpuwise.train("llama-3.1-8b", profile=str(slow), **opts).perf.step.step_time_s
+    t_fast = gpuwise.train("llama-3.1-8b", profile=str(fast), **opts).perf.step.step_time_s
+    assert t_slow > t_fast
+
+
+def _synthetic(gpu, dtype: str, eff: float, noise: list[float]) -> list[GemmPoint]:
+    """Times the GEMM model itself gives at a known efficiency, perturbed by a few percent."""
+    prof = replace(default_profile(gpu), matmul_efficiency={"default": eff, dtype: eff})
+    shapes = [(1024, 1024, 1024), (4096, 4096, 4096), (8192, 8192, 8192), (8192, 28672, 4096), (8192, 4096, 14336),
+              (2048, 2048, 2048)]
+    out = []
+    for (m, n, k), e in zip(shapes, noise):
+        t = matmul_s(prof, m, n, k, dtype, 2) * (1 + e)
+        out.append(GemmPoint(dtype, m, n, k, Stats(t, t, t, t, 10)))
+    return out
+
+
+def test_fit_recovers_the_efficiency_the_times_were_made_with() -> None:
+    h100 = get_gpu("h100-sxm")
+    prof = default_profile(h100)
+    points = _synthetic(h100, "bf16", 0.71, [0.02, -0.01, 0.015, -0.02, 0.01, 0.0])
+    r = _fit(h100, "bf16", points, prof.bandwidth, prof.kernel_overhead_s)
+    assert r.peak_tflops == pytest.approx(989.5)
+    assert r.fitted_efficiency == pytest.approx(0.71, abs=0.01)
+    assert r.fit_median_error < 0.03
+    assert all(p.predicted_s is not None for p in r.points)
+
+
+def test_statistics_and_rotation() -> None:
+    s = summarize([5.0, 1.0, 3.0, 2.0, 4.0])
+    assert (s.median_s, s.min_s, s.reps) == (3.0, 1.0, 5)
+    assert s.p10_s <= s.median_s <= s.p90_s
+    # 50 MiB L2, 16 MiB per input set: 7 sets exceed twice the cache.
+    assert buffers_to_rotate(16 << 20, 50 << 20) == 7
+    assert buffers_to_rotate(1 << 30, 50 << 20) == 2
+
+
+def test_bad_dtype_and_device_are_one_line(capsys) -> None:
+    assert parse_dtypes("bf16, fp8") == ("bf16", "fp8")
+    assert main(["calibrate", "--device", "cpu", "--dtypes", "fp4"]) == 2
+    assert main(["calibrate", "--device", "tpu"]) == 2
+    import torch
+
+    if not torch.cuda.is_available():  # no silent fallback to the CPU
+        assert main(["calibrate", "--device", "cuda"]) == 2
+        assert main(["calibrate"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) in (2, 4) and all(line.startswith("gpuwise: error:") for line in err)
