@@ -19,6 +19,7 @@ from gpuwise.cli import main
 from gpuwise.errors import GpuwiseError, InvalidArgument
 from gpuwise.estimate.comm import bus_factor
 from gpuwise.measure import comm_bench as cb
+from gpuwise.measure import comm_report as cr
 
 # ------------------------------------------------------------------------------------------------------------
 # nccl-tests definitions (NVIDIA/nccl-tests doc/PERFORMANCE.md, "Summary"): busbw = algbw x factor.
@@ -142,7 +143,7 @@ def test_several_nodes_split_world_and_per_node_all_reduce() -> None:
 
 def test_profile_loads_and_slows_the_prediction(tmp_path) -> None:
     res = _result((_op("all_reduce", 2, [200.0, 250.0, 400.0]),))  # ~0.1 GB/s: a slow network
-    path = cb.save(res, tmp_path / "net.json")
+    path = cr.save(res, tmp_path / "net.json")
     doc = json.loads(Path(path).read_text())
     assert doc["kind"] == "gpuwise-network-profile" and doc["measured"]["backend"] == "gloo"
     net = network_overrides(path)
@@ -159,7 +160,7 @@ def test_save_merges_into_an_existing_profile(tmp_path) -> None:
     p = tmp_path / "h100.json"
     p.write_text(json.dumps({"measured": {"by": "gpuwise calibrate"}, "matmul_efficiency": {"bf16": 0.7},
                              "network": {"inter_node_busbw_gb_s": 40.0, "intra_node_busbw_gb_s": 999.0}}))
-    cb.save(_result((_op("all_reduce", 2, [200.0, 250.0, 400.0]),)), p)
+    cr.save(_result((_op("all_reduce", 2, [200.0, 250.0, 400.0]),)), p)
     doc = json.loads(p.read_text())
     assert doc["matmul_efficiency"] == {"bf16": 0.7} and doc["measured"] == {"by": "gpuwise calibrate"}
     assert doc["network"]["inter_node_busbw_gb_s"] == 40.0          # not measured here: kept
@@ -173,19 +174,19 @@ def test_save_refuses_non_profiles_and_unwritable_paths(tmp_path) -> None:
     bad = tmp_path / "notes.txt"
     bad.write_text("not json")
     with pytest.raises(GpuwiseError, match="not a readable JSON"):
-        cb.save(res, bad)
+        cr.save(res, bad)
     assert bad.read_text() == "not json"
     with pytest.raises(GpuwiseError, match="cannot write"):
-        cb.save(res, tmp_path / "missing-dir" / "net.json")
+        cr.save(res, tmp_path / "missing-dir" / "net.json")
 
 
 def test_render_and_json_say_unknown_as_null() -> None:
     res = _result((_op("all_reduce", 2, [200.0, 250.0]), _op("all_gather", 2, [])))
-    d = cb.to_dict(res)
+    d = cr.to_dict(res)
     assert d["command"] == "bench comm" and d["schema_version"]
     assert d["network"]["inter_node_busbw_gb_s"] is None
     assert d["ops"]["all_gather"]["peak_busbw_gb_s"] is None and d["ops"]["all_gather"]["rows"] == []
-    text = cb.render(res)
+    text = cr.render(res)
     assert "all_reduce" in text and "not measured" in text and "busbw" in text
 
 
@@ -332,9 +333,9 @@ def test_unsupported_collective_is_skipped_with_its_reason() -> None:
 
 
 def test_save_target_checked_before_measuring(tmp_path) -> None:
-    cb.check_save_target(tmp_path / "net.json")
+    cr.check_save_target(tmp_path / "net.json")
     with pytest.raises(GpuwiseError, match="does not exist"):
-        cb.check_save_target(tmp_path / "nope" / "net.json")
+        cr.check_save_target(tmp_path / "nope" / "net.json")
     (tmp_path / "list.json").write_text("[1, 2]")
     with pytest.raises(GpuwiseError, match="JSON object"):
-        cb.check_save_target(tmp_path / "list.json")
+        cr.check_save_target(tmp_path / "list.json")

@@ -10,7 +10,8 @@ import pytest
 from fake_nvml import GIB, FakeGpu, FakeNvml, NVMLError_NoPermission, NVMLLibraryMismatchError, proc
 
 from gpuwise.measure._deps import EXTRA_HINT, MeasureUnavailable
-from gpuwise.measure.nvml import NvmlSampler, load_nvml, snapshot, visible_indices
+from gpuwise.measure.nvml import load_nvml, snapshot, visible_indices
+from gpuwise.measure.sampler import NvmlSampler
 
 NO_ENV: dict[str, str] = {}
 

@@ -317,7 +317,7 @@ def test_sampler_window_and_lifecycle() -> None:
 def test_with_the_real_nvml_sampler_over_a_fake_nvml() -> None:
     from fake_nvml import FakeNvml
 
-    from gpuwise.measure.nvml import NvmlSampler
+    from gpuwise.measure.sampler import NvmlSampler
 
     clock = FakeClock()
     sampler = NvmlSampler(cuda_index=0, interval_s=3600, nvml=FakeNvml(), env={}, clock=clock)

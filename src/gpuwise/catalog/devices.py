@@ -12,12 +12,12 @@ NIC bandwidth per GPU), with the bus bandwidth NCCL reaches on each, and the per
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 
 from ..errors import InvalidArgument, require_positive_number
+from ..jsonfile import read_json_object
 from .gpus import GPU
 from ._toml import load_toml
 
@@ -173,15 +173,7 @@ def load_profile(path: str | Path, gpu: GPU) -> DeviceProfile:
 
 
 def _read_profile(path: str) -> dict:
-    try:
-        doc = json.loads(Path(path).read_text())
-    except OSError as exc:
-        raise InvalidArgument(f"--profile: cannot read {path}: {exc.strerror or exc}") from None
-    except json.JSONDecodeError as exc:
-        raise InvalidArgument(f"--profile: {path} is not valid JSON ({exc.msg} at line {exc.lineno})") from None
-    if not isinstance(doc, dict):
-        raise InvalidArgument(f"--profile: {path} must hold a JSON object")
-    return doc
+    return read_json_object(path, "--profile")
 
 
 def network_overrides(path: str | Path | None) -> dict:
