@@ -20,3 +20,18 @@ def test_measured_bus_bandwidth_and_latency_replace_the_defaults() -> None:
     assert math.isclose(t.collective_s("all_reduce", s, 8), 3 * 20e-6 + 2 * 7 / 8 * s / 300e9)
     # untouched levels stay the defaults
     assert topology(h100, num_gpus=16, overrides={}).intra == base.intra
+
+
+def test_sharded_gradients_are_reduced_every_micro_batch() -> None:
+    """DDP and ZeRO-1 accumulate full gradients and reduce once per step; ZeRO-2 and FSDP full shard keep only a
+    gradient shard, so each micro-batch's backward reduce-scatters (more micro-batches, more DP communication)."""
+    import gpuwise
+
+    def dp_comm(gb: int, **kw) -> float:
+        r = gpuwise.train("llama-3.1-8b", gpu="h100-sxm", num_gpus=64, seq=4096, global_batch=gb, micro_batch=1, **kw)
+        return r.perf.step.breakdown["dp_comm"]
+
+    for kw in (dict(zero=0), dict(zero=1, framework="deepspeed")):
+        assert dp_comm(256, **kw) == dp_comm(64, **kw)  # 4 micro-batches or 1: one reduction
+    for kw in (dict(zero=2, framework="deepspeed"), dict(fsdp="full")):
+        assert dp_comm(256, **kw) > dp_comm(64, **kw)

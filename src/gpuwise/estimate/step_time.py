@@ -14,7 +14,8 @@ attention core). Communication is timed on the topology (`comm.py`) and counted 
 - PP send/recv of activations and gradients: once per micro-batch, direction and model chunk (v with the
   interleaved schedule).
 - DP gradient all-reduce / reduce-scatter overlaps the last micro-batch's backward (bucketed): what exceeds it
-  shows, and at least the last bucket (one block's gradients). ZeRO-3/FSDP all-gathers each block's parameters
+  shows, and at least the last bucket (one block's gradients); with sharded gradients (ZeRO-2, ZeRO-3/FSDP full
+  shard) it runs in every micro-batch's backward. ZeRO-3/FSDP all-gathers each block's parameters
   in forward and backward of every micro-batch and reduce-scatters its gradients, prefetched one block ahead:
   what exceeds the compute of the block shows, plus the first gather. FSDP without resharding (grad-op,
   no-reshard) gathers once per step and keeps the parameters through the micro-batches.
@@ -284,9 +285,13 @@ def step_time(spec: ModelSpec, layout: Layout, *, profile: DeviceProfile, topo: 
                 # (set_reshard_after_backward / set_requires_gradient_sync only on the last backward); the memory
                 # model holds that copy at the peak.
                 gathers = _exposed(gather, fwd_window) + gather / blocks
+                reduces = _exposed(rs, bwd_window)
             else:
                 gathers = m * (_exposed(gather, fwd_window) + _exposed(gather, bwd_window) + 2 * gather / blocks)
-            dp_exposed += gathers + _exposed(rs, bwd_window) + rs / blocks
+                # Gradients stay sharded, so every micro-batch's backward reduce-scatters them (torchtitan, FSDP1,
+                # DeepSpeed ZeRO-3: no_sync is incompatible with sharded gradients).
+                reduces = m * _exposed(rs, bwd_window)
+            dp_exposed += gathers + reduces + rs / blocks
             replicas = dp * cp // group
             if replicas > 1:  # HSDP: all-reduce the gradient shards across replicas
                 dp_exposed += topo.collective_s("all_reduce", grad_msg / group, replicas, stride * group)
@@ -294,7 +299,10 @@ def step_time(spec: ModelSpec, layout: Layout, *, profile: DeviceProfile, topo: 
             op = "reduce_scatter" if (sh.grads or sh.optimizer) else "all_reduce"
             group = dp * cp
             reduce = topo.collective_s(op, grad_msg, group, stride)
-            dp_exposed += _exposed(reduce, bwd_window) + reduce / blocks
+            # ZeRO-2 keeps only its gradient shard: it reduce-scatters at every micro-batch's backward (DeepSpeed
+            # refuses no_sync under ZeRO-2/3); DDP and ZeRO-1 accumulate full gradients and reduce once.
+            times = m if sh.grads else 1
+            dp_exposed += times * _exposed(reduce, bwd_window) + reduce / blocks
             if sh.optimizer:  # the updated parameters gathered back after the step
                 ag = topo.collective_s("all_gather", params_on_rank * working_bytes, group, stride)
                 # Megatron overlaps it with the next forward (--overlap-param-gather); DeepSpeed waits for it.

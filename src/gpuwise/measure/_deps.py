@@ -48,3 +48,39 @@ def resolve_device(torch, name: str | None, what: str):
     if dev.type != "cpu":
         raise MeasureUnavailable(f"{what}: device type '{dev.type}' is not supported (use cuda or cpu)")
     return dev
+
+
+def float32_matmul_precision(torch) -> str | None:
+    """How CUDA runs fp32 matmuls, in the legacy names: 'highest' (IEEE fp32), 'high' (TF32), 'medium'; None unknown.
+
+    torch 2.9+ has a new knob (`torch.backends.cuda.matmul.fp32_precision`: 'ieee', 'tf32', or 'none' = follow the
+    legacy setting), and torch 2.13 raises when the legacy getter is called after the new knob was set (transformers
+    sets it for `TrainingArguments(tf32=...)`): read the new one first."""
+    try:
+        new = getattr(torch.backends.cuda.matmul, "fp32_precision", "none")
+    except (AttributeError, RuntimeError):
+        new = "none"
+    if new == "tf32":
+        return "high"
+    if new == "ieee":
+        return "highest"
+    try:
+        return torch.get_float32_matmul_precision()
+    except RuntimeError:
+        return None
+
+
+def set_tf32(torch, on: bool):
+    """Let CUDA fp32 matmuls use TF32 tensor cores (or not); returns a function that restores the previous state.
+    Uses the new knob where torch has it (see `float32_matmul_precision`)."""
+    matmul = torch.backends.cuda.matmul
+    if hasattr(matmul, "fp32_precision"):
+        before = matmul.fp32_precision
+        matmul.fp32_precision = "tf32" if on else "ieee"
+
+        def restore() -> None:
+            matmul.fp32_precision = before
+        return restore
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("high" if on else "highest")
+    return lambda: torch.set_float32_matmul_precision(before)

@@ -27,8 +27,8 @@ from pathlib import Path
 from ..catalog.devices import PROFILE_KIND, default_profile
 from ..catalog.gpus import GPU, get_gpu
 from ..errors import GpuwiseError, InvalidArgument, UnknownGPUError
-from ._deps import require_torch, resolve_device
-from .timing import Stats, buffers_to_rotate, summarize, time_op
+from ._deps import require_torch, resolve_device, set_tf32
+from .timing import Stats, buffers_to_rotate, hold_gpu, summarize, time_op
 
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
 OPERAND_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
@@ -220,13 +220,6 @@ def _gemm(torch, dev, dtype: str, m: int, n: int, k: int, quick: bool) -> Stats:
     return time_op(torch, dev, fn, warmup=warmup, reps=reps)
 
 
-def _matmul_precision(torch, dtype: str):
-    """Set fp32 GEMMs to exact fp32 ('highest') or TF32 ('high'); returns the previous setting to restore."""
-    before = torch.get_float32_matmul_precision()
-    torch.set_float32_matmul_precision("high" if dtype == "tf32" else "highest")
-    return before
-
-
 def _transfers(torch, dev, quick: bool, progress: _Progress) -> list[Transfer]:
     out = []
     size = (256 << 20 if quick else 1 << 30) if dev.type == "cuda" else (64 << 20 if quick else 256 << 20)
@@ -282,7 +275,10 @@ def _host_timed(torch, dev, fn, reps: int) -> Stats:
 
 
 def _launch_overhead_us(torch, dev) -> float:
-    """GPU time per kernel of a stream of tiny back-to-back kernels (launch gap + ramp-up + tail)."""
+    """GPU time per kernel of a stream of tiny back-to-back kernels (the gap between kernels + ramp-up + tail).
+
+    On CUDA each burst is queued behind a GPU spin (timing.hold_gpu) so the kernels run back to back and the events
+    measure the GPU, not the host's eager dispatch (which is slower per kernel and overlaps real work)."""
     x = torch.zeros(1, device=dev)
     burst = 500
 
@@ -290,8 +286,19 @@ def _launch_overhead_us(torch, dev) -> float:
         for _ in range(burst):
             x.add_(1.0)
 
-    stats = time_op(torch, dev, fn, warmup=2, reps=7)
-    return stats.median_s / burst * 1e6
+    if dev.type != "cuda":
+        return time_op(torch, dev, fn, warmup=2, reps=7).median_s / burst * 1e6
+    fn(0)
+    samples = []
+    for _ in range(7):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        hold_gpu(torch)  # ~10 ms of spin: the host queues the 500 launches (~2.5 ms) behind it
+        start.record()
+        fn(0)
+        end.record()
+        torch.cuda.synchronize(dev)
+        samples.append(start.elapsed_time(end) * 1e-3)
+    return summarize(samples).median_s / burst * 1e6
 
 
 def _state(dev) -> tuple[dict | None, str]:
@@ -360,14 +367,14 @@ def calibrate(*, device: str | None = None, quick: bool = False, dtypes: tuple[s
     raw: dict[str, list[GemmPoint]] = {}
     notes = []
     for dt, (m, n, k) in plan:
-        restore = _matmul_precision(torch, dt)
+        restore = set_tf32(torch, dt == "tf32")  # fp32: exact IEEE GEMMs; tf32: TF32 tensor cores
         try:
             stats = _gemm(torch, dev, dt, m, n, k, quick)
         except (RuntimeError, MemoryError) as exc:  # out of memory, or a kernel this build lacks
             notes.append(f"{dt} {m}x{n}x{k} not measured: {str(exc).splitlines()[0][:160]}")
             continue
         finally:
-            torch.set_float32_matmul_precision(restore)
+            restore()
             if dev.type == "cuda":
                 torch.cuda.empty_cache()
         raw.setdefault(dt, []).append(GemmPoint(dt, m, n, k, stats))
@@ -443,10 +450,13 @@ def profile_doc(c: Calibration) -> dict:
     eff = {d.dtype: d.fitted_efficiency for d in c.dtypes if d.fitted_efficiency is not None}
     if eff:
         doc["matmul_efficiency"] = eff
-    else:  # no datasheet to divide by: absolute figures (load_profile divides by the --gpu's peak)
-        doc["matmul_tflops"] = {d.dtype: round(d.best.tflops, 4) for d in c.dtypes}
+    absolute = {d.dtype: round(d.best.tflops, 4) for d in c.dtypes if d.fitted_efficiency is None}
+    if absolute:  # no datasheet peak to divide by: absolute figures (load_profile divides by the --gpu's peak)
+        doc["matmul_tflops"] = absolute
     copy = c.transfer("copy")
-    doc["memory_bandwidth_gb_s"] = round(copy.gb_s, 3)
+    datasheet = c.gpu.memory_bandwidth_bytes_per_s / 1e9 if c.gpu and c.gpu.memory_bandwidth_bytes_per_s else None
+    # A copy can beat the datasheet a little (rounded figures, boost clocks): the model's fraction stays <= 1.
+    doc["memory_bandwidth_gb_s"] = round(min(copy.gb_s, datasheet) if datasheet else copy.gb_s, 3)
     doc["kernel_overhead_us"] = round(c.kernel_overhead_us, 3)
     h2d = c.transfer("h2d_pinned")
     if h2d is not None:
@@ -485,8 +495,19 @@ def save_profile(c: Calibration, path: str) -> Path:
     return p
 
 
+def _check_writable(path: str) -> None:
+    """Before minutes of measuring: the folder of --save FILE must exist and be writable."""
+    import os
+
+    folder = Path(path).resolve().parent
+    if not folder.is_dir() or not os.access(folder, os.W_OK):
+        raise GpuwiseError(f"--save: cannot write into {folder}")
+
+
 def cli_main(args) -> str:
     dtypes = parse_dtypes(args.dtypes)
+    if args.save:
+        _check_writable(args.save)
     c = calibrate(device=args.device, quick=args.quick, dtypes=dtypes, progress=sys.stderr)
     saved = save_profile(c, args.save or default_path(c)) if args.save is not None else None
     from .calibrate_report import render, to_dict

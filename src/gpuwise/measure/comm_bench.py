@@ -393,8 +393,9 @@ def _progress(on: bool):
 def _collective(torch, dist, dev, gen, op: str, count: int, n: int, group, rank: int):
     """fn(i) running one `op` of `count` (NCCL's count argument) fp32 elements over `group`, and its buffers."""
     def randn(k: int):
-        # Random normal values, never zeros. all_reduce (SUM, in place) grows them by n per call: harmless, NCCL
-        # and gloo move the bytes whatever they hold, and growth never reaches denormals.
+        # Random normal values, never zeros. all_reduce (SUM, in place) multiplies them by about n per call, so with
+        # many ranks they reach inf after enough calls: harmless for timing (the same bytes move and GPUs add inf
+        # as fast as finite numbers), and they never shrink into denormals, which could be slow.
         return torch.randn(k, generator=gen, device=dev, dtype=torch.float32)
 
     if op == "all_reduce":

@@ -65,11 +65,13 @@ def init(env: DistEnv, device: str | None, what: str):
     return torch, dev
 
 
-def finish() -> None:
+def finish(barrier: bool = True) -> None:
+    """Tear the process group down (after a barrier, unless this rank failed: the others may never reach it)."""
     torch = require_torch("gpuwise bench")
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
-        dist.barrier()
+        if barrier:
+            dist.barrier()
         dist.destroy_process_group()
     del torch

@@ -57,6 +57,7 @@ def time_op(torch, device, fn: Callable[[int], object], *, warmup: int, reps: in
         torch.cuda.synchronize(device)
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+        hold_gpu(torch)  # the launches queue up behind it: the events time the GPU, not the host's launch gaps
         for i in range(reps):
             starts[i].record()
             fn(warmup + i)
@@ -71,7 +72,20 @@ def time_op(torch, device, fn: Callable[[int], object], *, warmup: int, reps: in
     return summarize(samples)
 
 
-def buffers_to_rotate(bytes_per_set: int, cache_bytes: int, most: int = 64) -> int:
+HOLD_CYCLES = 20_000_000
+"""GPU clock cycles to spin before a timed batch (~10 ms at 2 GHz): longer than the host takes to queue the batch."""
+
+
+def hold_gpu(torch, cycles: int = HOLD_CYCLES) -> None:
+    """Keep the GPU busy while the host queues work behind it, so that the queued kernels (and the events between
+    them) run back to back: without it, on an idle GPU each event also times the host's launch of the kernel (a
+    few us, which would swamp small kernels). `torch.cuda._sleep` spins the GPU for a number of clock cycles."""
+    sleep = getattr(torch.cuda, "_sleep", None)
+    if sleep is not None:
+        sleep(cycles)
+
+
+def buffers_to_rotate(bytes_per_set: int, cache_bytes: int, most: int = 1024) -> int:
     """How many input sets to cycle through so that together they exceed twice the last-level cache."""
     if bytes_per_set <= 0:
         return 1

@@ -80,7 +80,12 @@ def build(spec: ModelSpec, *, device=None, dtype=None):
                 q, k = self.q_norm(q), self.k_norm(k)
             if spec.position == "rope":
                 q, k = _rope(torch, q, k)
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=q.shape[1] != k.shape[1])
+            gqa = q.shape[1] != k.shape[1]
+            if gqa and q.dtype == torch.float32:  # on CUDA, enable_gqa has only the flash (no fp32) and math kernels:
+                k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)  # expand K/V for the memory-efficient one
+                v = v.repeat_interleave(q.shape[1] // v.shape[1], dim=1)
+                gqa = False
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
             return self.o(y.transpose(1, 2).reshape(b, s, -1))
 
     class MLP(nn.Module):

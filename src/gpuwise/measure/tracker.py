@@ -47,6 +47,7 @@ from dataclasses import replace
 from typing import Any, Callable, Iterable, Iterator
 
 from ..errors import InvalidArgument, require_positive_int, require_positive_number
+from ._deps import float32_matmul_precision
 from .rules import RuleContext, findings as run_rules
 
 DEFAULT_HISTORY = 10_000
@@ -507,7 +508,7 @@ class Tracker:
         ctx = self.context
         torch = sys.modules.get("torch")
         if ctx.float32_matmul_precision is None and torch is not None:
-            ctx = replace(ctx, float32_matmul_precision=torch.get_float32_matmul_precision())
+            ctx = replace(ctx, float32_matmul_precision=float32_matmul_precision(torch))
         return ctx
 
     def _mfu_note(self) -> str | None:

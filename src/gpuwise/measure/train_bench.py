@@ -19,9 +19,10 @@ from dataclasses import dataclass, field, replace
 
 from ..catalog.gpus import GPU, get_gpu
 from ..catalog.models import LoadedModel, load_model
-from ..errors import GpuwiseError, InvalidArgument, UnknownGPUError
+from ..errors import GpuwiseError, InvalidArgument, UnknownGPUError, require_positive_int
 from ..jsonfile import read_json_object
 from . import dist
+from ._deps import set_tf32
 
 GIB = 2**30
 
@@ -133,7 +134,14 @@ def _from_plan(path: str) -> dict:
     plans = doc.get("plans")
     if not plans:
         raise InvalidArgument(f"--plan: {path} holds no plans (write one with `gpuwise plan ... --json`)")
-    p = plans[0]
+    p = plans[0] if isinstance(plans, list) else None
+    if not isinstance(p, dict):
+        raise InvalidArgument(f"--plan: {path} is not a `gpuwise plan --json` document (plans[0] is not an object)")
+    for key in ("tp", "pp", "cp", "ep", "micro_batch"):
+        require_positive_int(f"--plan: plans[0].{key}", p.get(key, 1), 1 << 20)
+    for key in ("seq", "global_batch", "num_gpus"):
+        if doc.get(key) is not None:
+            require_positive_int(f"--plan: {key}", doc[key], 1 << 30)
     for key in ("pp", "cp", "ep"):
         if (p.get(key) or 1) > 1:
             raise InvalidArgument(f"--plan: the plan uses {key.upper()} {p[key]}; bench train runs data, FSDP and "
@@ -175,6 +183,14 @@ def configure(args, env: dist.DistEnv) -> BenchConfig:
     if global_batch % (dp * micro):
         raise InvalidArgument(f"global batch {global_batch} is not a multiple of dp {dp} x micro-batch {micro}")
     sharding = plan["sharding"] if plan else _sharding(args, dp)
+    if env.world_size == 1 and sharding == "ddp":
+        sharding = "none"  # one rank: nothing to replicate
+    if env.world_size == 1 and sharding.startswith("fsdp"):
+        raise InvalidArgument("FSDP shards over ranks: run under torchrun with 2 or more (e.g. torchrun "
+                              "--nproc-per-node 2 -m gpuwise bench train ...), or drop --fsdp")
+    if env.world_size > 1 and args.device and args.device.startswith("cuda:"):
+        raise InvalidArgument(f"--device {args.device} would put every rank on one GPU: leave --device out (each "
+                              "rank takes its LOCAL_RANK GPU) or use --device cuda")
     recompute = plan["recompute"] if plan else args.recompute
     if recompute not in ("none", "full"):
         raise InvalidArgument(f"recompute '{recompute}': bench train runs none or full (per-block) checkpointing")
@@ -293,7 +309,7 @@ def run(cfg: BenchConfig, env: dist.DistEnv, torch, dev) -> Measured:
     from .torch_model import build
 
     if cfg.precision == "fp32":
-        torch.set_float32_matmul_precision("high")  # TF32 GEMMs, as gpuwise's fp32 prediction assumes
+        set_tf32(torch, True)  # TF32 GEMMs, as gpuwise's fp32 prediction assumes
     with torch.device("meta"):
         model = build(cfg.model.spec)
     params_built = sum(p.numel() for p in model.parameters())
@@ -323,6 +339,7 @@ def run(cfg: BenchConfig, env: dist.DistEnv, torch, dev) -> Measured:
             with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=autocast):
                 logits = model(tokens[:, :-1])
             loss = torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), tokens[:, 1:].flatten())
+            del logits  # as torchtitan does: only what the loss saved for backward stays
             (loss / cfg.accumulation).backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -356,9 +373,13 @@ def run(cfg: BenchConfig, env: dist.DistEnv, torch, dev) -> Measured:
 
 
 def _gradient_sync(model, cfg: BenchConfig, last: bool) -> None:
-    """Reduce gradients only on the last micro-batch of the step (gradient accumulation)."""
-    if cfg.sharding.startswith("fsdp"):
+    """Gradient accumulation, as the prediction models it (estimate/step_time.py, train_memory.py):
+    DDP reduces once per step, on the last micro-batch; FSDP full shard reduce-scatters every micro-batch (the
+    gradients stay sharded, as torchtitan does); FSDP grad-op keeps parameters and gradients unsharded through the
+    micro-batches and reduce-scatters and reshards after the last backward."""
+    if cfg.sharding == "fsdp-grad-op":
         model.set_requires_gradient_sync(last)
+        model.set_reshard_after_backward(last)
     elif cfg.sharding == "ddp":
         model.require_backward_grad_sync = last
 
@@ -368,11 +389,11 @@ def _optimizer(torch, model, cfg: BenchConfig, dev):
     if cfg.optimizer == "sgd":
         return torch.optim.SGD(params, lr=1e-4, momentum=0.9)
     # fused AdamW on CUDA (one kernel per parameter group), foreach elsewhere.
-    # Tensor parallelism without FSDP leaves the norms as plain tensors beside DTensor weights, which the fused and
-    # foreach kernels cannot mix: a per-parameter loop there.
+    # foreach (torch's default on CUDA), never fused: the memory model charges foreach's temporary copy of the
+    # parameters at the optimizer step. Tensor parallelism without FSDP leaves the norms as plain tensors beside
+    # DTensor weights, which foreach cannot mix: a per-parameter loop there.
     mixed = cfg.tp > 1 and not cfg.sharding.startswith("fsdp")
-    fused = dev.type == "cuda" and cfg.tp == 1 and not cfg.sharding.startswith("fsdp")
-    return torch.optim.AdamW(params, lr=1e-4, fused=fused or None, foreach=None if fused else not mixed)
+    return torch.optim.AdamW(params, lr=1e-4, fused=False, foreach=not mixed)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -406,11 +427,11 @@ def predict(cfg: BenchConfig, gpu: GPU | None, profile: str | None):
 
 
 def predicted_allocated_bytes(pred) -> float:
-    """What torch.cuda.max_memory_allocated should show: the prediction without the CUDA context, NCCL's own
-    buffers (outside PyTorch's allocator) and the caching allocator's allowance."""
+    """What torch.cuda.max_memory_allocated should show: the prediction without `runtime` (the CUDA context and
+    NCCL's buffers, outside PyTorch's allocator; its cuBLAS workspace, a few tens of MiB, is inside) and without the
+    caching allocator's allowance (reserved but not allocated)."""
     m = pred.memory
-    nccl = sum(v for k, v in m.buffer_parts.items() if "nccl" in k.lower())
-    return m.total - m.runtime - m.allocator - nccl
+    return m.total - m.runtime - m.allocator
 
 
 def bench(args) -> BenchResult | None:
@@ -421,9 +442,12 @@ def bench(args) -> BenchResult | None:
         gpu, note = _catalog_gpu(args, torch, dev)
         pred, pred_full = predict(cfg, gpu, args.profile)
         measured = run(cfg, env, torch, dev)
-    finally:
+    except BaseException:
         if env.world_size > 1:
-            dist.finish()
+            dist.finish(barrier=False)  # a failed rank must not wait in a barrier the others never reach
+        raise
+    if env.world_size > 1:
+        dist.finish()
     if not env.is_main:
         return None
     from ..estimate.flops import step_flops
