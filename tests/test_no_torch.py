@@ -23,6 +23,8 @@ for argv in (['fit', 'llama-3.1-8b', '--gpu', 'h100', '--json'], ['models', '--j
              ['infer', 'llama-3-8b', '--gpu', 'rtx-4090', '--engine', 'llamacpp', '--weights', 'Q4_K_M'],
              ['roofline', 'llama-3.1-8b', '--gpu', 'h100', '--phase', 'prefill', '--json']):
     assert main(argv) == 0, argv
+from gpuwise.serve.api import handle, openapi
+assert handle('GET', 'fit', 'model=llama-3.1-8b&gpu=h100')[0] == 200 and openapi()['paths']
 assert not any(m.split('.')[0] in ('torch', 'transformers') for m in sys.modules)
 print('OK')
 """

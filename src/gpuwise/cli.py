@@ -16,12 +16,16 @@ from .errors import GpuwiseError
 EXIT_USAGE = 2
 
 
+class UsageError(GpuwiseError):
+    """Options argparse rejects (unknown flag, missing value, bad number): the same one line as any input error."""
+
+
 class _Parser(argparse.ArgumentParser):
-    """argparse, but errors are one line (no usage dump) and exit 2."""
+    """argparse, but errors are one line (no usage dump): raised, so that `main` prints them and exits 2, and the
+    web API (serve/) answers them with a 400 carrying the same message."""
 
     def error(self, message: str) -> NoReturn:
-        sys.stderr.write(f"gpuwise: error: {message}\n")
-        raise SystemExit(EXIT_USAGE)
+        raise UsageError(message)
 
 
 def _positive_int(text: str) -> int:
@@ -41,6 +45,16 @@ def _positive_float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"'{text}' is not a number") from None
     if not value > 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
+    return value
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a port number") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is 0..65535, got {value}")
     return value
 
 
@@ -65,6 +79,11 @@ def _build_parser() -> argparse.ArgumentParser:
     _add_infer(sub)
     _add_roofline(sub)
     _add_measure(sub)
+
+    sv = sub.add_parser("serve", help="a local web page and HTTP API over the same answers (http://127.0.0.1:8000)")
+    sv.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
+    sv.add_argument("--port", type=_port, default=8000, help="port (default 8000; 0 picks a free one)")
+    sv.add_argument("--quiet", action="store_true", help="do not log each request on stderr")
 
     models = sub.add_parser("models", help="list the embedded model catalog")
     models.add_argument("query", nargs="?", help="filter by id, Hugging Face id or family")
@@ -298,6 +317,12 @@ def _cmd_bench(args: argparse.Namespace) -> str | None:
     return cli_main(args)
 
 
+def _cmd_serve(args: argparse.Namespace) -> None:
+    from .serve.server import cli_main
+
+    return cli_main(args)
+
+
 def _cmd_watch(args: argparse.Namespace) -> str | None:
     from .measure.watch import cli_main
 
@@ -520,21 +545,42 @@ def _cmd_gpus(args: argparse.Namespace) -> str:
 COMMANDS = {"fit": _cmd_fit, "train": _cmd_train, "infer": _cmd_infer, "roofline": _cmd_roofline, "plan": _cmd_plan,
             "doctor": _cmd_doctor, "pick": _cmd_pick,
             "explain": _cmd_explain, "calibrate": _cmd_calibrate, "bench": _cmd_bench, "watch": _cmd_watch,
+            "serve": _cmd_serve,
             "models": _cmd_models, "gpus": _cmd_gpus}
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = _build_parser()
-    args = parser.parse_args(argv)
-    if args.version:
-        from . import __version__
+_PARSER: argparse.ArgumentParser | None = None
 
-        print(__version__)
-        return 0
+
+def parser() -> argparse.ArgumentParser:
+    """The CLI's parser, built once per process (the web API reads its options too)."""
+    global _PARSER
+    if _PARSER is None:
+        _PARSER = _build_parser()
+    return _PARSER
+
+
+def run(argv: Sequence[str]) -> str | None:
+    """What `gpuwise ARGV` prints on stdout (without the final newline), or GpuwiseError with the one-line message
+    it prints on stderr. The web API calls this, so its JSON is the CLI's, byte for byte."""
+    args = parser().parse_args(list(argv))
     if args.command is None:
-        parser.print_help()
-        return EXIT_USAGE
+        raise UsageError("no command given (see gpuwise --help)")
+    return COMMANDS[args.command](args)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
     try:
+        args = parser().parse_args(argv)
+        if args.version:
+            from . import __version__
+
+            print(__version__)
+            return 0
+        if args.command is None:
+            parser().print_help()
+            return EXIT_USAGE
         out = COMMANDS[args.command](args)
     except GpuwiseError as exc:
         sys.stderr.write(f"gpuwise: error: {exc}\n")

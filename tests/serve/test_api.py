@@ -1,0 +1,191 @@
+"""The HTTP API answers exactly what the CLI answers: same JSON bytes, same error lines, for every endpoint."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import threading
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from gpuwise.cli import main
+from gpuwise.serve import api
+from gpuwise.serve.server import make_server
+
+FIXTURE = Path(__file__).parents[1] / "fixtures" / "configs" / "tiny-llama.json"
+
+
+@pytest.fixture(scope="module")
+def base_url():
+    server = make_server("127.0.0.1", 0, quiet=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def fetch(url: str, body: bytes | None = None, method: str | None = None) -> tuple[int, dict, bytes]:
+    req = urllib.request.Request(url, data=body, method=method,
+                                 headers={"Content-Type": "application/json"} if body else {})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return r.status, dict(r.headers), r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers), e.read()
+
+
+def cli_stdout(capsys, argv: list[str]) -> bytes:
+    assert main(argv) == 0, capsys.readouterr().err
+    return capsys.readouterr().out.encode()
+
+
+TIMING = re.compile(rb'"(search_time_s|evaluated_per_s)": [0-9.e+-]+')
+
+
+def without_timing(doc: bytes) -> bytes:
+    """plan and pick report how long their own search took: the one part of a document that differs run to run."""
+    return TIMING.sub(rb'"\1": T', doc)
+
+
+# (endpoint query, the same question on the command line)
+CASES = [
+    ("fit?model=llama-3.1-8b&gpu=rtx-4090&context=8192&engine=llamacpp",
+     ["fit", "llama-3.1-8b", "--gpu", "rtx-4090", "--context", "8192", "--engine", "llamacpp"]),
+    ("train?model=llama-3.1-8b&gpu=h100-sxm&num_gpus=8&fsdp=full&seq=4096&global_batch=32&sp=false",
+     ["train", "llama-3.1-8b", "--gpu", "h100-sxm", "--num-gpus", "8", "--fsdp", "full", "--seq", "4096",
+      "--global-batch", "32"]),
+    ("train?model=llama-3.1-70b&gpu=h100&num_gpus=64&tp=8&pp=4&sp=true&global_batch=64&zero=1",
+     ["train", "llama-3.1-70b", "--gpu", "h100", "--num-gpus", "64", "--tp", "8", "--pp", "4", "--sp",
+      "--global-batch", "64", "--zero", "1"]),
+    ("infer?model=llama-3.1-8b&gpu=h100&batch=8&prompt_tokens=1000",
+     ["infer", "llama-3.1-8b", "--gpu", "h100", "--batch", "8", "--prompt-tokens", "1000"]),
+    ("plan?model=llama-3.1-8b&gpu=h100-sxm&num_gpus=8&seq=4096&global_batch=64&top=3",
+     ["plan", "llama-3.1-8b", "--gpu", "h100-sxm", "--num-gpus", "8", "--seq", "4096", "--global-batch", "64",
+      "--top", "3"]),
+    ("pick?model=llama-3.1-8b&gpus=rtx-4090,l40s,h100-sxm&max_gpus=2",
+     ["pick", "llama-3.1-8b", "--gpus", "rtx-4090,l40s,h100-sxm", "--max-gpus", "2"]),
+    ("doctor?model=llama-3.1-70b&gpu=rtx-4090&task=infer",
+     ["doctor", "llama-3.1-70b", "--gpu", "rtx-4090", "--task", "infer"]),
+    ("roofline?model=llama-3.1-8b&gpu=h100&phase=prefill", ["roofline", "llama-3.1-8b", "--gpu", "h100",
+                                                            "--phase", "prefill"]),
+    ("models?query=qwen", ["models", "qwen"]),
+    ("gpus", ["gpus"]),
+    ("explain?term=mfu&gpu=h100-sxm", ["explain", "mfu", "--gpu", "h100-sxm"]),
+]
+
+
+@pytest.mark.parametrize("query, argv", CASES, ids=[c[0].split("?")[0] + str(i) for i, c in enumerate(CASES)])
+def test_every_endpoint_returns_the_cli_json_byte_for_byte(base_url, capsys, query, argv) -> None:
+    status, headers, body = fetch(f"{base_url}/api/{query}")
+    assert status == 200, body
+    assert headers["Content-Type"] == "application/json"
+    assert without_timing(body) == without_timing(cli_stdout(capsys, [*argv, "--json"]))
+    assert json.loads(body)["schema_version"]
+
+
+def test_byte_identical_to_the_installed_command(base_url) -> None:
+    """Against the CLI in its own process too (nothing shared in memory)."""
+    _, _, body = fetch(f"{base_url}/api/fit?model=mixtral-8x7b&gpu=h100-sxm&num_gpus=2&weights=fp8")
+    cli = subprocess.run([sys.executable, "-m", "gpuwise", "fit", "mixtral-8x7b", "--gpu", "h100-sxm", "--num-gpus",
+                          "2", "--weights", "fp8", "--json"], capture_output=True, timeout=60)
+    assert cli.returncode == 0 and body == cli.stdout
+
+
+@pytest.mark.parametrize("query, argv", [
+    ("fit?model=nope&gpu=rtx-4090", ["fit", "nope", "--gpu", "rtx-4090"]),
+    ("fit?model=llama-3.1-8b&gpu=h900", ["fit", "llama-3.1-8b", "--gpu", "h900"]),
+    ("fit?model=llama-3.1-8b", ["fit", "llama-3.1-8b"]),
+    ("train?model=llama-3.1-8b&gpu=h100&num_gpus=0", ["train", "llama-3.1-8b", "--gpu", "h100", "--num-gpus", "0"]),
+    ("train?model=llama-3.1-8b&gpu=h100&recompute=some", ["train", "llama-3.1-8b", "--gpu", "h100", "--recompute",
+                                                         "some"]),
+    ("infer?model=llama-3.1-8b&gpu=h100&weights=q9", ["infer", "llama-3.1-8b", "--gpu", "h100", "--weights", "q9"]),
+    ("train?model=llama-3.1-8b&gpu=h100&num_gpus=8&tp=3", ["train", "llama-3.1-8b", "--gpu", "h100", "--num-gpus",
+                                                          "8", "--tp", "3"]),
+])
+def test_bad_input_is_a_400_with_the_cli_message(base_url, capsys, query, argv) -> None:
+    status, _, body = fetch(f"{base_url}/api/{query}")
+    assert status == 400
+    assert main([*argv, "--json"]) == 2
+    err = capsys.readouterr().err
+    assert err == f"gpuwise: error: {json.loads(body)['error']}\n"
+
+
+def test_parameters_the_cli_does_not_have(base_url) -> None:
+    for query, words in (("fit?model=llama-3.1-8b&gpu=h100&bogus=1", "unknown parameter bogus"),
+                         ("train?model=llama-3.1-8b&gpu=h100&sp=maybe", "true or false"),
+                         ("fit?model=a&model=b&gpu=h100", "more than once"),
+                         ("roofline?model=llama-3.1-8b&gpu=h100&plot=x.png", "unknown parameter plot"),
+                         ("plan?model=llama-3.1-8b&gpu=h100&num_gpus=8&seq=4096&global_batch=8&emit=/tmp/x",
+                          "unknown parameter emit")):
+        status, _, body = fetch(f"{base_url}/api/{query}")
+        assert status == 400 and words in json.loads(body)["error"], body
+    status, _, body = fetch(f"{base_url}/api/calibrate")  # measurement commands are not offered
+    assert status == 404 and "fit" in json.loads(body)["error"]
+
+
+def test_dashed_names_work_too(base_url, capsys) -> None:
+    _, _, body = fetch(f"{base_url}/api/fit?model=llama-3.1-8b&gpu=h100&kv-dtype=fp8&num-gpus=2")
+    assert body == cli_stdout(capsys, ["fit", "llama-3.1-8b", "--gpu", "h100", "--kv-dtype", "fp8", "--num-gpus", "2",
+                                       "--json"])
+
+
+def test_posted_config_is_the_model(base_url, capsys) -> None:
+    config = json.loads(FIXTURE.read_text())
+    status, _, body = fetch(f"{base_url}/api/fit?gpu=rtx-4090&batch=4", json.dumps({"config": config}).encode())
+    assert status == 200
+    doc = json.loads(body)
+    want = json.loads(cli_stdout(capsys, ["fit", str(FIXTURE), "--gpu", "rtx-4090", "--batch", "4", "--json"]))
+    assert doc["memory"] == want["memory"] and doc["model"]["layers"] == want["model"]["layers"] == 4
+    for bad in (b"not json", b'{"config": 3}', b"[]"):
+        status, _, body = fetch(f"{base_url}/api/fit?gpu=rtx-4090", bad)
+        assert status == 400 and "config" in json.loads(body)["error"]
+    status, _, body = fetch(f"{base_url}/api/gpus", json.dumps({"config": config}).encode())
+    assert status == 400
+
+
+def test_cli_endpoint_gives_the_equivalent_command(base_url) -> None:
+    status, _, body = fetch(f"{base_url}/api/cli?command=train&model=llama-3.1-8b&gpu=h100&num_gpus=8&sp=true&tp=2")
+    doc = json.loads(body)
+    assert status == 200
+    assert doc["command"] == "gpuwise train llama-3.1-8b --gpu h100 --num-gpus 8 --tp 2 --sp"
+    assert main([*doc["argv"]]) == 0  # the command it shows runs
+
+
+def test_openapi_lists_every_endpoint_with_the_cli_options(base_url) -> None:
+    status, _, body = fetch(f"{base_url}/openapi.json")
+    spec = json.loads(body)
+    assert status == 200 and spec["openapi"].startswith("3.")
+    for command in api.COMMANDS:
+        params = {p["name"]: p for p in spec["paths"][f"/api/{command}"]["get"]["parameters"]}
+        assert set(params) == {o.name for o in api.options(command)}
+    fit = {p["name"]: p for p in spec["paths"]["/api/fit"]["get"]["parameters"]}
+    assert fit["engine"]["schema"]["enum"] == ["hf", "vllm", "llamacpp"] and fit["gpu"]["required"]
+    assert fit["num_gpus"]["schema"] == {"type": "integer", "default": 1}
+    status, headers, page = fetch(f"{base_url}/docs")
+    assert status == 200 and headers["Content-Type"].startswith("text/html")
+    assert b"/api/train" in page and b"num_gpus" in page and b"http" not in page.replace(b"http://", b"")
+
+
+def test_static_files_and_no_traversal(base_url) -> None:
+    status, headers, page = fetch(f"{base_url}/")
+    assert status == 200 and headers["Content-Type"].startswith("text/html")
+    for path in ("/static/../api.py", "/static/.hidden", "/static/%2e%2e/api.py", "/nothing"):
+        assert fetch(base_url + path)[0] == 404
+    assert fetch(f"{base_url}/api/fit", method="HEAD")[0] == 400  # HEAD answers like GET, without a body
+    assert fetch(f"{base_url}/docs", b"{}")[0] == 405
+
+
+def test_cli_serve_bad_port_and_busy_port(capsys) -> None:
+    assert main(["serve", "--port", "70000"]) == 2
+    server = make_server("127.0.0.1", 0, quiet=True)
+    try:
+        assert main(["serve", "--port", str(server.server_address[1])]) == 2
+    finally:
+        server.server_close()
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2 and "port" in err[0] and "cannot listen" in err[1]
