@@ -106,3 +106,25 @@ def test_recompute_counts_in_hardware_flops_only() -> None:
     assert none.model == sel.model == full.model
     assert none.hardware < sel.hardware < full.hardware
     assert full.hardware - full.model == pytest.approx(full.forward.total - full.forward.lm_head)
+
+
+def test_frozen_base_weights_count_input_gradients_only() -> None:
+    """LoRA/QLoRA: the base weights get no gradients. FlopCounterMode on a model whose parameters are all frozen
+    (the input embeddings require grad, so the backward runs through every layer) counts what StepFlops.model
+    charges for a frozen base: 2x forward + the attention core."""
+    config = {"model_type": "llama", **SMALL}
+    batch, seq = 2, 1024
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with torch.device("meta"):
+            model = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(**config))
+    model.requires_grad_(False)
+    ids = torch.zeros(batch, seq, dtype=torch.long, device="meta")
+    embeds = model.get_input_embeddings()(ids).detach().requires_grad_()
+    counter = FlopCounterMode(display=False)
+    with counter:
+        model(inputs_embeds=embeds).logits.float().sum().backward()
+    spec = spec_from_hf_config(config)
+    frozen = step_flops(spec, seq=seq, global_batch=batch, convention="full", frozen_base=True)
+    assert frozen.model == pytest.approx(counter.get_total_flops(), rel=0.01)
+    assert frozen.model < step_flops(spec, seq=seq, global_batch=batch, convention="full").model

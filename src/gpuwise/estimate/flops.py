@@ -18,7 +18,7 @@ Checked against FlopCounterMode on real transformers models in tests/estimate/te
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..memo import remember
 from ..spec.model import SLIDING, ModelSpec
@@ -62,10 +62,19 @@ class StepFlops:
     recompute: float
     """Extra forward FLOPs spent on activation recomputation."""
     extra: dict = field(default_factory=dict)
+    frozen_base: bool = False
+    """LoRA / QLoRA: the base weights get no gradients, so the backward computes only input gradients."""
 
     @property
     def model(self) -> float:
-        """Model FLOPs per step (forward + backward, no recompute): the MFU numerator."""
+        """Model FLOPs per step (forward + backward, no recompute): the MFU numerator.
+
+        Full training: 3x forward (backward = input + weight gradients). Frozen base weights: the backward computes
+        input gradients only, one forward's worth for every weight matmul, and still two for the attention core
+        (which has no weights: gradients of Q and K, and of P and V), so 2x forward + the attention core (LoRA's
+        adapters, a fraction of a percent, are not counted)."""
+        if self.frozen_base:
+            return 2 * self.forward.total + self.forward.attention_core
         return 3 * self.forward.total
 
     @property
@@ -151,15 +160,19 @@ def forward_flops(spec: ModelSpec, seq: int, *, convention: str = "causal", lm_h
 
 
 def step_flops(spec: ModelSpec, *, seq: int, global_batch: int, convention: str = "causal",
-               recompute: str = "none") -> StepFlops:
-    """FLOPs of one training step over `global_batch` sequences of `seq` tokens (cached)."""
+               recompute: str = "none", frozen_base: bool = False) -> StepFlops:
+    """FLOPs of one training step over `global_batch` sequences of `seq` tokens (cached); `frozen_base` for
+    LoRA / QLoRA (see StepFlops.model)."""
     if recompute not in RECOMPUTE:
         raise ValueError(f"recompute must be one of {RECOMPUTE}")
-    key = (id(spec), seq, global_batch, convention, recompute)
+    key = (id(spec), seq, global_batch, convention, recompute, frozen_base)
     hit = _STEP_FLOPS.get(key)
     if hit is not None:
         return hit[0]
-    return remember(_STEP_FLOPS, key, _step_flops(spec, seq, global_batch, convention, recompute), spec)
+    flops = _step_flops(spec, seq, global_batch, convention, recompute)
+    if frozen_base:
+        flops = replace(flops, frozen_base=True)
+    return remember(_STEP_FLOPS, key, flops, spec)
 
 
 _STEP_FLOPS: dict = {}

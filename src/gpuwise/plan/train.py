@@ -232,7 +232,7 @@ def train(req: TrainRequest) -> TrainResult:
             break
         best = b
     flops = step_flops(spec, seq=req.seq, global_batch=req.global_batch, convention=req.flops_convention,
-                       recompute=req.recompute)
+                       recompute=req.recompute, frozen_base=req.finetune in ("lora", "qlora"))
     perf = _perf(req, framework, layout, memory, flops)
     return TrainResult(request=req, framework=framework, framework_reason=why, layout=layout,
                        params=param_counts(spec), memory=memory, flops=flops,

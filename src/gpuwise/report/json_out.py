@@ -290,7 +290,7 @@ def plan_to_dict(r) -> dict:
             "time_breakdown_s": {k: round(v, 6) for k, v in p.step.breakdown.items()},
         })
     return {
-        "schema_version": SCHEMA_VERSION,
+        "schema_version": SCHEMA_VERSION, "command": "plan",
         "model": {"id": r.request.model.id, "hf_id": r.request.model.hf_id}, "gpu": r.request.gpu.id, "num_gpus": r.request.num_gpus,
         "seq": r.request.seq, "global_batch": r.request.global_batch, "framework": r.request.framework,
         "objective": r.request.objective,

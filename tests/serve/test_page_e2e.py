@@ -1,0 +1,253 @@
+"""The page of `gpuwise serve`, driven in a real headless Chromium (Debian's `chromium`, through Playwright for
+Python; never a browser download): what it shows is what the API answers, rounded as displayed.
+
+The expected numbers come from the API itself (the same JSON the page reads), not from copies of today's output.
+Skipped with the reason when Chromium or Playwright is missing, except under CI (CI set), where missing either is
+a failure: CI must run it. Every request the page makes must stay on the test server (127.0.0.1); screenshots
+land in each test's tmp_path.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from gpuwise.serve.server import make_server
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+VIEWPORT = {"width": 1280, "height": 900}
+DONE = '#results[data-state="done"]'
+TIMEOUT_MS = 20_000
+FIXTURE = Path(__file__).parents[1] / "fixtures" / "configs" / "tiny-llama.json"
+IN_CI = os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def _missing(reason: str) -> None:
+    if IN_CI:
+        pytest.fail(f"{reason}; CI must run the page's end-to-end test (apt-get install chromium; pip install playwright)")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def base_url():
+    server = make_server("127.0.0.1", 0, quiet=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not os.path.exists(CHROMIUM):
+        _missing(f"no Chromium at {CHROMIUM} (Debian: apt-get install chromium)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        _missing("Playwright for Python is not installed (pip install playwright; no `playwright install` needed)")
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+class Page:
+    """A browser tab on the test server that records every request and every script error."""
+
+    def __init__(self, browser, base_url: str) -> None:
+        self.base = base_url
+        self.context = browser.new_context(viewport=VIEWPORT)
+        self.tab = self.context.new_page()
+        self.tab.set_default_timeout(TIMEOUT_MS)
+        self.requests: list[str] = []
+        self.errors: list[str] = []
+        self.tab.on("request", lambda r: self.requests.append(r.url))
+        self.tab.on("pageerror", lambda e: self.errors.append(str(e)))
+
+    def open(self, **query: str) -> None:
+        self.tab.goto(f"{self.base}/?{urllib.parse.urlencode(query)}")
+        self.tab.wait_for_selector(DONE)
+
+    def text(self, selector: str) -> str:
+        return self.tab.locator(selector).inner_text().strip()
+
+    def fact(self, testid: str) -> str:
+        return self.text(f'[data-testid="{testid}"]')
+
+    def shot(self, path: Path) -> None:
+        self.tab.screenshot(path=str(path), full_page=True)
+        assert path.stat().st_size > 10_000
+
+
+@pytest.fixture
+def page(browser, base_url):
+    p = Page(browser, base_url)
+    yield p
+    p.context.close()
+    outside = [u for u in p.requests if not u.startswith(f"{base_url}/")]
+    assert not outside, f"the page reached outside the test server: {outside}"
+    assert not p.errors, f"script errors: {p.errors}"
+
+
+def api(base_url: str, endpoint: str, /, body: dict | None = None, **params) -> dict:
+    """The API's own answer (the JSON the page reads), or its 400 error document."""
+    q = urllib.parse.urlencode({k: str(v) for k, v in params.items()})
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(f"{base_url}/api/{endpoint}?{q}", data=data,
+                                 headers={"Content-Type": "application/json"} if data else {})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return json.load(r)
+    except urllib.error.HTTPError as e:
+        return json.load(e)
+
+
+def gib(n: int) -> str:
+    """Bytes as the page shows them: GiB with two decimals."""
+    return f"{n / 2**30:,.2f} GiB"
+
+
+UNITS = {"µs": 1e-6, "ms": 1e-3, "s": 1.0, "min": 60.0, "h": 3600.0}
+
+
+def seconds(text: str) -> float:
+    number, unit = re.fullmatch(r"([\d,.]+) (µs|ms|s|min|h)", text).groups()
+    return float(number.replace(",", "")) * UNITS[unit]
+
+
+def leading_number(text: str) -> float:
+    return float(re.match(r"\$?([\d,.]+)", text).group(1).replace(",", ""))
+
+
+def close(shown: float, value: float, rel: float = 0.006) -> bool:
+    """Three significant digits on screen: within half a unit of the third digit."""
+    return abs(shown - value) <= rel * abs(value)
+
+
+def test_inference_view_shows_the_apis_verdict_memory_speed_and_command(page, base_url, tmp_path) -> None:
+    q = {"model": "llama-3.1-8b", "gpu": "rtx-4090"}
+    fit = api(base_url, "fit", **q)
+    infer = api(base_url, "infer", **q)
+    page.open(task="infer", **q)
+
+    assert fit["fits"]
+    assert page.fact("verdict-title") == "FITS"
+    assert page.fact("verdict-used") == gib(fit["memory"]["total"])
+    assert page.fact("verdict-capacity") == gib(fit["gpu_memory"])
+    assert page.fact("verdict-budget") == gib(fit["memory_budget"])
+    assert page.fact("verdict-headroom") == f"{gib(fit['headroom_bytes'])} free"
+    for part in ("weights", "kv_cache", "activations", "overhead"):  # the legend of the stacked bar
+        assert page.text(f'#memory-legend li[data-part="{part}"] .legend-value') == gib(fit["memory"][part])
+    assert page.tab.locator('#memory-bar svg g[data-part="weights"] rect').count() == 1
+    assert page.tab.locator("#memory-assumptions li").count() == len(fit["assumptions"])
+
+    assert close(seconds(page.fact("ttft")), infer["ttft_s"])
+    assert close(seconds(page.fact("tpot")), infer["tpot_s"])
+    assert close(leading_number(page.fact("tokens-per-s")), infer["output_tokens_per_s"])
+    assert page.fact("tokens-per-s").endswith("output tokens/s")
+    assert close(leading_number(page.fact("usd-per-million")), infer["usd_per_million_output_tokens"])
+    assert page.fact("usd-per-million").endswith("per million output tokens")
+
+    ops = api(base_url, "roofline", **q)["ops"]
+    assert page.tab.locator('[data-testid="roofline-ops"] tbody tr').count() == len(ops)
+    assert page.tab.locator("#roofline svg g.op circle").count() == sum(o["intensity_flops_per_byte"] > 0 for o in ops)
+    ranked = api(base_url, "pick", model=q["model"], task="infer", top=10)["ranked"]
+    assert page.tab.locator('[data-testid="pick-table"] tbody tr').count() == len(ranked)
+    assert page.tab.locator("#doctor-section").is_hidden()  # it fits: no remedies to show
+
+    cli = api(base_url, "cli", command="fit", **q)["command"]
+    assert cli == "gpuwise fit llama-3.1-8b --gpu rtx-4090"
+    assert page.tab.input_value("#cli-command") == cli
+    assert cli in page.text("#cli-commands")
+    page.shot(tmp_path / "inference.png")
+
+    # the link to this view restores the inputs and answers again
+    link = page.tab.input_value("#view-link")
+    assert link.startswith(f"{base_url}/?") and "model=llama-3.1-8b" in link and "gpu=rtx-4090" in link
+    page.tab.goto(f"{base_url}/?task=infer&model=qwen3-8b&gpu=l4")
+    page.tab.wait_for_selector(DONE)
+    page.tab.goto(link)
+    page.tab.wait_for_selector(DONE)
+    assert page.tab.input_value("#model") == "llama-3.1-8b"
+    assert page.tab.input_value("#cli-command") == cli
+
+
+def test_a_model_that_does_not_fit_shows_the_doctors_remedies(page, base_url, tmp_path) -> None:
+    q = {"model": "llama-3.1-70b", "gpu": "rtx-4090", "weights": "bf16"}
+    fit = api(base_url, "fit", **q)
+    doctor = api(base_url, "doctor", task="infer", **q)
+    page.open(task="infer", **q)
+
+    assert not fit["fits"]
+    assert page.fact("verdict-title") == "DOES NOT FIT"
+    assert page.fact("verdict-used") == gib(fit["memory"]["total"])
+    assert page.fact("verdict-headroom") == f"{gib(-fit['headroom_bytes'])} short"
+    assert page.tab.locator("#doctor-section").is_visible()
+    assert page.fact("doctor-verdict") == doctor["verdict"]
+    rows = page.tab.locator('[data-testid="doctor-remedies"] tbody tr')
+    assert rows.count() == len(doctor["remedies"])
+    assert rows.first.locator("td").first.inner_text().strip() == doctor["remedies"][0]["change"]
+    page.shot(tmp_path / "does-not-fit.png")
+
+
+def test_training_view_shows_mfu_with_its_denominator_and_the_plans(page, base_url, tmp_path) -> None:
+    q = {"model": "llama-3.1-8b", "gpu": "h100-sxm", "num_gpus": "8", "fsdp": "full", "global_batch": "32"}
+    train = api(base_url, "train", **q)
+    page.open(task="train", **q)
+
+    assert page.fact("verdict-title") == ("FITS (tight)" if train["tight"] else "FITS" if train["fits"] else "DOES NOT FIT")
+    assert page.fact("verdict-used") == gib(train["memory_per_gpu"]["total"])
+    assert page.fact("mfu") == f"{100 * train['mfu']:.1f}%"
+    peak = train["mfu_denominator"]["peak_flops_per_gpu"]
+    denominator = page.text('[data-testid="mfu"] + dd.note')
+    assert f"{peak / 1e12:,.1f} TFLOP/s per GPU" in denominator and train["mfu_denominator"]["dtype"] in denominator
+    assert f"{train['num_gpus']} GPUs" in page.fact("mfu-denominator")
+    assert close(seconds(page.fact("step-time")), train["step_time_s"])
+    assert close(leading_number(page.fact("tokens-per-s")), train["tokens_per_s"])
+    mfu_text = api(base_url, "explain", term="mfu", model=q["model"], gpu=q["gpu"])["text"]
+    page.tab.click('details[data-explain="mfu"] summary')  # the concept, fetched when opened
+    page.tab.locator('details[data-explain="mfu"] .explain-body p').first.wait_for()
+    assert page.tab.locator('details[data-explain="mfu"] .explain-body p').first.inner_text() == mfu_text
+
+    plan = api(base_url, "plan", model=q["model"], gpu=q["gpu"], num_gpus=8, seq=train["seq"],
+               global_batch=train["global_batch"], precision=train["precision"], top=5)
+    rows = page.tab.locator('[data-testid="plan-table"] tbody tr')
+    assert rows.count() == len(plan["plans"])
+    assert plan["plans"][0]["summary"] in rows.first.inner_text()
+    cli = api(base_url, "cli", command="train", **q)["command"]
+    assert page.tab.input_value("#cli-command") == cli
+    assert cli.startswith("gpuwise train llama-3.1-8b --gpu h100-sxm --num-gpus 8")
+    page.shot(tmp_path / "training.png")
+
+
+def test_an_input_error_is_the_clis_message_next_to_its_input(page, base_url) -> None:
+    message = api(base_url, "fit", model="llama-3.1-8b", gpu="rtx-9090")["error"]
+    page.open(task="infer", model="llama-3.1-8b", gpu="rtx-9090")
+    assert page.text("#gpu-error") == message
+    assert page.tab.get_attribute("#gpu", "aria-invalid") == "true"
+    assert page.fact("verdict-error") == message
+
+
+def test_a_pasted_config_is_posted_and_answered(page, base_url, tmp_path) -> None:
+    config = json.loads(FIXTURE.read_text())
+    fit = api(base_url, "fit", body={"config": config}, gpu="rtx-4090")
+    page.open(task="infer", model="llama-3.1-8b", gpu="rtx-4090")
+    page.tab.check('[data-testid="model-source-config"]')
+    page.tab.fill("#config", json.dumps(config, indent=2))
+    page.tab.click("#run")
+    page.tab.wait_for_function("document.querySelector('#verdict').innerText.includes('pasted config.json')")
+    page.tab.wait_for_selector(DONE)
+    assert page.fact("verdict-used") == gib(fit["memory"]["total"])
+    assert page.tab.input_value("#cli-command").startswith("gpuwise fit ./config.json --gpu rtx-4090")
+    assert "config=" in page.tab.input_value("#view-link")
+    page.shot(tmp_path / "pasted-config.png")
