@@ -7,12 +7,22 @@ from pathlib import Path
 
 from .errors import InvalidArgument
 
+MAX_BYTES = 16 << 20
+"""Profiles and plans are KBs; a plan with every layout of a big search stays well under this."""
+
 
 def read_json_object(path: str | Path, flag: str) -> dict:
-    """The JSON object in `path`; InvalidArgument naming `flag` (e.g. '--profile') when it is missing, unreadable,
-    not JSON, or not an object."""
+    """The JSON object in `path`; InvalidArgument naming `flag` (e.g. '--profile') when it is missing, not a regular
+    file (a device or a pipe is never read), too big, unreadable, not JSON, or not an object."""
+    p = Path(path)
+    if not p.exists():  # also a path with a NUL in it (pathlib answers False)
+        raise InvalidArgument(f"{flag}: cannot read {path}: no such file")
+    if not p.is_file():
+        raise InvalidArgument(f"{flag}: {path} is not a regular file")
+    if p.stat().st_size > MAX_BYTES:
+        raise InvalidArgument(f"{flag}: {path} is over {MAX_BYTES >> 20} MiB: not a gpuwise JSON file")
     try:
-        doc = json.loads(Path(path).read_text())
+        doc = json.loads(p.read_text())
     except OSError as exc:
         raise InvalidArgument(f"{flag}: cannot read {path}: {exc.strerror or exc}") from None
     except UnicodeDecodeError:

@@ -13,7 +13,15 @@ from typing import TypeVar
 T = TypeVar("T")
 
 
+MAX_ENTRIES = 100_000
+"""Per store. A long-running process (`gpuwise serve`) meets ever new specs and profiles: past this many entries a
+store starts over (each entry holds its own objects, so dropping them all is safe; the planner's biggest
+search fills a few thousand)."""
+
+
 def remember(store: dict, key: tuple, value: T, *keep: object) -> T:
     """Store `value` under `key` with the objects whose ids the key holds; return it."""
+    if len(store) >= MAX_ENTRIES:
+        store.clear()
     store[key] = (value, keep)
     return value

@@ -189,3 +189,73 @@ def test_cli_serve_bad_port_and_busy_port(capsys) -> None:
         server.server_close()
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 2 and "port" in err[0] and "cannot listen" in err[1]
+
+
+def raw_request(base_url: str, text: bytes) -> bytes:
+    """Send a hand-written HTTP request (headers the urllib client would not let us get wrong)."""
+    import socket
+    from urllib.parse import urlsplit
+
+    u = urlsplit(base_url)
+    with socket.create_connection((u.hostname, u.port), timeout=10) as s:
+        s.sendall(text)
+        s.shutdown(socket.SHUT_WR)
+        out = b""
+        while chunk := s.recv(65536):
+            out += chunk
+    return out
+
+
+def test_paths_that_are_not_config_files_are_refused_quickly(base_url) -> None:
+    for query in ("fit?model=/dev/zero&gpu=h100", "train?model=llama-3.1-8b&gpu=h100&profile=/dev/zero",
+                  "fit?model=-h&gpu=h100", "fit?model=a%00b&gpu=h100",
+                  "train?model=llama-3.1-8b&gpu=h100&sp="):
+        status, _, body = fetch(f"{base_url}/api/{query}")
+        assert status == 400, (query, body)
+        assert json.loads(body)["error"]
+    status, _, body = fetch(f"{base_url}/api/models?query=--help")  # a query, not a request for argparse's help
+    assert status == 200 and json.loads(body)["models"] == []
+
+
+def test_malformed_bodies_get_an_answer(base_url) -> None:
+    host = base_url.split("//")[1]
+    cases = {b"Content-Length: abc": b" 411 ", b"Content-Length: -1": b" 400 ",
+             b"Transfer-Encoding: chunked": b" 411 ", b"Content-Length: 99999999": b" 413 "}
+    for header, status in cases.items():
+        reply = raw_request(base_url, b"POST /api/fit?gpu=h100 HTTP/1.1\r\nHost: " + host.encode() + b"\r\n"
+                            + header + b"\r\n\r\n")
+        assert reply.split(b"\r\n", 1)[0].endswith(status.strip()) or status in reply.split(b"\r\n", 1)[0], reply[:80]
+
+
+def test_only_this_machine_may_call_the_api(base_url) -> None:
+    port = base_url.rsplit(":", 1)[1]
+    for headers in ({"Host": f"evil.example:{port}"}, {"Sec-Fetch-Site": "cross-site"},
+                    {"Origin": "http://evil.example"}):
+        req = urllib.request.Request(f"{base_url}/api/gpus", headers=headers)
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(req, timeout=10)
+        assert err.value.code == 403
+    req = urllib.request.Request(f"{base_url}/api/gpus", headers={"Origin": base_url, "Sec-Fetch-Site": "same-origin"})
+    assert urllib.request.urlopen(req, timeout=10).status == 200
+
+
+def test_pasted_config_answer_is_the_clis_for_a_local_config_json(base_url, capsys, monkeypatch, tmp_path) -> None:
+    config = json.loads(FIXTURE.read_text())
+    status, _, body = fetch(f"{base_url}/api/train?gpu=h100-sxm&seq=1024",
+                            json.dumps({"config": config}).encode())
+    assert status == 200
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert body == cli_stdout(capsys, ["train", "./config.json", "--gpu", "h100-sxm", "--seq", "1024", "--json"])
+    assert b"gpuwise-config-" not in body
+
+
+def test_repeated_requests_do_not_grow_the_caches(base_url) -> None:
+    from gpuwise.plan import train as plan_train
+
+    query = f"{base_url}/api/train?model=llama-3.1-8b&gpu=h100-sxm&num_gpus=8&fsdp=full"
+    fetch(query)
+    sizes = {name: len(v) for name, v in vars(plan_train).items() if name.isupper() and isinstance(v, dict)}
+    for _ in range(20):
+        fetch(query)
+    assert sizes == {name: len(v) for name, v in vars(plan_train).items() if name.isupper() and isinstance(v, dict)}

@@ -91,8 +91,14 @@ def entry_config(entry: CatalogEntry) -> dict:
         return json.load(fh)
 
 
+@lru_cache(maxsize=256)
 def entry_spec(entry: CatalogEntry) -> ModelSpec:
+    """One spec object per catalog entry: the estimators' caches key on its identity."""
     return spec_from_hf_config(entry_config(entry))
+
+
+MAX_CONFIG_BYTES = 4 << 20
+"""A config.json is a few KB (the largest in the catalog is under 10 KB)."""
 
 
 def read_config_file(path: str | os.PathLike) -> tuple[dict, str]:
@@ -102,6 +108,10 @@ def read_config_file(path: str | os.PathLike) -> tuple[dict, str]:
         p = p / "config.json"
         if not p.is_file():
             raise ConfigError(f"folder '{path}' has no config.json")
+    if not p.is_file():  # a device, a pipe, /dev/zero: never read
+        raise ConfigError(f"'{p}' is not a regular file")
+    if p.stat().st_size > MAX_CONFIG_BYTES:
+        raise ConfigError(f"'{p}' is {p.stat().st_size:,} bytes: not a config.json (at most {MAX_CONFIG_BYTES:,})")
     try:
         text = p.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:

@@ -102,7 +102,7 @@ _KINDS: dict = {}
 
 def _layer_kinds(spec: ModelSpec) -> tuple[tuple[bool, bool, int], ...]:
     """(sliding-window attention, MoE, number of layers) for each kind of block in the model (cached)."""
-    hit = _KINDS.get(id(spec))
+    hit = _KINDS.get((id(spec),))
     if hit is not None:
         return hit[0]
     counts: dict[tuple[bool, bool], int] = {}

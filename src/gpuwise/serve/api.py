@@ -25,7 +25,7 @@ COMMANDS = ("fit", "train", "infer", "plan", "pick", "doctor", "roofline", "mode
 HIDDEN = frozenset({"help", "json", "plot", "emit", "list", "version"})
 MAX_BODY_BYTES = 1 << 20
 """A config.json is a few KB; a MiB is generous."""
-TRUE, FALSE = frozenset({"true", "1", "yes", "on", ""}), frozenset({"false", "0", "no", "off"})
+TRUE, FALSE = frozenset({"true", "1", "yes", "on"}), frozenset({"false", "0", "no", "off"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +64,19 @@ def _kind(action: argparse.Action) -> str:
     return "string"
 
 
+def _usable_default(a: argparse.Action) -> object:
+    """The option's default where a client could also send it (not None, and accepted by the option's type:
+    `--reserve-gib` defaults to 0.0, which it refuses when given)."""
+    if a.default in (None, argparse.SUPPRESS) or isinstance(a, argparse._StoreTrueAction):
+        return None
+    if a.type is not None:
+        try:
+            a.type(str(a.default))
+        except (argparse.ArgumentTypeError, TypeError, ValueError):
+            return None
+    return a.default
+
+
 _OPTIONS: dict[str, tuple[Option, ...]] = {}
 
 
@@ -80,8 +93,8 @@ def options(command: str) -> tuple[Option, ...]:
             out.append(Option(name=a.dest, flag=None if positional else a.option_strings[0],
                               is_switch=isinstance(a, argparse._StoreTrueAction),
                               required=bool(a.required) if not positional else a.nargs not in ("?", "*"),
-                              choices=tuple(str(c) for c in a.choices) if a.choices else None,
-                              default=None if a.default in (None, argparse.SUPPRESS) or positional else a.default,
+                              choices=tuple(a.choices) if a.choices else None,
+                              default=None if positional else _usable_default(a),
                               kind=_kind(a), help=(a.help or "").replace("%%", "%")))
         hit = _OPTIONS[command] = tuple(out)
     return hit
@@ -118,6 +131,8 @@ def argv_for(command: str, params: dict[str, str], *, model_path: str | None = N
         if name not in params:
             continue
         value = params[name]
+        if "\x00" in value:
+            raise InvalidArgument(f"parameter '{name}' contains a NUL character")
         if opt.flag is None:
             positional.append(value)
         elif opt.is_switch:
@@ -128,16 +143,26 @@ def argv_for(command: str, params: dict[str, str], *, model_path: str | None = N
                 flags.append(opt.flag)
         else:
             flags += [opt.flag, value]
-    return [command, *positional, *flags]
+    # Positional values after "--": a model named "-h" is a model name, not a request for help.
+    return [command, *flags, *(["--", *positional] if positional else [])]
 
 
 def cli_command(argv: list[str]) -> str:
-    """The shell command a user would type for this view."""
+    """The shell command a user would type for this view (positionals first, no "--" unless one needs it)."""
+    if "--" in argv:
+        i = argv.index("--")
+        positional = argv[i + 1:]
+        if not any(p.startswith("-") for p in positional):
+            argv = [argv[0], *positional, *argv[1:i]]
     return shlex.join(["gpuwise", *argv])
 
 
+PASTED = "./config.json"
+"""How a pasted config is named in answers: what the CLI prints for `gpuwise fit ./config.json ...`."""
+
+
 def _config_file(body: bytes, folder: str) -> str:
-    """Write a posted {"config": {...}} to FOLDER/config.json and return the folder (the model argument)."""
+    """Write a posted {"config": {...}} to FOLDER/config.json and return its path (the model argument)."""
     if len(body) > MAX_BODY_BYTES:
         raise InvalidArgument(f"request body over {MAX_BODY_BYTES // 1024} KiB")
     try:
@@ -150,7 +175,7 @@ def _config_file(body: bytes, folder: str) -> str:
         raise InvalidArgument('POST a JSON body {"config": {...}}: the config.json object of a model')
     path = Path(folder) / "config.json"
     path.write_text(json.dumps(config))
-    return folder
+    return str(path)
 
 
 def handle(method: str, command: str, query: str, body: bytes = b"") -> tuple[int, bytes]:
@@ -161,19 +186,34 @@ def handle(method: str, command: str, query: str, body: bytes = b"") -> tuple[in
         params = _params(query)
         if command == "cli":  # the equivalent command line of a view (the page shows it)
             target = params.pop("command", "")
-            argv = argv_for(target, params, model_path="./config.json" if method == "POST" else None)
+            argv = argv_for(target, params, model_path=PASTED if method == "POST" else None)
             return 200, _json({"argv": argv, "command": cli_command(argv)})
         if command not in COMMANDS:
             return 404, _json({"error": f"no endpoint /api/{command} (the API has: {', '.join(COMMANDS)}, cli)"})
         if method == "POST":
             with tempfile.TemporaryDirectory(prefix="gpuwise-config-") as folder:
-                argv = argv_for(command, params, model_path=_config_file(body, folder))
-                out = run([*argv, "--json"])
+                path = _config_file(body, folder)
+                try:
+                    out = run(_with_json(argv_for(command, params, model_path=path)))
+                except GpuwiseError as exc:
+                    raise type(exc)(_as_pasted(str(exc), path)) from None
+                # The answer names the model as the CLI would for ./config.json, not the temporary folder.
+                out = _as_pasted(out or "", json.dumps(path)[1:-1])
         else:
-            out = run([*argv_for(command, params), "--json"])
+            out = run(_with_json(argv_for(command, params)))
     except GpuwiseError as exc:
         return 400, _json({"error": str(exc)})
+    except SystemExit:  # argparse's own exits (help, version): never a reason to drop the connection
+        return 400, _json({"error": "the API does not print help: see /docs"})
     return 200, ((out or "") + "\n").encode()
+
+
+def _with_json(argv: list[str]) -> list[str]:
+    return [argv[0], "--json", *argv[1:]]  # before the "--" that ends the options
+
+
+def _as_pasted(text: str, path: str) -> str:
+    return text.replace(path, PASTED)
 
 
 def _json(doc: dict) -> bytes:
@@ -194,7 +234,7 @@ def openapi() -> dict:
                 schema["enum"] = list(o.choices)
             if o.default is not None and o.default is not False:
                 schema["default"] = o.default
-            params.append({"name": o.name, "in": "query", "required": o.required and o.name != "model",
+            params.append({"name": o.name, "in": "query", "required": o.required,
                            "description": (o.help + (f" (CLI: {o.flag})" if o.flag else " (CLI: positional)")).strip(),
                            "schema": schema})
         responses = {"200": {"description": f"the JSON of `gpuwise {command} --json` (docs/json-schema.md)",

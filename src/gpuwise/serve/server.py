@@ -8,8 +8,8 @@ to a network would expose those reads too (`gpuwise serve --host 0.0.0.0` says s
 from __future__ import annotations
 
 import json
+import socket
 import sys
-from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 from urllib.parse import urlsplit
@@ -30,30 +30,70 @@ def _static(name: str) -> bytes | None:
     return f.read_bytes() if f.is_file() else None
 
 
+def _error(message: str) -> bytes:
+    return (json.dumps({"error": message}) + "\n").encode()
+
+
 class Handler(BaseHTTPRequestHandler):
     server_version = "gpuwise"
     quiet = False
+    timeout = 30  # seconds a client may take to send its request: a stalled body never holds a thread for good
 
     def _send(self, status: int, body: bytes, content_type: str, cache: bool = False) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        self.send_header("Cache-Control", "max-age=300" if cache else "no-store")
-        self.send_header("X-Content-Type-Options", "nosniff")
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(body)
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Cache-Control", "max-age=300" if cache else "no-store")
+            self.send_header("X-Content-Type-Options", "nosniff")
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(body)
+        except (BrokenPipeError, ConnectionResetError):  # the client left: nothing to answer
+            self.close_connection = True
+
+    def _foreign(self) -> str | None:
+        """Why an /api/ request must be refused (None: it may run). The API reads files by path as the CLI does,
+        so only this machine's pages may call it: a web page elsewhere (cross-site requests, DNS rebinding to a
+        loopback server) must not."""
+        host = (self.headers.get("Host") or "").rsplit(":", 1)[0].strip("[]").lower()
+        bound = str(self.server.server_address[0]).lower()
+        if bound in LOOPBACK_ADDRESSES and host not in ("localhost", "127.0.0.1", "::1"):
+            return f"Host '{host}' is not this machine (the server listens on loopback only)"
+        if self.headers.get("Sec-Fetch-Site") == "cross-site":
+            return "cross-site requests are refused"
+        origin = self.headers.get("Origin")
+        if origin and urlsplit(origin).hostname not in ("localhost", "127.0.0.1", "::1", host):
+            return f"requests from {origin} are refused"
+        return None
+
+    def _body(self) -> bytes | tuple[int, str]:
+        if self.headers.get("Transfer-Encoding"):
+            return 411, "send the body with a Content-Length (no chunked encoding)"
+        try:
+            length = int(self.headers.get("Content-Length", ""))
+        except ValueError:
+            return 411, "a POST needs a Content-Length"
+        if length < 0:
+            return 400, "negative Content-Length"
+        if length > api.MAX_BODY_BYTES:
+            return 413, f"request body over {api.MAX_BODY_BYTES >> 10} KiB"
+        return self.rfile.read(length)
 
     def _route(self, method: str) -> None:
         url = urlsplit(self.path)
         path = url.path
         if path.startswith("/api/"):
+            why = self._foreign()
+            if why:
+                return self._send(403, _error(why), "application/json")
             body = b""
             if method == "POST":
-                length = int(self.headers.get("Content-Length") or 0)
-                if length > api.MAX_BODY_BYTES:
-                    return self._send(413, b'{"error": "request body too large"}\n', "application/json")
-                body = self.rfile.read(length)
+                got = self._body()
+                if isinstance(got, tuple):
+                    self.close_connection = True  # the unread body must not be taken for the next request
+                    return self._send(got[0], _error(got[1]), "application/json")
+                body = got
             status, out = api.handle(method, path[len("/api/"):], url.query, body)
             return self._send(status, out, "application/json")
         if method == "POST":
@@ -89,18 +129,23 @@ class Handler(BaseHTTPRequestHandler):
         self._route("POST")
 
     def log_message(self, format: str, *args) -> None:  # noqa: A002
-        if not self.quiet:
-            sys.stderr.write(f"{self.address_string()} {format % args}\n")
+        if not self.quiet:  # control characters escaped, as http.server does: a request line cannot drive the terminal
+            sys.stderr.write(f"{self.address_string()} {(format % args).translate(self._control_char_table)}\n")
 
 
 class QuietHandler(Handler):
     quiet = True
 
 
+class _Server6(ThreadingHTTPServer):
+    address_family = socket.AF_INET6
+
+
 def make_server(host: str = "127.0.0.1", port: int = 8000, quiet: bool = False) -> ThreadingHTTPServer:
     """The server, bound and ready (`serve_forever()` runs it); port 0 picks a free port."""
+    cls = _Server6 if ":" in host else ThreadingHTTPServer
     try:
-        server = ThreadingHTTPServer((host, port), QuietHandler if quiet else Handler)
+        server = cls((host, port), QuietHandler if quiet else Handler)
     except OSError as exc:
         raise GpuwiseError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     server.daemon_threads = True
@@ -108,6 +153,7 @@ def make_server(host: str = "127.0.0.1", port: int = 8000, quiet: bool = False) 
 
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
+LOOPBACK_ADDRESSES = ("127.0.0.1", "::1")
 
 
 def cli_main(args) -> None:
@@ -116,7 +162,7 @@ def cli_main(args) -> None:
     shown = f"[{host}]" if ":" in str(host) else host
     sys.stderr.write(f"gpuwise serve: http://{shown}:{port}/  (API: /api/fit?model=...&gpu=...; reference: /docs)"
                      "; Ctrl-C stops\n")
-    if args.host not in LOOPBACK:
+    if args.host not in LOOPBACK and not str(args.host).startswith("127."):
         sys.stderr.write(f"gpuwise serve: warning: listening on {args.host}, not loopback: anyone who can reach it "
                          "can run queries and make it read config files by path on this machine\n")
     sys.stderr.flush()

@@ -322,6 +322,15 @@ function trainView(st, opts, live, primaryError) {
     } else {
       skip("plan", $("#plan"), "The planner searches full-training layouts; LoRA and QLoRA jobs use the layout above.");
     }
+    // The GPU ranking answers for the job on screen: train's own sequence length and global batch (pick's
+    // defaults are a different job).
+    const pickTask = st.task === "finetune" ? "finetune" : "train";
+    jobs.push(call("pick", pickParams(st, ["model"], {
+      seq: t.seq, global_batch: t.global_batch, task: pickTask,
+      precision: PICK_PRECISIONS.includes(st.precision) ? st.precision : "",
+      finetune: st.task === "finetune" ? st.finetune : "", top: PICK_TOP }), opts)
+      .then((doc) => live() && fill("pick", $("#pick"), render.pick(doc, st.gpu)))
+      .catch((err) => live() && failed("pick", $("#pick"), err)));
     if (t.fits) {
       hide("doctor");
     } else {
@@ -335,19 +344,13 @@ function trainView(st, opts, live, primaryError) {
     if (!live()) return;
     primaryError(err);
     for (const [id, el] of [["verdict", "#verdict"], ["memory", "#memory-bar"], ["speed", "#speed"],
-      ["roofline", "#roofline"], ["plan", "#plan"]]) failed(id, $(el), err);
+      ["roofline", "#roofline"], ["plan", "#plan"], ["pick", "#pick"]]) failed(id, $(el), err);
     clear($("#memory-legend"));
     clear($("#memory-assumptions"));
     clear($("#roofline-ops"));
     hide("doctor");
   });
-  const pickTask = st.task === "finetune" ? "finetune" : "train";
-  const pickJob = call("pick", pickParams(st, ["model", "seq", "global_batch"], {
-    task: pickTask, precision: PICK_PRECISIONS.includes(st.precision) ? st.precision : "",
-    finetune: st.task === "finetune" ? st.finetune : "", top: PICK_TOP }), opts)
-    .then((doc) => live() && fill("pick", $("#pick"), render.pick(doc, st.gpu)))
-    .catch((err) => live() && failed("pick", $("#pick"), err));
-  return [trainJob, pickJob];
+  return [trainJob];
 }
 
 function rooflineJob(st, opts, live, { phase, batch, seq }) {
