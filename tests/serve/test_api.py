@@ -6,7 +6,6 @@ import json
 import re
 import subprocess
 import sys
-import threading
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -18,15 +17,6 @@ from gpuwise.serve import api
 from gpuwise.serve.server import make_server
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "configs" / "tiny-llama.json"
-
-
-@pytest.fixture(scope="module")
-def base_url():
-    server = make_server("127.0.0.1", 0, quiet=True)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
 
 
 def fetch(url: str, body: bytes | None = None, method: str | None = None) -> tuple[int, dict, bytes]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import threading
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -20,7 +19,6 @@ from pathlib import Path
 
 import pytest
 
-from gpuwise.serve.server import make_server
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -36,15 +34,6 @@ def _missing(reason: str) -> None:
     if IN_CI:
         pytest.fail(f"{reason}; CI must run the page's end-to-end test (apt-get install chromium; pip install playwright)")
     pytest.skip(reason)
-
-
-@pytest.fixture(scope="module")
-def base_url():
-    server = make_server("127.0.0.1", 0, quiet=True)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
 
 
 @pytest.fixture(scope="module")
