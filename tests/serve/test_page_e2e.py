@@ -150,6 +150,16 @@ def test_inference_view_shows_the_apis_verdict_memory_speed_and_command(page, ba
     ops = api(base_url, "roofline", **q)["ops"]
     assert page.tab.locator('[data-testid="roofline-ops"] tbody tr').count() == len(ops)
     assert page.tab.locator("#roofline svg g.op circle").count() == sum(o["intensity_flops_per_byte"] > 0 for o in ops)
+    # attained FLOP/s: 0 FLOPs (norms, residual adds) is a known zero, shown as such; "unknown" only for null
+    attained = page.tab.locator('[data-testid="roofline-ops"] tbody tr td:nth-child(4)').all_inner_texts()
+    zero = [i for i, o in enumerate(ops) if o["flops"] == 0]
+    assert zero, "the roofline of a decode step has operations with no FLOPs (norms, residual adds)"
+    for i, o in enumerate(ops):
+        if o["flops"] == 0:
+            assert attained[i].strip() == "0 FLOP/s"
+        elif o["flops"] is not None and o["time_s"]:
+            assert attained[i].strip().endswith("FLOP/s") and attained[i].strip() != "unknown"
+    assert "unknown" not in page.text('[data-testid="roofline-ops"]'), "every number of this table is known"
     ranked = api(base_url, "pick", model=q["model"], task="infer", top=10)["ranked"]
     assert page.tab.locator('[data-testid="pick-table"] tbody tr').count() == len(ranked)
     assert page.tab.locator("#doctor-section").is_hidden()  # it fits: no remedies to show
@@ -225,6 +235,21 @@ def test_an_input_error_is_the_clis_message_next_to_its_input(page, base_url) ->
     assert page.text("#gpu-error") == message
     assert page.tab.get_attribute("#gpu", "aria-invalid") == "true"
     assert page.fact("verdict-error") == message
+
+
+def test_an_unknown_model_is_reported_once_and_the_other_sections_say_not_computed(page, base_url, tmp_path) -> None:
+    q = {"model": "llama-9-999b", "gpu": "rtx-4090"}
+    message = api(base_url, "fit", **q)["error"]
+    assert message and api(base_url, "infer", **q)["error"] == message
+    page.open(task="infer", **q)
+    assert page.text("#model-error") == message  # next to the input
+    assert page.fact("verdict-error") == message  # and in the verdict: nowhere else
+    assert page.tab.locator("#results .error").count() == 1
+    assert page.text("#results").count(message) == 1
+    for section in ("memory", "speed", "roofline", "pick"):
+        assert page.tab.get_attribute(f"#{section}-section", "data-state") == "not-computed"
+        assert page.fact(f"{section}-not-computed").lower().startswith("not computed")
+    page.shot(tmp_path / "unknown-model.png")
 
 
 def test_a_pasted_config_is_posted_and_answered(page, base_url, tmp_path) -> None:

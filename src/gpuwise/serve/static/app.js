@@ -171,12 +171,36 @@ function fill(id, target, ...nodes) {
   clear(target).append(...nodes.filter(Boolean));
 }
 
+// One error message is shown in full once: next to its input (when it names one) and in the first section, in
+// page order, that failed with it; the other sections it stopped say they were not computed.
+const ORDER = ["verdict", "memory", "doctor", "speed", "roofline", "plan", "pick", "share"];
+let shownErrors = new Map(); // message -> {id, target} of the section showing it (this view only)
+let inputErrors = new Set(); // messages shown next to an input (this view only)
+
 function failed(id, target, err) {
   if (err.name === "AbortError") return;
+  const owner = shownErrors.get(err.message);
+  if (owner && owner.id !== id && ORDER.indexOf(owner.id) < ORDER.indexOf(id)) {
+    notComputed(id, target, err.message);
+    return;
+  }
+  shownErrors.set(err.message, { id, target });
+  // a later section failed with it first: this one shows it now, that one says it was not computed
+  if (owner && owner.id !== id) notComputed(owner.id, owner.target, err.message);
   const sec = section(id);
   sec.dataset.state = "error";
   sec.removeAttribute("aria-busy");
   clear(target).append(h("p", { class: "error", role: "alert", "data-testid": `${id}-error` }, err.message));
+}
+
+function notComputed(id, target, message) {
+  const sec = section(id);
+  sec.dataset.state = "not-computed";
+  sec.removeAttribute("aria-busy");
+  const owner = shownErrors.get(message);
+  const where = owner ? section(owner.id).querySelector("h2").textContent : "above";
+  clear(target).append(h("p", { class: "hint not-computed", "data-testid": `${id}-not-computed` },
+    inputErrors.has(message) ? "Not computed: fix the input first." : `Not computed: see the error under ${where}.`));
 }
 
 function skip(id, target, message) {
@@ -238,10 +262,12 @@ async function ask(st) {
   setLoading("doctor");
   section("doctor").hidden = true;
 
+  shownErrors = new Map();
+  inputErrors = new Set();
   const primaryError = (err) => {
     if (!live() || err.name === "AbortError") return;
     const name = fieldFor(err.message, st);
-    if (name) showFieldError(name, err.message);
+    if (name && showFieldError(name, err.message)) inputErrors.add(err.message);
   };
   const jobs = st.task === "infer" ? inferView(st, opts, live, primaryError) : trainView(st, opts, live, primaryError);
   jobs.push(cliCommands(st, opts, live));
@@ -285,6 +311,7 @@ function inferView(st, opts, live, primaryError) {
     return rooflineJob(st, opts, live, { phase, batch: inf.batch, seq });
   }).catch((err) => {
     if (!live()) return;
+    primaryError(err);
     failed("speed", $("#speed"), err);
     failed("roofline", $("#roofline"), err);
     clear($("#roofline-ops"));
@@ -422,7 +449,7 @@ async function loadCatalogs() {
     for (const g of gpus.value.gpus) {
       const key = `${g.vendor === "nvidia" ? "NVIDIA" : g.vendor === "amd" ? "AMD" : g.vendor[0].toUpperCase() + g.vendor.slice(1)} ${g.segment}`;
       if (!groups.has(key)) groups.set(key, h("optgroup", { label: key }));
-      groups.get(key).append(h("option", { value: g.id }, `${g.name} · ${f.fixed(g.memory_bytes / 2 ** 30, 0)} GiB`));
+      groups.get(key).append(h("option", { value: g.id }, `${g.name} · ${f.known(g.memory_bytes) ? `${f.fixed(g.memory_bytes / 2 ** 30, 0)} GiB` : "memory unknown"}`));
     }
     select.append(...groups.values());
     gpusById = new Map(gpus.value.gpus.map((g) => [g.id, g]));

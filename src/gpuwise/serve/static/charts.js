@@ -16,6 +16,32 @@ function textColour(hex) {
   return 0.299 * r + 0.587 * g + 0.114 * b > 150 ? "#111" : "#fff";
 }
 
+// Text widths for laying out labels, measured with the page's own font (the SVGs are drawn at the
+// container's width, so one SVG unit is one CSS pixel).
+let measurer = null;
+function textWidth(text, font = "600 12px") {
+  if (!measurer) measurer = document.createElement("canvas").getContext("2d");
+  const family = getComputedStyle(document.documentElement).fontFamily || "sans-serif";
+  measurer.font = `${font} ${family}`;
+  return measurer.measureText(text).width;
+}
+
+/**
+ * Where a segment's text goes: the widest stretch of the segment that no reference line crosses, and the first
+ * of `texts` (longest first) that fits there with some padding; null when none fits (the legend has the value).
+ */
+function segmentLabel(x0, x1, lineXs, texts, pad = 5, gap = 4) {
+  let spans = [[x0 + pad, x1 - pad]];
+  for (const lx of lineXs) {
+    spans = spans.flatMap(([a, b]) => (lx + gap <= a || lx - gap >= b ? [[a, b]]
+      : [[a, lx - gap], [lx + gap, b]].filter(([c, d]) => d > c)));
+  }
+  if (!spans.length) return null;
+  const [a, b] = spans.reduce((best, sp) => (sp[1] - sp[0] > best[1] - best[0] ? sp : best));
+  const text = texts.find((t) => textWidth(t) <= b - a);
+  return text ? { text, x: (a + b) / 2 } : null;
+}
+
 function niceStep(raw) {
   const p = 10 ** Math.floor(Math.log10(raw));
   for (const m of [1, 2, 2.5, 5, 10]) if (m * p >= raw) return m * p;
@@ -48,6 +74,8 @@ export function stackedBar({ parts, lines = [], unit, ariaLabel, testid, valueTe
       `${Number(t.toFixed(6)).toLocaleString("en-US")} ${unit.name}`));
   }
 
+  // the reference lines cross the bar: a segment's text keeps clear of them (and of the segment's edges)
+  const refs = lines.filter((l) => l.value).map((l, i) => ({ ...l, x: x(l.value), above: i % 2 === 0 }));
   let at = 0;
   for (const p of parts) {
     const v = Math.max(0, p.value || 0);
@@ -56,25 +84,23 @@ export function stackedBar({ parts, lines = [], unit, ariaLabel, testid, valueTe
     const g = s("g", { "data-part": p.key });
     g.append(s("rect", { x: x0, y: barY, width: Math.max(0.5, x1 - x0), height: barH, fill: p.colour },
       s("title", {}, `${p.label}: ${valueText(v)}`)));
-    if (x1 - x0 > 74) {
-      g.append(s("text", { x: (x0 + x1) / 2, y: barY + barH / 2 + 4, "text-anchor": "middle", class: "seg-label",
-        fill: textColour(p.colour) }, `${p.label} ${valueText(v)}`.length * 6.2 < x1 - x0 ? `${p.label} ${valueText(v)}` : valueText(v)));
+    const place = segmentLabel(x0, x1, refs.map((r) => r.x), [`${p.label} ${valueText(v)}`, valueText(v)]);
+    if (place) {
+      g.append(s("text", { x: place.x, y: barY + barH / 2 + 4, "text-anchor": "middle", class: "seg-label",
+        fill: textColour(p.colour) }, place.text));
     }
     svg.append(g);
     at += v;
   }
 
-  lines.forEach((l, i) => {
-    if (!l.value) return;
-    const lx = x(l.value);
-    const above = i % 2 === 0;
-    svg.append(s("line", { x1: lx, x2: lx, y1: above ? 6 : barY, y2: above ? barY + barH : barY + barH + 4,
-      class: l.dashed ? "ref-line dashed" : "ref-line" }));
-    const anchor = lx > W * 0.6 ? "end" : "start";
+  for (const r of refs) {
+    svg.append(s("line", { x1: r.x, x2: r.x, y1: r.above ? 6 : barY, y2: r.above ? barY + barH : barY + barH + 4,
+      class: r.dashed ? "ref-line dashed" : "ref-line" }));
+    const anchor = r.x > W * 0.6 ? "end" : "start";
     const dx = anchor === "end" ? -4 : 4;
-    svg.append(s("text", { x: lx + dx, y: above ? 16 : H - 2, "text-anchor": anchor, class: "ref-label" },
-      `${l.label} ${valueText(l.value)}`));
-  });
+    svg.append(s("text", { x: r.x + dx, y: r.above ? 16 : H - 2, "text-anchor": anchor, class: "ref-label" },
+      `${r.label} ${valueText(r.value)}`));
+  }
 
   const legend = parts.map((p) => h("li", { "data-part": p.key, "data-value": p.value },
     h("span", { class: "swatch", style: `background:${p.colour}`, "aria-hidden": "true" }),
@@ -95,9 +121,13 @@ export function roofline(doc, width = 640) {
   const W = Math.max(320, Math.round(width)), H = Math.round(Math.min(340, Math.max(240, W * 0.6)));
   const m = { l: 62, r: 16, t: 16, b: 46 };
   const pw = W - m.l - m.r, ph = H - m.t - m.b;
-  const ops = doc.ops.map((o, i) => ({ ...o, n: i + 1,
-    achieved: o.time_s > 0 && o.flops > 0 ? o.flops / o.time_s : null }));
-  const plotted = ops.filter((o) => o.intensity_flops_per_byte > 0 && o.achieved);
+  // attained FLOP/s: 0 FLOPs (norms, residual adds) is a known zero, not an unknown; a log axis cannot place
+  // it, so such an operation is listed but not plotted
+  const ops = doc.ops.map((o, i) => {
+    const achieved = o.flops === 0 ? 0 : o.time_s > 0 && o.flops > 0 ? o.flops / o.time_s : null;
+    return { ...o, n: i + 1, achieved, plotted: o.intensity_flops_per_byte > 0 && achieved > 0 };
+  });
+  const plotted = ops.filter((o) => o.plotted);
   const peak = doc.peak_flops, bw = doc.bandwidth_bytes_per_s, ridge = doc.ridge_flops_per_byte;
   const xs = [ridge, doc.achievable_ridge_flops_per_byte, ...plotted.map((o) => o.intensity_flops_per_byte)]
     .filter((v) => v > 0);
@@ -143,24 +173,49 @@ export function roofline(doc, width = 640) {
   const ridgeRight = X(ridge) > m.l + pw * 0.65;
   svg.append(s("text", { x: X(ridge) + (ridgeRight ? -4 : 4), y: m.t + ph - 6, class: "ridge-label",
     "text-anchor": ridgeRight ? "end" : "start" }, `ridge ${sig(ridge)} FLOP/byte`));
-  // the peak's label sits above the flat roof left of the ridge, where no operation point can be
-  const roomLeft = X(ridge) - m.l > 230;
-  svg.append(s("text", { x: roomLeft ? X(ridge) - 6 : m.l + pw - 4, y: Y(peak) - 6, "text-anchor": "end", class: "roof-label" },
-    `peak ${si(peak)}FLOP/s (${doc.dtype}, dense)`));
-  // the bandwidth's label runs along the memory roof, just above it
-  const angle = (Math.atan((ph / (y1 - y0)) / (pw / (x1 - x0))) * 180) / Math.PI;
-  const bx = X(10 ** (x0 + 0.35)), by = Y(bw * 10 ** (x0 + 0.35)) - 6;
-  svg.append(s("text", { x: bx, y: by, class: "roof-label", transform: `rotate(${-angle} ${bx} ${by})` },
-    `${si(bw)}B/s`));
-
   // one numbered point per operation; a number that would cover another moves right until it does not
-  const labels = [];
-  for (const o of plotted) {
+  const labels = [], boxes = [];
+  const marks = plotted.map((o) => {
     const px = X(o.intensity_flops_per_byte), py = Y(o.achieved);
     const w = 7 * String(o.n).length + 3;
     let lx = px + 7;
     while (labels.some(([a, b, y]) => Math.abs(y - py) < 12 && lx < b && lx + w > a)) lx += 4;
     labels.push([lx, lx + w, py]);
+    boxes.push([px - 6, px + 6, py - 6, py + 6], [lx - 1, lx + w, py - 18, py - 4]);
+    return { o, px, py, lx };
+  });
+  const covers = (x, y) => boxes.some(([a, b, c, d]) => x >= a && x <= b && y >= c && y <= d);
+  // a horizontal label (baseline y, from xa to xb) clear of every point and number
+  const clearH = (xa, xb, y) => !boxes.some(([a, b, c, d]) => xa < b && xb > a && y - 10 < d && y + 3 > c);
+
+  // the peak's label: above the flat roof left of the ridge when it fits there, else where no point is
+  const peakText = `peak ${si(peak)}FLOP/s (${doc.dtype}, dense)`;
+  const pw0 = textWidth(peakText, "11px");
+  const peakSpots = [[X(ridge) - 6, Y(peak) - 6], [m.l + pw - 4, Y(peak) - 6], [m.l + pw - 4, Y(peak) + 15],
+    [m.l + pw - 4, Y(peak) - 20]].filter(([xe, y]) => xe - pw0 >= m.l + 2 && y - 10 >= 0);
+  const [peakX, peakY] = peakSpots.find(([xe, y]) => clearH(xe - pw0, xe, y)) || [m.l + pw - 4, Y(peak) - 6];
+  svg.append(s("text", { x: peakX, y: peakY, "text-anchor": "end", class: "roof-label" }, peakText));
+
+  // the bandwidth's label runs along the memory roof, just above it, where no point or number is
+  const bwText = `${si(bw)}B/s`;
+  const bwW = textWidth(bwText, "11px");
+  const angle = (Math.atan((ph / (y1 - y0)) / (pw / (x1 - x0))) * 180) / Math.PI;
+  const rad = (angle * Math.PI) / 180;
+  const along = (t) => [X(10 ** (x0 + t)), Y(bw * 10 ** (x0 + t)) - 6];
+  const bwClear = ([bx, by]) => {
+    for (let u = 0; u <= bwW; u += 3) {
+      for (const v of [-10, -5, 0, 2]) {
+        if (covers(bx + u * Math.cos(rad) + v * Math.sin(rad), by - u * Math.sin(rad) + v * Math.cos(rad))) return false;
+      }
+    }
+    return true;
+  };
+  const bwSpots = [0.35, 0.2, 0.55, 0.1, 0.8, 1.1, 1.5].map(along)
+    .filter(([bx]) => bx >= m.l + 2 && bx + bwW * Math.cos(rad) <= X(ridge) - 4);
+  const [bx, by] = bwSpots.find(bwClear) || along(0.35);
+  svg.append(s("text", { x: bx, y: by, class: "roof-label", transform: `rotate(${-angle} ${bx} ${by})` }, bwText));
+
+  for (const { o, px, py, lx } of marks) {
     svg.append(s("g", { class: `op ${o.bound}`, "data-op": o.name },
       s("circle", { cx: px, cy: py, r: 5 },
         s("title", {}, `${o.n}. ${o.name}: ${sig(o.intensity_flops_per_byte)} FLOP/byte, ${si(o.achieved)}FLOP/s, ${o.bound}-bound`)),

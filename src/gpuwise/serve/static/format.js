@@ -5,15 +5,18 @@
 export const UNKNOWN = "unknown";
 const GIB = 2 ** 30;
 
-const known = (v) => v !== null && v !== undefined && !Number.isNaN(v);
+/** A number the JSON knows: 0 is known (a real zero), null/undefined/NaN are not. */
+export const known = (v) => v !== null && v !== undefined && !Number.isNaN(v);
 
 /** `digits` decimals with thousands separators: 1234.5 -> "1,234.50". */
 export function fixed(v, digits = 2) {
+  if (!known(v)) return UNKNOWN;
   return v.toLocaleString("en-US", { minimumFractionDigits: digits, maximumFractionDigits: digits });
 }
 
 /** Three significant digits, no exponent for everyday sizes: 0.0536 -> "0.0536", 91838.7 -> "91,839". */
 export function sig(v, n = 3) {
+  if (!known(v)) return UNKNOWN;
   if (v === 0) return "0";
   const a = Math.abs(v);
   if (a >= 10 ** n) return Math.round(v).toLocaleString("en-US");
@@ -72,6 +75,21 @@ export function flopsPerSecond(v) {
 
 export function bytesPerSecond(v) {
   return known(v) ? `${si(v)}B/s` : UNKNOWN;
+}
+
+/** Bytes with an SI prefix: 1.5e9 -> "1.5 GB" (traffic, not capacity: capacities are GiB). */
+export function bytes(v) {
+  return known(v) ? `${si(v)}B` : UNKNOWN;
+}
+
+/** Arithmetic intensity: 3.98 -> "3.98 FLOP/B"; 0 stays "0 FLOP/B". */
+export function intensity(v) {
+  return known(v) ? `${sig(v)} FLOP/B` : UNKNOWN;
+}
+
+/** A part of a whole as a percentage with no decimals; unknown when either side is unknown or the whole is 0. */
+export function share(part, whole) {
+  return known(part) && known(whole) && whole > 0 ? `${fixed((100 * part) / whole, 0)}%` : UNKNOWN;
 }
 
 export function count(v, unit = "") {

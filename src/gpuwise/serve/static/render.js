@@ -71,8 +71,8 @@ export function inferVerdict(fit, { pasted = false } = {}) {
   const engine = ENGINES[fit.engine] || fit.engine;
   const budgetDiffers = fit.memory_budget !== fit.gpu_memory;
   const reasons = [
-    big.value ? `largest part: ${big.label}, ${f.gib(big.value)} (${f.fixed((100 * big.value) / fit.memory.total, 0)}% of the total)` : null,
-    `KV cache ${fit.kv_dtype}: ${f.fixed(fit.kv_cache_bytes_per_token / 1024, 2)} KiB per token; weights ${fit.weights_format}`,
+    big.value ? `largest part: ${big.label}, ${f.gib(big.value)} (${f.share(big.value, fit.memory.total)} of the total)` : null,
+    `KV cache ${fit.kv_dtype}: ${f.known(fit.kv_cache_bytes_per_token) ? `${f.fixed(fit.kv_cache_bytes_per_token / 1024, 2)} KiB` : f.UNKNOWN} per token; weights ${fit.weights_format}`,
     `largest context at batch ${f.count(fit.batch)}: ${f.count(fit.max_context, "tokens")}` +
       (fit.max_context_limited_by ? ` (limited by ${fit.max_context_limited_by})` : ""),
     `largest batch at ${f.count(fit.context, "tokens")}: ${f.count(fit.max_batch, "sequences")}`,
@@ -121,7 +121,7 @@ export function trainVerdict(t, { pasted = false } = {}) {
     ? `${t.finetune.mode} rank ${t.finetune.lora_rank ?? f.UNKNOWN}: ${f.params(t.trainable_params_on_gpu)} trainable on this GPU`
     : null;
   const reasons = [
-    big.value ? `largest part: ${big.label}, ${f.gib(big.value)} (${f.fixed((100 * big.value) / t.memory_per_gpu.total, 0)}% of the total)` : null,
+    big.value ? `largest part: ${big.label}, ${f.gib(big.value)} (${f.share(big.value, t.memory_per_gpu.total)} of the total)` : null,
     `layout ${layout}, sharding ${L.sharding}; framework ${t.framework} (${t.framework_reason})`,
     `batch: ${f.count(t.global_batch, "sequences")} of ${f.count(t.seq, "tokens")} per step = ${f.count(t.tokens_per_step, "tokens")}; micro-batch ${f.count(t.micro_batch)} × ${f.count(t.num_microbatches)} per rank`,
     `precision ${t.precision}, optimizer ${t.optimizer}, recompute ${t.recompute}` +
@@ -174,7 +174,7 @@ export function inferSpeed(inf) {
       { label: "time", num: true, cell: (r) => f.seconds(r.time_s) },
       { label: "bound by", cell: (r) => r.bound },
       { label: "work", num: true, cell: (r) => f.flops(r.flops) },
-      { label: "memory traffic", num: true, cell: (r) => `${f.si(r.bytes)}B` },
+      { label: "memory traffic", num: true, cell: (r) => f.bytes(r.bytes) },
     ], rows, { testid: "infer-phases" }),
     inf.usd_source ? h("p", { class: "source" }, `Price: ${inf.usd_source}`) : null,
     assumptions(inf.assumptions, "Speed assumptions"));
@@ -222,11 +222,11 @@ export function rooflineOps(doc, ops) {
     table([
       { label: "#", cell: (o) => String(o.n) },
       { label: "operation", cell: (o) => o.name },
-      { label: "intensity", num: true, cell: (o) => `${f.sig(o.intensity_flops_per_byte)} FLOP/B` },
+      { label: "intensity", num: true, cell: (o) => f.intensity(o.intensity_flops_per_byte) },
       { label: "attained", num: true, cell: (o) => f.flopsPerSecond(o.achieved) },
       { label: "time", num: true, cell: (o) => f.seconds(o.time_s) },
-      { label: "bound", cell: (o) => (o.intensity_flops_per_byte > 0 ? o.bound : `${o.bound} (not plotted)`) },
-    ], ops, { testid: "roofline-ops", rowAttrs: (o) => ({ title: `${f.flops(o.flops)}, ${f.si(o.bytes)}B moved` }) }));
+      { label: "bound", cell: (o) => (o.plotted ? o.bound : `${o.bound} (not plotted)`) },
+    ], ops, { testid: "roofline-ops", rowAttrs: (o) => ({ title: `${f.flops(o.flops)}, ${f.bytes(o.bytes)} moved` }) }));
 }
 
 // ---------------------------------------------------------------- planner
