@@ -2,14 +2,19 @@
 # The measurements to take whenever a GPU is lent (issue 6, item 6), in one batch:
 #   calibrate (device profile), bench train on three models/layouts that fit one GPU (with the calibrated profile
 #   and without), and gpuwise infer next to a real transformers decode loop at several batch sizes.
-# Usage: bash benchmarks/gpu_session.sh OUTDIR        (then commit OUTDIR as benchmarks/results/<gpu>/)
+# Usage: bash benchmarks/gpu_session.sh OUTDIR [calibrate|train|decode|all]   (then commit OUTDIR as
+#        benchmarks/results/<gpu>/). Each stage fits in one 10-minute call of the device tool; train and decode
+#        read OUTDIR/profile.json from calibrate.
 # Needs: torch (CUDA build), transformers, nvidia-ml-py, and this package installed (pip install -e ".[measure]").
 set -uo pipefail
-out="${1:?usage: gpu_session.sh OUTDIR}"
+out="${1:?usage: gpu_session.sh OUTDIR [calibrate|train|decode|all]}"
+stage="${2:-all}"
 mkdir -p "$out"
+want() { [ "$stage" = all ] || [ "$stage" = "$1" ]; }
 log() { echo "+ $*" | tee -a "$out/commands.txt"; }
 run() { log "$@"; "$@"; }
 
+if want calibrate; then
 run nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv | tee "$out/nvidia-smi.csv"
 run gpuwise calibrate --save "$out/profile.json" --json > "$out/calibrate.json"
 python - "$out/calibrate.json" <<'PY' | tee "$out/calibrate.txt"
@@ -21,6 +26,7 @@ for t in d["transfers"]:
     print(f"{t['kind']:13} {t['gb_s']:8.1f} GB/s (datasheet {t['reference_gb_s']})")
 print("launch overhead us", d["kernel_overhead_us"])
 PY
+fi
 
 train() {  # NAME ARGS...
   local name="$1"; shift
@@ -28,12 +34,16 @@ train() {  # NAME ARGS...
   run gpuwise bench train "$@" --steps 10 --warmup-steps 3 --profile "$out/profile.json" --json \
     > "$out/train-$name-profiled.json"
 }
+if want train; then
 train gpt2-s1024-mb8 gpt2 --seq 1024 --micro-batch 8
 train llama-3.2-1b-s4096-mb2 llama-3.2-1b --seq 4096 --micro-batch 2
 train llama-3.2-1b-s4096-mb4-recompute llama-3.2-1b --seq 4096 --micro-batch 4 --recompute full
 train llama-3.1-8b-16layers-s4096-mb1 llama-3.1-8b --layers 16 --seq 4096 --micro-batch 1 --recompute full
+fi
 
+if want decode; then
 for m in llama-3.2-1b llama-3.1-8b; do
   run python benchmarks/decode_vs_infer.py "$m" --batches 1,8,32 --prompt 512 --new 128 --json "$out/decode-$m.json"
 done
+fi
 echo "results in $out"
