@@ -111,3 +111,12 @@ def test_plan_file_layout_and_its_limits(tmp_path, capsys) -> None:
         _cfg("llama-3.1-8b", "--plan", str(plan), world=2)
     with pytest.raises(InvalidArgument):  # and for another model
         _cfg("gpt2", "--plan", str(plan), world=8)
+
+
+def test_one_gpu_for_every_rank_is_refused() -> None:
+    """Under torchrun each rank takes its LOCAL_RANK GPU; `--device cuda:N` would stack them all on one."""
+    from gpuwise.measure import dist
+    from gpuwise.measure._deps import MeasureUnavailable
+
+    with pytest.raises(MeasureUnavailable, match="every rank on one GPU"):
+        dist.init(DistEnv(0, 2, 0, 2), "cuda:1", "gpuwise bench train")

@@ -62,6 +62,18 @@ class TrainMemory:
         return self.sum_parts(self.params, self.master_weights, self.grads, self.optimizer, self.activations,
                               self.logits, self.buffers, self.runtime, self.allocator)
 
+    @property
+    def torch_reserved(self) -> float:
+        """What torch.cuda.max_memory_reserved should show: everything but `runtime` (the CUDA context and NCCL's
+        buffers live outside PyTorch's caching allocator)."""
+        return self.total - self.runtime
+
+    @property
+    def torch_allocated(self) -> float:
+        """What torch.cuda.max_memory_allocated should show: `torch_reserved` without the allocator's allowance
+        (reserved but not handed out). cuBLAS's workspace, a few tens of MiB, is allocated inside and not counted."""
+        return self.total - self.runtime - self.allocator
+
     @staticmethod
     def sum_parts(params: float, master_weights: float, grads: float, optimizer: float, activations: float,
                   logits: float, buffers: float, runtime: float, allocator: float) -> float:

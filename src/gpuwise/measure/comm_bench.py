@@ -296,15 +296,7 @@ def run(plan: Plan) -> CommBenchResult | None:
         from .comm_report import check_save_target
 
         check_save_target(plan.save)
-    device = plan.device
-    if device is not None:
-        name = device.strip().lower()
-        if name.startswith("cuda:"):
-            raise InvalidArgument(f"--device {device} would put every rank on the same GPU; pass --device cuda "
-                                  "(each rank takes the GPU of its LOCAL_RANK)")
-        if name == "cuda":
-            device = None  # dist.init maps None to this rank's LOCAL_RANK GPU (and errors without CUDA)
-    torch, dev = gdist.init(env, device, WHAT)
+    torch, dev = gdist.init(env, plan.device, WHAT)  # cuda: each rank's LOCAL_RANK GPU; cuda:N refused
     import torch.distributed as dist
 
     backend = str(dist.get_backend())

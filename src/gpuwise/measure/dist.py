@@ -50,7 +50,11 @@ def init(env: DistEnv, device: str | None, what: str):
 
     `device` None: this rank's CUDA GPU (LOCAL_RANK) when CUDA is visible, else an error asking for --device cpu."""
     torch = require_torch(what)
-    if device in (None, "cuda") and torch.cuda.is_available():  # plain "cuda": this rank's GPU, not GPU 0 for all
+    name = (device or "").strip().lower()
+    if env.world_size > 1 and name.startswith("cuda:"):
+        raise MeasureUnavailable(f"{what}: --device {device} would put every rank on one GPU: leave --device out or "
+                                 "pass --device cuda (each rank takes the GPU of its LOCAL_RANK)")
+    if name in ("", "cuda") and torch.cuda.is_available():  # plain "cuda": this rank's GPU, not GPU 0 for all
         device = f"cuda:{env.local_rank % torch.cuda.device_count()}"
     dev = resolve_device(torch, device, what)
     if dev.type == "cuda":

@@ -300,7 +300,7 @@ class Tracker:
             r = train(loaded, gpu=g, num_gpus=world_size, seq=seq, global_batch=global_batch, micro_batch=mb,
                       precision=precision, recompute=recompute, flops_convention=flops_convention, **layout)
             if predicted_mem is None:  # less the CUDA context, cuBLAS workspace and NCCL buffers torch does not see
-                predicted_mem = int(r.memory.total - r.memory.runtime)
+                predicted_mem = int(r.memory.torch_reserved)
             predicted_step = r.perf.step.step_time_s
             predicted_comm = sum(v for k, v in r.perf.step.breakdown.items() if k.endswith("_comm"))
 

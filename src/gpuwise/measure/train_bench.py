@@ -188,9 +188,6 @@ def configure(args, env: dist.DistEnv) -> BenchConfig:
     if env.world_size == 1 and sharding.startswith("fsdp"):
         raise InvalidArgument("FSDP shards over ranks: run under torchrun with 2 or more (e.g. torchrun "
                               "--nproc-per-node 2 -m gpuwise bench train ...), or drop --fsdp")
-    if env.world_size > 1 and args.device and args.device.startswith("cuda:"):
-        raise InvalidArgument(f"--device {args.device} would put every rank on one GPU: leave --device out (each "
-                              "rank takes its LOCAL_RANK GPU) or use --device cuda")
     recompute = plan["recompute"] if plan else args.recompute
     if recompute not in ("none", "full"):
         raise InvalidArgument(f"recompute '{recompute}': bench train runs none or full (per-block) checkpointing")
@@ -424,14 +421,6 @@ def predict(cfg: BenchConfig, gpu: GPU | None, profile: str | None):
     pred = train(cfg.model, gpu=gpu, profile=profile, **opts)
     full = train(cfg.full, gpu=gpu, profile=profile, **opts) if cfg.model is not cfg.full else None
     return pred, full
-
-
-def predicted_allocated_bytes(pred) -> float:
-    """What torch.cuda.max_memory_allocated should show: the prediction without `runtime` (the CUDA context and
-    NCCL's buffers, outside PyTorch's allocator; its cuBLAS workspace, a few tens of MiB, is inside) and without the
-    caching allocator's allowance (reserved but not allocated)."""
-    m = pred.memory
-    return m.total - m.runtime - m.allocator
 
 
 def bench(args) -> BenchResult | None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .train_bench import GIB, BenchConfig, BenchResult, predicted_allocated_bytes
+from .train_bench import GIB, BenchConfig, BenchResult
 
 
 def _rows(r: BenchResult) -> list[tuple[str, float | None, float | None, str]]:
@@ -12,8 +12,8 @@ def _rows(r: BenchResult) -> list[tuple[str, float | None, float | None, str]]:
     rows = [("step time", m.step_time_s, p.perf.step.step_time_s if p else None, "s"),
             ("tokens/s", tok_s, p.perf.tokens_per_s if p else None, "tokens/s"),
             ("MFU", r.mfu, p.perf.mfu if p else None, "")]
-    rows.append(("peak allocated", m.peak_allocated_bytes, predicted_allocated_bytes(p) if p else None, "GiB"))
-    rows.append(("peak reserved", m.peak_reserved_bytes, (p.memory.total - p.memory.runtime) if p else None, "GiB"))
+    rows.append(("peak allocated", m.peak_allocated_bytes, p.memory.torch_allocated if p else None, "GiB"))
+    rows.append(("peak reserved", m.peak_reserved_bytes, p.memory.torch_reserved if p else None, "GiB"))
     return rows
 
 
