@@ -408,8 +408,7 @@ def calibrate(*, device: str | None = None, quick: bool = False, dtypes: tuple[s
 
 def _fit(gpu: GPU | None, dtype: str, points: list[GemmPoint], copy_bytes_per_s: float,
          overhead_s: float) -> DtypeResult:
-    peak_key = "fp32" if dtype == "fp32" else dtype
-    peak = gpu.peak_flops.get(peak_key) if gpu else None
+    peak = gpu.peak_flops.get(dtype) if gpu else None  # the measured dtypes are the catalog's peak keys
     if gpu is None or peak is None or not gpu.memory_bandwidth_bytes_per_s:
         return DtypeResult(dtype, tuple(points), peak / 1e12 if peak else None, None, None)
     from ..estimate.kernels import matmul_s
@@ -418,9 +417,9 @@ def _fit(gpu: GPU | None, dtype: str, points: list[GemmPoint], copy_bytes_per_s:
     mem_eff = min(1.0, copy_bytes_per_s / gpu.memory_bandwidth_bytes_per_s)
 
     def model(eff: float):
-        prof = replace(base, matmul_efficiency={**base.matmul_efficiency, peak_key: eff}, memory_efficiency=mem_eff,
+        prof = replace(base, matmul_efficiency={**base.matmul_efficiency, dtype: eff}, memory_efficiency=mem_eff,
                        kernel_overhead_s=overhead_s)
-        return [matmul_s(prof, p.m, p.n, p.k, peak_key, OPERAND_BYTES[dtype]) for p in points]
+        return [matmul_s(prof, p.m, p.n, p.k, dtype, OPERAND_BYTES[dtype]) for p in points]
 
     def loss(eff: float) -> float:
         return sum(math.log(t / p.stats.median_s) ** 2 for t, p in zip(model(eff), points))
