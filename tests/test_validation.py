@@ -32,7 +32,7 @@ def test_chinchilla_flops_reduce_to_six_n_without_attention():
     """Hoffmann et al.'s count, with the s x s terms removed, is 6 FLOPs per matmul weight per token; the
     embedding counts as a matmul, so an untied model's weights are the parameters transformers counts."""
     from gpuwise.catalog.models import load_model
-    from gpuwise.estimate.params import param_counts
+    from gpuwise.model.params import param_counts
 
     model = str(ROOT / "validation/models/opt-175b.json")
     per_token = _validation().chinchilla_flops_per_token(model, seq=1)

@@ -11,7 +11,7 @@ from .api import doctor, fit, infer, pick, plan, roofline, train
 from .catalog.gpus import get_gpu, search_gpus
 from .catalog.models import load_model, search_models
 from .errors import GpuwiseError
-from .estimate.params import param_counts, tensor_inventory
+from .model.params import param_counts, tensor_inventory
 from .quant.formats import get_weight_format
 
 __all__ = [

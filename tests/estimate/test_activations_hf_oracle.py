@@ -22,7 +22,7 @@ import pytest
 
 from gpuwise.estimate.activations import stage_activations
 from gpuwise.estimate.parallel import Layout
-from gpuwise.spec import spec_from_hf_config
+from gpuwise.model import spec_from_hf_config
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")

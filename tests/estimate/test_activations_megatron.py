@@ -11,7 +11,7 @@ import pytest
 
 from gpuwise.estimate.activations import korthikanti_layer_bytes, layer_terms, stage_activations
 from gpuwise.estimate.parallel import Layout, in_flight_microbatches
-from gpuwise.spec import spec_from_hf_config
+from gpuwise.model import spec_from_hf_config
 
 S, H, A, T = 2048, 12288, 96, 8
 SBH = 25_165_824

@@ -15,7 +15,7 @@ import warnings
 import pytest
 
 from gpuwise.estimate.flops import forward_flops, step_flops
-from gpuwise.spec import spec_from_hf_config
+from gpuwise.model import spec_from_hf_config
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")

@@ -6,7 +6,7 @@ import pytest
 
 from gpuwise.catalog.models import find_entry, entry_spec
 from gpuwise.estimate.kv_cache import kv_bytes_per_token, kv_cache_bytes
-from gpuwise.spec import spec_from_hf_config
+from gpuwise.model import spec_from_hf_config
 
 
 def spec(name: str):

@@ -6,7 +6,7 @@ import pytest
 
 from gpuwise.catalog.models import load_model
 from gpuwise.estimate.model_states import bytes_per_param, model_states, optimizer_state_bytes
-from gpuwise.estimate.params import Tensor, param_counts
+from gpuwise.model.params import Tensor, param_counts
 from gpuwise.estimate.parallel import Layout
 
 GB = 1e9
@@ -74,7 +74,7 @@ def test_tensor_and_pipeline_parallel_split_the_parameters() -> None:
 
 
 def _vectors(spec):
-    from gpuwise.estimate.params import tensor_inventory
+    from gpuwise.model.params import tensor_inventory
 
     return [t for t in tensor_inventory(spec) if not t.is_matrix]
 

@@ -9,7 +9,7 @@ torch = pytest.importorskip("torch")
 
 from gpuwise.catalog.models import load_model, search_models
 from gpuwise.errors import InvalidArgument
-from gpuwise.estimate.params import param_counts
+from gpuwise.model.params import param_counts
 from gpuwise.measure.torch_model import build, check_supported
 
 FIXTURE = "tests/fixtures/configs/tiny-llama.json"

@@ -14,7 +14,7 @@ pytest.importorskip("torch")
 
 from gpuwise.catalog.models import load_model
 from gpuwise.cli import _build_parser, main
-from gpuwise.estimate.params import param_counts
+from gpuwise.model.params import param_counts
 from gpuwise.errors import InvalidArgument
 from gpuwise.measure.dist import DistEnv
 from gpuwise.measure.train_bench import configure

@@ -10,7 +10,7 @@ import gpuwise
 from gpuwise.catalog.gpus import get_gpu
 from gpuwise.catalog.models import load_model
 from gpuwise.errors import InvalidArgument
-from gpuwise.estimate.params import param_counts
+from gpuwise.model.params import param_counts
 from gpuwise.plan.train import TrainRequest, train
 
 MODEL = load_model("llama-3.1-8b")

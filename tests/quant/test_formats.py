@@ -6,7 +6,7 @@ import pytest
 
 from gpuwise.catalog.models import entry_spec, find_entry
 from gpuwise.errors import UnknownFormatError
-from gpuwise.estimate.params import Tensor, param_counts
+from gpuwise.model.params import Tensor, param_counts
 from gpuwise.quant.formats import get_weight_format
 
 

@@ -87,7 +87,7 @@ def test_tied_embeddings_take_the_output_type() -> None:
 
 def test_rows_not_divisible_by_256_fall_back() -> None:
     spec = entry_spec(find_entry("gpt2"))  # n_embd 768 = 3 x 256, but the MLP rows are 3072; wte rows 768
-    from gpuwise.estimate.params import Tensor
+    from gpuwise.model.params import Tensor
     odd = Tensor("attn_q", 0, (64, 800))  # 800 % 256 != 0 and 800 % 32 == 0
     assert gguf.tensor_type("Q4_K_M", odd, spec) == "Q5_0"
     odder = Tensor("attn_q", 0, (64, 100))

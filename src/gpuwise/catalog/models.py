@@ -20,7 +20,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from ..errors import ConfigError, UnknownModelError, suggest
-from ..spec import ModelSpec, spec_from_hf_config
+from ..model import ModelSpec, spec_from_hf_config
 from ._toml import DATA_DIR, load_toml
 
 MODELS_DIR = DATA_DIR / "models"

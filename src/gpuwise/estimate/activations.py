@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from ..errors import InvalidArgument
 from ..memo import remember
-from ..spec.model import ModelSpec
+from ..model.spec import ModelSpec
 from .layer_ops import block_signature, stage_blocks
 from .parallel import Layout, in_flight_microbatches, stage_layers
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from ..memo import remember
-from ..spec.model import SLIDING, ModelSpec
+from ..model.spec import SLIDING, ModelSpec
 
 CONVENTIONS = ("causal", "full")
 RECOMPUTE = ("none", "selective", "full")

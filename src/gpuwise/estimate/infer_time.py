@@ -20,7 +20,7 @@ from functools import lru_cache
 from ..catalog._toml import load_toml
 from ..catalog.devices import DeviceProfile
 from ..errors import InvalidArgument
-from ..spec.model import ModelSpec
+from ..model.spec import ModelSpec
 from .comm import Topology
 from .kernels import attention_s, matmul_s, memory_s
 from .layer_ops import block_ops, block_signature, head_gemm, keys_per_query

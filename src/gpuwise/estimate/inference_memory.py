@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from ..dtypes import DType
 from ..quant.formats import WeightFormat, weight_bytes_by_layer
-from ..spec.model import ModelSpec
+from ..model.spec import ModelSpec
 from . import engines
 from .kv_cache import kv_cache_bytes
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 
-from ..spec.model import SLIDING, ModelSpec
+from ..model.spec import SLIDING, ModelSpec
 
 MLA_LATENT_ENGINES = frozenset({"vllm", "llamacpp", "sglang", "trtllm"})
 

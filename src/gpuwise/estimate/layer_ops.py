@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..memo import remember
-from ..spec.model import SLIDING, ModelSpec
+from ..model.spec import SLIDING, ModelSpec
 
 # Bytes per element moved by the streaming kernels of one block, forward (see the module docstring).
 STREAM_BYTES = {

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 from ..errors import InvalidArgument
 from ..memo import remember
-from ..spec.model import ModelSpec
+from ..model.spec import ModelSpec
 from .layer_ops import stage_blocks
-from .params import Tensor, tensor_inventory
+from ..model.params import Tensor, tensor_inventory
 from .parallel import Layout, stage_layers
 
 FRAMEWORKS = ("megatron", "torchtitan", "fsdp", "hf", "deepspeed")

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from ..errors import InvalidArgument, require_positive_int
-from ..spec.model import ModelSpec
+from ..model.spec import ModelSpec
 
 # Shardings whose parameters can live in host memory between uses (ZeRO-Infinity offload_param, FSDP2
 # CPUOffloadPolicy): the ones that shard the parameters and gather them per use.

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..catalog.devices import DeviceProfile
-from ..spec.model import ModelSpec
+from ..model.spec import ModelSpec
 from .layer_ops import block_ops, head_gemm, keys_per_query
 
 PHASES = ("prefill", "decode")

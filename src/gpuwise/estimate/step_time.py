@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from ..catalog.devices import DeviceProfile, network_defaults
 from ..memo import remember
-from ..spec.model import ModelSpec
+from ..model.spec import ModelSpec
 from .comm import Topology
 from .kernels import attention_s, matmul_s, memory_s
 from .layer_ops import (block_ops, block_signature, distinct_stages, head_gemm, keys_per_query, stage_blocks,

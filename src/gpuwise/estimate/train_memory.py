@@ -14,7 +14,7 @@ from dataclasses import dataclass, fields
 from operator import attrgetter
 
 from ..memo import remember
-from ..spec.model import ModelSpec
+from ..model.spec import ModelSpec
 from .activations import StageActivationTerms, stage_activation_terms
 from .engines import CUBLAS_WORKSPACE_BYTES, CUDA_CONTEXT_BYTES
 from .model_states import ModelStates, model_states, stage_tensors

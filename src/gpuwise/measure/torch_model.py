@@ -1,6 +1,6 @@
 """A plain PyTorch decoder built from a ModelSpec: the model `gpuwise bench train` runs.
 
-It has exactly the parameter tensors `estimate/params.py` lists for the spec (so the same count as transformers;
+It has exactly the parameter tensors `model/params.py` lists for the spec (so the same count as transformers;
 tests/measure/test_torch_model.py checks it), pre-norm blocks (or parallel / sandwich blocks as the spec says),
 rotary or learned positions, grouped-query attention through `F.scaled_dot_product_attention` (flash or
 memory-efficient kernels on GPUs, as gpuwise's `attention=flash` assumes) and a gated or plain MLP. Module names are
@@ -13,7 +13,7 @@ windows are run as full causal attention (the same kernel and, below the window,
 from __future__ import annotations
 
 from ..errors import InvalidArgument
-from ..spec.model import ModelSpec
+from ..model.spec import ModelSpec
 from ._deps import require_torch
 
 ROPE_THETA = 10_000.0

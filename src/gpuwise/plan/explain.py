@@ -145,7 +145,7 @@ def _need_model(what: str) -> Fact:
 
 
 def _params(m: LoadedModel) -> int:
-    from ..estimate.params import param_counts
+    from ..model.params import param_counts
 
     return param_counts(m.spec).total
 
@@ -344,7 +344,7 @@ def _n_mfu(g: GPU, m: LoadedModel | None) -> list[Fact]:
     if m is None:
         return out + [_need_model("its FLOPs per token and tokens/s at a given MFU")]
     from ..estimate.flops import step_flops
-    from ..estimate.params import param_counts
+    from ..model.params import param_counts
 
     per_token = step_flops(m.spec, seq=EXAMPLE_SEQ, global_batch=1).model_per_token
     active = param_counts(m.spec).active
@@ -523,7 +523,7 @@ def _n_context_parallelism(g: GPU, m: LoadedModel | None) -> list[Fact]:
 def _n_expert_parallelism(g: GPU, m: LoadedModel | None) -> list[Fact]:
     if m is None:
         return [_need_model("its experts and expert memory per GPU")]
-    from ..estimate.params import param_counts
+    from ..model.params import param_counts
 
     out: list[Fact] = [_model_fact(m)]
     moe = m.spec.moe

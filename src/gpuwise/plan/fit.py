@@ -16,7 +16,7 @@ from ..errors import InvalidArgument, require_positive_int
 from ..estimate import engines
 from ..estimate.inference_memory import InferenceMemory, inference_memory
 from ..estimate.kv_cache import kv_bytes_per_token
-from ..estimate.params import ParamCounts, param_counts
+from ..model.params import ParamCounts, param_counts
 from ..quant.formats import WeightFormat, default_weight_format, get_weight_format, to_gguf
 
 MAX_CONTEXT_SEARCH = 1 << 24  # 16M tokens: beyond any model's context today

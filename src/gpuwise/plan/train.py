@@ -19,7 +19,7 @@ from ..estimate.step_time import StepTime, gemm_dtype, step_time
 from ..estimate.flops import CONVENTIONS, StepFlops, step_flops
 from ..estimate.model_states import FINETUNE, FRAMEWORKS, OPTIMIZERS, PRECISIONS, lora_targets
 from ..estimate.parallel import PARAM_OFFLOAD_SHARDINGS, SCHEDULES, Layout, divisors, validate_layout
-from ..estimate.params import ParamCounts, param_counts
+from ..model.params import ParamCounts, param_counts
 from ..estimate.train_memory import FRAGMENTATION_RISK, TrainMemory, train_memory
 from ..memo import remember
 

@@ -28,8 +28,8 @@ from functools import lru_cache
 
 from ..dtypes import _DTYPES, canonical
 from ..errors import UnknownFormatError, suggest
-from ..estimate.params import Tensor, tensor_inventory
-from ..spec.model import ModelSpec
+from ..model.params import Tensor, tensor_inventory
+from ..model.spec import ModelSpec
 from . import gguf
 
 _NOT_QUANTIZED = ("token_embd", "pos_embd", "output", "norm", "bias", "ffn_gate_inp", "ffn_gate_inp_shexp")

@@ -12,8 +12,8 @@ Block sizes and bytes per block are ggml's (ggml/src/ggml-common.h block structs
 
 from __future__ import annotations
 
-from ..estimate.params import Tensor, tensor_inventory
-from ..spec.model import ModelSpec
+from ..model.params import Tensor, tensor_inventory
+from ..model.spec import ModelSpec
 
 # name -> (weights per block, bytes per block)
 BLOCK_TYPES: dict[str, tuple[int, int]] = {

@@ -12,7 +12,7 @@ from typing import Any
 
 from ..catalog.gpus import GPU
 from ..catalog.models import CatalogEntry
-from ..estimate.params import param_counts
+from ..model.params import param_counts
 from ..plan.fit import FitResult
 from ..plan.train import TrainPerf, TrainResult
 

@@ -7,7 +7,7 @@ import sys
 
 from ..catalog.gpus import GPU
 from ..catalog.models import CatalogEntry, entry_spec
-from ..estimate.params import param_counts
+from ..model.params import param_counts
 from ..plan.fit import FitResult
 from ..plan.train import TrainResult
 from ..units import GiB, fmt_bytes, fmt_count, fmt_gib

@@ -8,7 +8,7 @@ import warnings
 import pytest
 
 from gpuwise.catalog.models import catalog_entries, entry_config, entry_spec
-from gpuwise.estimate.params import param_counts
+from gpuwise.model.params import param_counts
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")

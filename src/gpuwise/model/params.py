@@ -3,7 +3,7 @@
 `tensor_inventory` lists every parameter tensor that transformers instantiates for a `ModelSpec`,
 with a role named like llama.cpp's GGUF tensors (token_embd, attn_q, ffn_down, ffn_up_exps ...), so
 that quantization mixes can pick a type per tensor. Counts are sums over it, so they are exact:
-`tests/spec/test_params_oracle.py` compares them with `sum(p.numel() for p in model.parameters())`
+`tests/model/test_params_oracle.py` compares them with `sum(p.numel() for p in model.parameters())`
 of the real transformers model built on the meta device (tied weights counted once, buffers such as
 rotary frequencies or DeepSeek-V3's e_score_correction_bias not counted, as in transformers).
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from ..spec.model import ModelSpec
+from .spec import ModelSpec
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,75 @@
+"""Hugging Face `config.json` -> `ModelSpec`.
+
+One small parser per `model_type`. When a key is absent, the value is the default of that family's
+configuration class in transformers (v5.23, `models/<family>/configuration_<family>.py`), because
+that is what `AutoModelForCausalLM.from_config` would build; `tests/model/test_params_oracle.py`
+checks this by building the real models on the meta device.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import ConfigError
+from .hf_defaults import CLASS_DEFAULTS
+from .hf_families import PARSERS
+from .hf_fields import Cfg
+from .spec import ModelSpec
+
+SUPPORTED_FAMILIES: tuple[str, ...] = tuple(sorted(CLASS_DEFAULTS)) + ("gemma3",)
+
+# Old names still found in config.json files on the Hub.
+_ALIASES = {"RefinedWeb": "falcon", "RefinedWebModel": "falcon", "gemma3_text": "gemma3_text"}
+
+
+def spec_from_hf_config(raw: Any) -> ModelSpec:
+    """Parse a Hugging Face config dict into a `ModelSpec`; `ConfigError` (one line) on anything wrong."""
+    if not isinstance(raw, dict):
+        raise ConfigError("config.json must hold a JSON object")
+    model_type = raw.get("model_type")
+    if not isinstance(model_type, str) or not model_type:
+        raise ConfigError("config.json has no 'model_type'")
+    notes: tuple[str, ...] = ()
+    if model_type == "gemma3":  # multimodal wrapper: the language model is text_config
+        text = raw.get("text_config")
+        if not isinstance(text, dict):
+            raise ConfigError("config.json: gemma3 config without a 'text_config' object")
+        text = dict(text)
+        text.setdefault("model_type", "gemma3_text")
+        text.setdefault("torch_dtype", raw.get("torch_dtype") or raw.get("dtype"))
+        raw = text
+        model_type = "gemma3_text"
+        notes = ("language model only: the vision tower and projector (~0.4B params) are not counted",)
+    family = _ALIASES.get(model_type, model_type)
+    parser = PARSERS.get(family)
+    if parser is None:
+        raise ConfigError(
+            f"unsupported model_type '{model_type}'; supported: {', '.join(SUPPORTED_FAMILIES)}"
+        )
+    try:
+        spec = parser(Cfg(raw, family))
+    except ConfigError:
+        raise
+    except (ValueError, TypeError, KeyError) as exc:
+        raise ConfigError(f"config.json ({model_type}) is inconsistent: {exc}") from None
+    from dataclasses import replace
+
+    hidden_p, attn_p = _dropout(raw, family)
+    return replace(spec, notes=spec.notes + notes, hidden_dropout=hidden_p, attention_dropout=attn_p)
+
+
+# Dropout probabilities: config keys per meaning, and the class defaults where they are not 0
+# (GPT2Config: resid/embd/attn_pdrop 0.1; OPTConfig: dropout 0.1).
+_DROPOUT_KEYS = {"hidden": ("resid_pdrop", "hidden_dropout", "dropout"), "attention": ("attn_pdrop", "attention_dropout")}
+_DROPOUT_DEFAULTS = {"gpt2": (0.1, 0.1), "opt": (0.1, 0.0)}
+
+
+def _dropout(raw: dict[str, Any], family: str) -> tuple[float, float]:
+    defaults = _DROPOUT_DEFAULTS.get(family, (0.0, 0.0))
+    out = []
+    for keys, default in zip(_DROPOUT_KEYS.values(), defaults):
+        value = next((raw[k] for k in keys if isinstance(raw.get(k), (int, float)) and not isinstance(raw.get(k), bool)), default)
+        if not 0.0 <= float(value) < 1.0:
+            raise ConfigError(f"config.json: dropout probability {value} is outside [0, 1)")
+        out.append(float(value))
+    return out[0], out[1]

@@ -1,0 +1,293 @@
+"""One parser per config.json `model_type`: the family's architecture as a `ModelSpec` (see hf_config.py)."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from ..errors import ConfigError
+from .hf_fields import Cfg, common_llama_like, dtype, head_dim, layer_types, sliding
+from .spec import FULL, SLIDING, MLASpec, MoESpec, ModelSpec
+
+
+def _llama(cfg: Cfg) -> ModelSpec:
+    f = common_llama_like(cfg)
+    return ModelSpec(**f, layer_types=layer_types(cfg, f["num_layers"], None))
+
+
+def _mistral(cfg: Cfg) -> ModelSpec:
+    f = common_llama_like(cfg, qkv_bias=False, o_bias=False, mlp_bias=False)
+    window = sliding(cfg)
+    return ModelSpec(**f, sliding_window=window, layer_types=layer_types(cfg, f["num_layers"], window))
+
+
+def _mixtral(cfg: Cfg) -> ModelSpec:
+    f = common_llama_like(cfg, qkv_bias=False, o_bias=False, mlp_bias=False)
+    window = sliding(cfg)
+    n = f["num_layers"]
+    moe = MoESpec(
+        num_experts=cfg.int("num_local_experts"),
+        top_k=cfg.int("num_experts_per_tok"),
+        expert_intermediate_size=f["intermediate_size"],
+        moe_layers=(True,) * n,
+    )
+    f["intermediate_size"] = 0
+    return ModelSpec(**f, sliding_window=window, layer_types=layer_types(cfg, n, window), moe=moe)
+
+
+def _qwen_window(cfg: Cfg) -> int | None:
+    return sliding(cfg) if cfg.bool("use_sliding_window") else None
+
+
+def _qwenlayer_types(cfg: Cfg, n: int, window: int | None, moe_rule: bool = False) -> tuple[str, ...]:
+    if isinstance(cfg.raw.get("layer_types"), list):
+        return layer_types(cfg, n, window)
+    mwl = cfg.int("max_window_layers", required=False, minimum=0) or 0
+    if moe_rule:  # configuration_qwen2_moe.py: alternate layers below max_window_layers
+        return tuple(
+            SLIDING if ((i + 1) % 2 and i < mwl and cfg.bool("use_sliding_window")) else FULL for i in range(n)
+        )
+    return tuple(SLIDING if (window is not None and i >= mwl) else FULL for i in range(n))
+
+
+def _qwen2(cfg: Cfg) -> ModelSpec:
+    # modeling_qwen2.py: q/k/v carry a bias, o_proj does not (hard-coded, not a config key).
+    f = common_llama_like(cfg, qkv_bias=True, o_bias=False, mlp_bias=False)
+    window = _qwen_window(cfg)
+    return ModelSpec(**f, sliding_window=window, layer_types=_qwenlayer_types(cfg, f["num_layers"], window))
+
+
+def _qwen_moe_layers(cfg: Cfg, n: int, num_experts: int) -> tuple[bool, ...]:
+    only_dense = set(cfg.get("mlp_only_layers") or [])
+    step = cfg.int("decoder_sparse_step")
+    return tuple((i not in only_dense) and num_experts > 0 and (i + 1) % step == 0 for i in range(n))
+
+
+def _qwen2_moe(cfg: Cfg) -> ModelSpec:
+    f = common_llama_like(cfg, qkv_bias=True, o_bias=False, mlp_bias=False)
+    n = f["num_layers"]
+    experts = cfg.int("num_experts", minimum=0)
+    shared = cfg.int("shared_expert_intermediate_size", minimum=0)
+    moe = MoESpec(
+        num_experts=experts,
+        top_k=cfg.int("num_experts_per_tok"),
+        expert_intermediate_size=cfg.int("moe_intermediate_size"),
+        shared_intermediate_size=shared,
+        shared_expert_gate=True,
+        moe_layers=_qwen_moe_layers(cfg, n, experts),
+    )
+    window = _qwen_window(cfg)
+    return ModelSpec(**f, sliding_window=window, layer_types=_qwenlayer_types(cfg, n, window, moe_rule=True),
+                     moe=moe)
+
+
+def _qwen3(cfg: Cfg) -> ModelSpec:
+    f = common_llama_like(cfg, mlp_bias=False, qk_norm="head")
+    window = _qwen_window(cfg)
+    return ModelSpec(**f, sliding_window=window, layer_types=_qwenlayer_types(cfg, f["num_layers"], window))
+
+
+def _qwen3_moe(cfg: Cfg) -> ModelSpec:
+    f = common_llama_like(cfg, mlp_bias=False, qk_norm="head")
+    n = f["num_layers"]
+    experts = cfg.int("num_experts", minimum=0)
+    moe = MoESpec(
+        num_experts=experts,
+        top_k=cfg.int("num_experts_per_tok"),
+        expert_intermediate_size=cfg.int("moe_intermediate_size"),
+        moe_layers=_qwen_moe_layers(cfg, n, experts),
+    )
+    window = _qwen_window(cfg)
+    return ModelSpec(**f, sliding_window=window, layer_types=layer_types(cfg, n, window), moe=moe)
+
+
+def _gemma(cfg: Cfg) -> ModelSpec:
+    f = common_llama_like(cfg, mlp_bias=False)
+    return ModelSpec(**f, layer_types=layer_types(cfg, f["num_layers"], None))
+
+
+def _gemma2(cfg: Cfg) -> ModelSpec:
+    f = common_llama_like(cfg, mlp_bias=False, norms_per_layer=4)
+    n = f["num_layers"]
+    window = sliding(cfg)
+    if isinstance(cfg.raw.get("layer_types"), list):
+        types = layer_types(cfg, n, window)
+    else:  # configuration_gemma2.py: even layers (0, 2, ...) use the sliding window
+        types = tuple(SLIDING if (i + 1) % 2 else FULL for i in range(n))
+    return ModelSpec(**f, sliding_window=window, layer_types=types)
+
+
+def _gemma3_text(cfg: Cfg) -> ModelSpec:
+    f = common_llama_like(cfg, mlp_bias=False, norms_per_layer=4, qk_norm="head")
+    n = f["num_layers"]
+    window = sliding(cfg)
+    if isinstance(cfg.raw.get("layer_types"), list):
+        types = layer_types(cfg, n, window)
+    else:  # configuration_gemma3.py: 5 sliding layers, then 1 global, repeated
+        pattern = cfg.int("sliding_window_pattern")
+        types = tuple(SLIDING if (i + 1) % pattern else FULL for i in range(n))
+    return ModelSpec(**f, sliding_window=window, layer_types=types)
+
+
+def _phi3(cfg: Cfg) -> ModelSpec:
+    f = common_llama_like(cfg, qkv_bias=False, o_bias=False, mlp_bias=False, fused_qkv=True)
+    window = sliding(cfg)
+    return ModelSpec(**f, sliding_window=window, layer_types=layer_types(cfg, f["num_layers"], window))
+
+
+def _olmo2(cfg: Cfg) -> ModelSpec:
+    # modeling_olmo2.py: q_norm/k_norm over all heads; norms after attention and after the MLP only.
+    f = common_llama_like(cfg, mlp_bias=False, qk_norm="full")
+    return ModelSpec(**f, layer_types=layer_types(cfg, f["num_layers"], None))
+
+
+def _gpt_dims(cfg: Cfg, hidden_key: str) -> tuple[int, int, int]:
+    """(hidden, heads, layers) for the GPT-2/BLOOM spellings (n_embd/n_embed, n_head, n_layer)."""
+    hidden = cfg.int(hidden_key, "hidden_size")
+    heads = cfg.int("n_head", "num_attention_heads")
+    n = cfg.int("n_layer", "num_hidden_layers")
+    if hidden % heads:
+        raise ConfigError(f"config.json: {hidden_key} {hidden} is not divisible by n_head {heads}")
+    return hidden, heads, n
+
+
+def _gpt2(cfg: Cfg) -> ModelSpec:
+    hidden, heads, n = _gpt_dims(cfg, "n_embd")
+    positions = cfg.int("n_positions", "max_position_embeddings")
+    return ModelSpec(
+        family="gpt2", hidden_size=hidden, num_layers=n, vocab_size=cfg.int("vocab_size"), num_heads=heads,
+        num_kv_heads=heads, head_dim=hidden // heads,
+        intermediate_size=cfg.int("n_inner", required=False) or 4 * hidden, gated_mlp=False,
+        activation=str(cfg.get("activation_function")), norm="layernorm", norm_bias=True, norms_per_layer=2,
+        qkv_bias=True, o_bias=True, mlp_bias=True, fused_qkv=True,
+        tie_word_embeddings=cfg.bool("tie_word_embeddings", True), position="learned",
+        learned_positions=positions, max_position_embeddings=positions, layer_types=(FULL,) * n,
+        torch_dtype=dtype(cfg),
+    )
+
+
+def _gpt_neox(cfg: Cfg) -> ModelSpec:
+    hidden = cfg.int("hidden_size")
+    heads = cfg.int("num_attention_heads")
+    n = cfg.int("num_hidden_layers")
+    bias = cfg.bool("attention_bias", True)
+    return ModelSpec(
+        family="gpt_neox", hidden_size=hidden, num_layers=n, vocab_size=cfg.int("vocab_size"), num_heads=heads,
+        num_kv_heads=heads, head_dim=head_dim(cfg, hidden, heads), intermediate_size=cfg.int("intermediate_size"),
+        gated_mlp=False, activation=str(cfg.get("hidden_act")), norm="layernorm", norm_bias=True,
+        norms_per_layer=2, qkv_bias=bias, o_bias=bias, mlp_bias=True, fused_qkv=True,
+        tie_word_embeddings=cfg.bool("tie_word_embeddings"), position="rope",
+        max_position_embeddings=cfg.int("max_position_embeddings", required=False), layer_types=(FULL,) * n,
+        torch_dtype=dtype(cfg),
+    )
+
+
+def _falcon(cfg: Cfg) -> ModelSpec:
+    raw = dict(cfg.raw)
+    # Very old Falcon configs (model_type RefinedWeb/RefinedWebModel) used n_head/n_layer/n_head_kv.
+    for old, new in (("n_head", "num_attention_heads"), ("n_layer", "num_hidden_layers"),
+                     ("n_head_kv", "num_kv_heads"), ("n_embed", "hidden_size")):
+        if old in raw and new not in raw:
+            raw[new] = raw[old]
+    if raw.get("model_type") == "RefinedWeb":
+        raw.setdefault("new_decoder_architecture", True)
+    cfg = Cfg(raw, "falcon")
+    hidden = cfg.int("hidden_size")
+    heads = cfg.int("num_attention_heads")
+    n = cfg.int("num_hidden_layers")
+    new_arch = cfg.bool("new_decoder_architecture")
+    multi_query = cfg.bool("multi_query", True)
+    if new_arch or not multi_query:
+        kv = cfg.int("num_kv_heads", required=False) or heads
+    else:
+        kv = 1
+    parallel = cfg.bool("parallel_attn", True)
+    n_ln = cfg.int("num_ln_in_parallel_attn", required=False)
+    if n_ln is None and new_arch:
+        n_ln = 2
+    norms = 2 if (not parallel or n_ln == 2) else 1
+    bias = cfg.bool("bias")
+    alibi = cfg.bool("alibi")
+    return ModelSpec(
+        family="falcon", hidden_size=hidden, num_layers=n, vocab_size=cfg.int("vocab_size"), num_heads=heads,
+        num_kv_heads=kv, head_dim=head_dim(cfg, hidden, heads),
+        intermediate_size=cfg.int("ffn_hidden_size", required=False) or 4 * hidden, gated_mlp=False,
+        activation=str(cfg.get("activation")), norm="layernorm", norm_bias=True, norms_per_layer=norms,
+        qkv_bias=bias, o_bias=bias, mlp_bias=bias, fused_qkv=True,
+        tie_word_embeddings=cfg.bool("tie_word_embeddings", True), position="alibi" if alibi else "rope",
+        max_position_embeddings=cfg.int("max_position_embeddings", required=False), layer_types=(FULL,) * n,
+        torch_dtype=dtype(cfg),
+        # modeling_falcon.py broadcasts K/V to every query head before caching when new_decoder_architecture.
+        hf_expands_kv_cache=new_arch and kv != heads,
+    )
+
+
+def _opt(cfg: Cfg) -> ModelSpec:
+    hidden = cfg.int("hidden_size")
+    heads = cfg.int("num_attention_heads")
+    n = cfg.int("num_hidden_layers")
+    proj = cfg.int("word_embed_proj_dim", required=False) or hidden
+    bias = cfg.bool("enable_bias", True)
+    max_pos = cfg.int("max_position_embeddings")
+    final_norm = cfg.bool("do_layer_norm_before", True) and not cfg.bool("_remove_final_layer_norm")
+    if not cfg.bool("layer_norm_elementwise_affine", True):
+        raise ConfigError("config.json: OPT with layer_norm_elementwise_affine=false is not supported")
+    return ModelSpec(
+        family="opt", hidden_size=hidden, num_layers=n, vocab_size=cfg.int("vocab_size"), num_heads=heads,
+        num_kv_heads=heads, head_dim=head_dim(cfg, hidden, heads), intermediate_size=cfg.int("ffn_dim"),
+        gated_mlp=False, activation=str(cfg.get("activation_function")), norm="layernorm", norm_bias=True,
+        norms_per_layer=2, qkv_bias=bias, o_bias=bias, mlp_bias=bias,
+        tie_word_embeddings=cfg.bool("tie_word_embeddings", True), position="learned",
+        learned_positions=max_pos + 2,  # OPTLearnedPositionalEmbedding keeps an offset of 2 rows
+        final_norm=final_norm, embed_proj_dim=proj if proj != hidden else None,
+        max_position_embeddings=max_pos, layer_types=(FULL,) * n, torch_dtype=dtype(cfg),
+    )
+
+
+def _bloom(cfg: Cfg) -> ModelSpec:
+    hidden, heads, n = _gpt_dims(cfg, "n_embed")
+    return ModelSpec(
+        family="bloom", hidden_size=hidden, num_layers=n, vocab_size=cfg.int("vocab_size"), num_heads=heads,
+        num_kv_heads=heads, head_dim=hidden // heads, intermediate_size=4 * hidden, gated_mlp=False,
+        activation="gelu", norm="layernorm", norm_bias=True, norms_per_layer=2, qkv_bias=True, o_bias=True,
+        mlp_bias=True, fused_qkv=True, tie_word_embeddings=cfg.bool("tie_word_embeddings", True),
+        position="alibi", embedding_norm=True, max_position_embeddings=None, layer_types=(FULL,) * n,
+        torch_dtype=dtype(cfg),
+    )
+
+
+def _deepseek(cfg: Cfg) -> ModelSpec:
+    v3 = cfg.family == "deepseek_v3"
+    f = common_llama_like(cfg, mlp_bias=False if v3 else cfg.bool("mlp_bias"))
+    n = f["num_layers"]
+    mla = MLASpec(
+        q_lora_rank=cfg.int("q_lora_rank", required=False),
+        kv_lora_rank=cfg.int("kv_lora_rank"),
+        qk_nope_head_dim=cfg.int("qk_nope_head_dim"),
+        qk_rope_head_dim=cfg.int("qk_rope_head_dim"),
+        v_head_dim=cfg.int("v_head_dim"),
+    )
+    first_dense = cfg.int("first_k_dense_replace", required=False, minimum=0) or 0
+    experts = cfg.int("n_routed_experts")
+    top_k = cfg.int("num_experts_per_tok")
+    moe = MoESpec(
+        num_experts=experts,
+        top_k=top_k,
+        expert_intermediate_size=cfg.int("moe_intermediate_size"),
+        shared_intermediate_size=(cfg.int("n_shared_experts", required=False, minimum=0) or 0)
+        * cfg.int("moe_intermediate_size"),
+        moe_layers=tuple(i >= first_dense for i in range(n)),
+    )
+    notes: tuple[str, ...] = ()
+    if cfg.raw.get("num_nextn_predict_layers"):
+        notes = ("multi-token-prediction layers are not counted (transformers does not instantiate them)",)
+    # MLA: 'head_dim' in transformers' config is the rope dim; the attention uses MLASpec's dims.
+    f["head_dim"] = mla.qk_head_dim
+    return ModelSpec(**f, mla=mla, moe=moe, layer_types=(FULL,) * n, notes=notes)
+
+
+PARSERS: dict[str, Callable[[Cfg], ModelSpec]] = {
+    "llama": _llama, "mistral": _mistral, "mixtral": _mixtral, "qwen2": _qwen2, "qwen2_moe": _qwen2_moe,
+    "qwen3": _qwen3, "qwen3_moe": _qwen3_moe, "gemma": _gemma, "gemma2": _gemma2, "gemma3_text": _gemma3_text,
+    "phi3": _phi3, "gpt2": _gpt2, "gpt_neox": _gpt_neox, "falcon": _falcon, "opt": _opt, "bloom": _bloom,
+    "deepseek_v2": _deepseek, "deepseek_v3": _deepseek, "olmo2": _olmo2,
+}

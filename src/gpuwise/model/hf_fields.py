@@ -1,0 +1,127 @@
+"""Reading a config.json's fields: typed access with the family's class defaults, and the fields most families share
+(dtype, checkpoint quantization, per-layer attention types, head size, the Llama-style block)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import ConfigError
+from .hf_defaults import CLASS_DEFAULTS
+from .spec import FULL, SLIDING
+
+class Cfg:
+    """Typed access to a config dict with the family's defaults and clear errors."""
+
+    def __init__(self, raw: dict[str, Any], family: str) -> None:
+        self.raw = raw
+        self.family = family
+        self.defaults = CLASS_DEFAULTS[family]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        if key in self.raw and self.raw[key] is not None:
+            return self.raw[key]
+        if key in self.raw:  # explicitly null in the file
+            return None
+        return self.defaults.get(key, default)
+
+    def int(self, key: str, *fallback_keys: str, required: bool = True, minimum: int = 1) -> int | None:
+        keys = (key, *fallback_keys)
+        # A key present in the file wins over the class default of another spelling (BLOOM's n_embed).
+        # An explicit null (DeepSeek-V2-Lite's q_lora_rank) means "none", not "the default".
+        present = [k for k in keys if k in self.raw]
+        value = self.raw[present[0]] if present else next(
+            (self.defaults[k] for k in keys if self.defaults.get(k) is not None), None)
+        if value is None:
+            if required:
+                raise ConfigError(f"config.json ({self.family}) has no '{key}'")
+            return None
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"config.json: '{key}' must be an integer, got {value!r}")
+        if value < minimum:
+            raise ConfigError(f"config.json: '{key}' must be >= {minimum}, got {value}")
+        if value > 10**9:
+            raise ConfigError(f"config.json: '{key}' = {value} is absurdly large")
+        return value
+
+    def bool(self, key: str, default: bool = False) -> bool:
+        value = self.get(key)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise ConfigError(f"config.json: '{key}' must be true or false, got {value!r}")
+        return value
+
+
+def dtype(cfg: Cfg) -> str | None:
+    value = cfg.raw.get("torch_dtype") or cfg.raw.get("dtype")
+    return value if isinstance(value, str) else None
+
+
+def checkpoint_quant(raw: dict[str, Any]) -> str | None:
+    q = raw.get("quantization_config")
+    if not isinstance(q, dict):
+        return None
+    method = str(q.get("quant_method", "")).lower()
+    if method == "fp8" or q.get("fmt") in ("e4m3", "e5m2"):
+        return "fp8"
+    return method or None
+
+
+def layer_types(cfg: Cfg, n_layers: int, sliding_window: int | None) -> tuple[str, ...]:
+    """Per-layer attention type, as transformers' cache decides it (cache_utils.get_layer_types_and_kwargs)."""
+    explicit = cfg.raw.get("layer_types")
+    if isinstance(explicit, list) and explicit:
+        if len(explicit) != n_layers:
+            raise ConfigError(f"config.json: layer_types has {len(explicit)} entries for {n_layers} layers")
+        return tuple(SLIDING if str(t) in ("sliding_attention", "chunked_attention") else FULL for t in explicit)
+    return tuple(SLIDING if sliding_window is not None else FULL for _ in range(n_layers))
+
+
+def head_dim(cfg: Cfg, hidden: int, heads: int) -> int:
+    explicit = cfg.int("head_dim", required=False)
+    if explicit is not None:
+        return explicit
+    if hidden % heads:
+        raise ConfigError(f"config.json: hidden_size {hidden} is not divisible by num_attention_heads {heads}")
+    return hidden // heads
+
+
+def common_llama_like(cfg: Cfg, **overrides: Any) -> dict[str, Any]:
+    """Fields shared by the Llama-style families (RMSNorm, gated MLP, RoPE, separate q/k/v/o)."""
+    hidden = cfg.int("hidden_size")
+    heads = cfg.int("num_attention_heads")
+    kv = cfg.int("num_key_value_heads", required=False) or heads
+    n_layers = cfg.int("num_hidden_layers")
+    attn_bias = cfg.bool("attention_bias")
+    fields: dict[str, Any] = dict(
+        family=cfg.family,
+        hidden_size=hidden,
+        num_layers=n_layers,
+        vocab_size=cfg.int("vocab_size"),
+        num_heads=heads,
+        num_kv_heads=kv,
+        head_dim=head_dim(cfg, hidden, heads),
+        intermediate_size=cfg.int("intermediate_size"),
+        gated_mlp=True,
+        activation=str(cfg.get("hidden_act") or cfg.get("hidden_activation") or "silu"),
+        norm="rmsnorm",
+        norm_bias=False,
+        norms_per_layer=2,
+        qkv_bias=attn_bias,
+        o_bias=attn_bias,
+        mlp_bias=cfg.bool("mlp_bias"),
+        tie_word_embeddings=cfg.bool("tie_word_embeddings"),
+        position="rope",
+        max_position_embeddings=cfg.int("max_position_embeddings", required=False),
+        torch_dtype=dtype(cfg),
+        checkpoint_quant=checkpoint_quant(cfg.raw),
+    )
+    fields.update(overrides)
+    return fields
+
+
+def sliding(cfg: Cfg) -> int | None:
+    return cfg.int("sliding_window", required=False)
+
