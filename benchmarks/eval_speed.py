@@ -11,8 +11,9 @@ import time
 
 from gpuwise.catalog.gpus import get_gpu
 from gpuwise.catalog.models import load_model
-from gpuwise.plan.train import TrainRequest, _memory, _perf, choose_framework
-from gpuwise.estimate.flops import step_flops
+from gpuwise.estimate.flops import job_flops
+from gpuwise.estimate.train_memory import train_memory
+from gpuwise.plan.train import TrainRequest, _perf
 
 
 def configs():
@@ -24,12 +25,14 @@ def configs():
                            tp=tp, pp=pp, recompute=rc, fsdp=fsdp)
 
 
+def _memory(req: TrainRequest, layout):
+    return train_memory(req.model.spec, layout, req.job, micro_batch=req.micro_batch,
+                        num_microbatches=req.global_batch // layout.dp // req.micro_batch)
+
+
 def _evaluate(req: TrainRequest) -> None:
-    fw, _ = choose_framework(req)
     layout = req.layout()
-    mem = _memory(req, fw, layout, req.micro_batch)
-    _perf(req, fw, layout, mem, step_flops(req.model.spec, seq=req.seq, global_batch=req.global_batch,
-                                           recompute=req.recompute))
+    _perf(req, layout, _memory(req, layout), job_flops(req.model.spec, req.job, global_batch=req.global_batch))
 
 
 def main() -> None:
@@ -44,13 +47,11 @@ def main() -> None:
         t_mem = t_time = 0.0
         t0 = time.perf_counter()
         for req in reqs:
-            fw, _ = choose_framework(req)
             layout = req.layout()
             a = time.perf_counter()
-            mem = _memory(req, fw, layout, req.micro_batch)
+            mem = _memory(req, layout)
             b = time.perf_counter()
-            flops = step_flops(req.model.spec, seq=req.seq, global_batch=req.global_batch, recompute=req.recompute)
-            _perf(req, fw, layout, mem, flops)
+            _perf(req, layout, mem, job_flops(req.model.spec, req.job, global_batch=req.global_batch))
             t_time += time.perf_counter() - b
             t_mem += b - a
         total = time.perf_counter() - t0

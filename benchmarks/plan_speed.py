@@ -9,7 +9,7 @@ Run: python benchmarks/plan_speed.py
 from __future__ import annotations
 
 import gpuwise
-from gpuwise.plan.search import describe
+from gpuwise.plan.planner import describe
 
 
 def main() -> None:

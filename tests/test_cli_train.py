@@ -6,9 +6,9 @@ import json
 
 import pytest
 
+from gpuwise.catalog.models import load_model
 from gpuwise.cli import main
 from gpuwise.estimate.flops import step_flops
-from gpuwise.catalog.models import load_model
 
 
 def _json(capsys, *argv) -> dict:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import math
-
-import pytest
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 

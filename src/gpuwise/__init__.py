@@ -5,14 +5,13 @@ The analytical core imports no torch; `gpuwise.measure` (later) is the optional 
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
 from .api import doctor, fit, infer, pick, plan, roofline, train
 from .catalog.gpus import get_gpu, search_gpus
 from .catalog.models import load_model, search_models
 from .errors import GpuwiseError
 from .model.params import param_counts, tensor_inventory
 from .quant.formats import get_weight_format
+from .version import __version__
 
 __all__ = [
     "doctor", "pick", "plan",

@@ -2,7 +2,7 @@
 
     >>> import gpuwise
     >>> r = gpuwise.fit("llama-3.1-8b", gpu="rtx-4090", engine="llamacpp", weights="Q4_K_M")
-    >>> r.fits, r.estimate.memory.total / 2**30
+    >>> r.fits, r.estimate.memory.total / GiB
 """
 
 from __future__ import annotations
@@ -57,10 +57,10 @@ def roofline(model: str | LoadedModel, *, gpu: str | GPU, phase: str = "decode",
 
 
 def plan(model: str | LoadedModel, *, gpu: str | GPU, **options):
-    """Search the parallel layouts of a training job (options: the fields of plan.search.PlanRequest: num_gpus,
+    """Search the parallel layouts of a training job (options: the fields of plan.planner.PlanRequest: num_gpus,
     seq, global_batch, top, framework, objective, tp, pp, cp, ep, max_tp, no_pp, reserve_gib ...)."""
-    from .plan.search import PlanRequest
-    from .plan.search import plan as _plan
+    from .plan.planner import PlanRequest
+    from .plan.planner import plan as _plan
 
     m = model if isinstance(model, LoadedModel) else load_model(model)
     g = gpu if isinstance(gpu, GPU) else get_gpu(gpu)

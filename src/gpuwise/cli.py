@@ -574,7 +574,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = parser().parse_args(argv)
         if args.version:
-            from . import __version__
+            from .version import __version__
 
             print(__version__)
             return 0

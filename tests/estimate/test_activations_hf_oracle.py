@@ -21,7 +21,8 @@ import warnings
 import pytest
 
 from gpuwise.estimate.activations import stage_activations
-from gpuwise.estimate.parallel import Layout
+from gpuwise.estimate.job import TrainJob
+from gpuwise.estimate.layout import Layout
 from gpuwise.model import spec_from_hf_config
 
 torch = pytest.importorskip("torch")
@@ -83,8 +84,8 @@ def test_hf_activations_within_10_percent_of_saved_tensors(family, overrides, ba
     base = {"vocab_size": BASE["vocab_size"]} if family == "gpt2" else BASE  # GPT-2 spells its sizes n_*
     config = {"model_type": family, **base, **overrides}
     spec = spec_from_hf_config(config)
-    act = stage_activations(spec, Layout(num_gpus=1), 0, framework="hf", precision="bf16", seq=seq,
-                            micro_batch=batch, num_microbatches=1)
+    act = stage_activations(spec, Layout(num_gpus=1), 0, TrainJob(framework="hf", seq=seq), micro_batch=batch,
+                            num_microbatches=1)
     predicted = act.layers + act.outside_layers + 4 * batch * seq * spec.vocab_size
     assert predicted == pytest.approx(_saved_bytes(config, batch, seq), rel=0.10)
 
@@ -92,7 +93,7 @@ def test_hf_activations_within_10_percent_of_saved_tensors(family, overrides, ba
 def test_dropout_adds_one_byte_masks_per_residual_branch() -> None:
     # CUDA's fused dropout keeps a bool mask: two per layer (attention and MLP outputs) plus one on the embeddings.
     base = {"model_type": "gpt2", "n_embd": 256, "n_head": 8, "n_layer": 2, "vocab_size": 1000}
-    kw = dict(framework="hf", precision="bf16", seq=512, micro_batch=1, num_microbatches=1)
-    with_p = stage_activations(spec_from_hf_config(base), Layout(num_gpus=1), 0, **kw)
-    without = stage_activations(spec_from_hf_config({**base, **NO_DROPOUT}), Layout(num_gpus=1), 0, **kw)
+    job, kw = TrainJob(framework="hf", seq=512), dict(micro_batch=1, num_microbatches=1)
+    with_p = stage_activations(spec_from_hf_config(base), Layout(num_gpus=1), 0, job, **kw)
+    without = stage_activations(spec_from_hf_config({**base, **NO_DROPOUT}), Layout(num_gpus=1), 0, job, **kw)
     assert with_p.total - without.total == (2 * 2 + 1) * 512 * 256

@@ -7,10 +7,14 @@ TP + SP + selective sbh x 34/8 = 4.25, full recompute 2 sbh (sbh = 2048 x 12288 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from gpuwise.estimate.activations import korthikanti_layer_bytes, layer_terms, stage_activations
-from gpuwise.estimate.parallel import Layout, in_flight_microbatches
+from gpuwise.estimate.job import TrainJob
+from gpuwise.estimate.layout import Layout
+from gpuwise.estimate.pipeline import in_flight_microbatches
 from gpuwise.model import spec_from_hf_config
 
 S, H, A, T = 2048, 12288, 96, 8
@@ -68,10 +72,10 @@ def test_flash_attention_keeps_softmax_statistics_instead_of_scores() -> None:
 
 def test_full_recompute_stores_the_layer_input_and_rebuilds_one_layer() -> None:
     spec = _gpt3()
-    kw = dict(framework="megatron", precision="bf16", seq=S, micro_batch=1, num_microbatches=1, flash=False)
-    act = stage_activations(spec, Layout(num_gpus=1), 0, recompute="full", **kw)
+    job, kw = TrainJob(framework="megatron", seq=S, attention="unfused"), dict(micro_batch=1, num_microbatches=1)
+    act = stage_activations(spec, Layout(num_gpus=1), 0, replace(job, recompute="full"), **kw)
     assert act.layers == pytest.approx(96 * 2 * SBH)
-    none = stage_activations(spec, Layout(num_gpus=1), 0, recompute="none", **kw)
+    none = stage_activations(spec, Layout(num_gpus=1), 0, job, **kw)
     assert act.recompute_working == pytest.approx(none.layers / 96)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuwise.catalog.models import find_entry, entry_spec
+from gpuwise.catalog.models import entry_spec, find_entry
 from gpuwise.estimate.kv_cache import kv_bytes_per_token, kv_cache_bytes
 from gpuwise.model import spec_from_hf_config
 

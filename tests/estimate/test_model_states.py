@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from gpuwise.catalog.models import load_model
+from gpuwise.estimate.job import TrainJob
+from gpuwise.estimate.layout import Layout
 from gpuwise.estimate.model_states import bytes_per_param, model_states, optimizer_state_bytes
 from gpuwise.model.params import Tensor, param_counts
-from gpuwise.estimate.parallel import Layout
 
 GB = 1e9
 
@@ -59,16 +62,15 @@ def test_adafactor_keeps_row_and_column_factors() -> None:
 def test_model_states_of_a_real_model_use_its_exact_parameter_count() -> None:
     spec = load_model("llama-3.1-8b").spec
     p = param_counts(spec).total
-    s = model_states(spec, Layout(num_gpus=64, sharding="zero3"), 0, framework="deepspeed", precision="bf16",
-                     optimizer="adamw")
+    s = model_states(spec, Layout(num_gpus=64, sharding="zero3"), 0, TrainJob(framework="deepspeed"))
     assert s.total == pytest.approx(16 * p / 64)
 
 
 def test_tensor_and_pipeline_parallel_split_the_parameters() -> None:
     spec = load_model("llama-3.1-8b").spec
     total = param_counts(spec).total
-    held = [model_states(spec, Layout(num_gpus=8, tp=2, pp=4), stage, framework="megatron", precision="bf16",
-                         optimizer="adamw").params_on_rank for stage in range(4)]
+    held = [model_states(spec, Layout(num_gpus=8, tp=2, pp=4), stage, TrainJob(framework="megatron")).params_on_rank
+            for stage in range(4)]
     norms = sum(t.numel for t in _vectors(spec))  # norms are replicated over TP, not split
     assert sum(held) * 2 == pytest.approx(total + norms, rel=1e-9)
 
@@ -82,10 +84,9 @@ def _vectors(spec):
 def test_lora_trains_only_the_adapters_and_qlora_stores_an_nf4_base() -> None:
     spec = load_model("llama-3.1-8b").spec
     layout = Layout(num_gpus=1)
-    kw = dict(framework="hf", precision="bf16", optimizer="adamw")
-    full = model_states(spec, layout, 0, **kw)
-    lora = model_states(spec, layout, 0, finetune="lora", lora_rank=16, **kw)
-    qlora = model_states(spec, layout, 0, finetune="qlora", lora_rank=16, **kw)
+    full = model_states(spec, layout, 0, TrainJob(framework="hf"))
+    lora = model_states(spec, layout, 0, TrainJob(framework="hf", finetune="lora", lora_rank=16))
+    qlora = model_states(spec, layout, 0, TrainJob(framework="hf", finetune="qlora", lora_rank=16))
     h, kv, inter, n = 4096, 1024, 14336, 32
     adapters = 16 * n * ((h + h) * 2 + (h + kv) * 2 + (h + inter) * 3)  # q, o; k, v; gate, up, down
     assert lora.trainable_params == adapters
@@ -96,9 +97,9 @@ def test_lora_trains_only_the_adapters_and_qlora_stores_an_nf4_base() -> None:
 
 def test_optimizer_offload_moves_states_to_host_memory() -> None:
     spec = load_model("llama-3.1-8b").spec
-    kw = dict(framework="deepspeed", precision="bf16", optimizer="adamw")
-    on = model_states(spec, Layout(num_gpus=8, sharding="zero2"), 0, **kw)
-    off = model_states(spec, Layout(num_gpus=8, sharding="zero2"), 0, offload=frozenset({"optimizer"}), **kw)
+    job = TrainJob(framework="deepspeed")
+    on = model_states(spec, Layout(num_gpus=8, sharding="zero2"), 0, job)
+    off = model_states(spec, Layout(num_gpus=8, sharding="zero2"), 0, replace(job, offload=frozenset({"optimizer"})))
     assert off.optimizer == off.master_weights == 0
     assert off.cpu == pytest.approx(on.optimizer + on.master_weights)
 

@@ -12,7 +12,9 @@ import gpuwise
 from gpuwise.catalog.models import load_model
 from gpuwise.errors import InvalidArgument
 from gpuwise.estimate.activations import korthikanti_layer_bytes
-from gpuwise.estimate.parallel import Layout, validate_layout
+from gpuwise.estimate.job import TrainJob
+from gpuwise.estimate.layout import Layout
+from gpuwise.estimate.parallel import validate_layout
 from gpuwise.estimate.train_memory import _stage_memory, layout_memory, train_memory
 
 GPT_22B = "validation/models/gpt-22b.json"
@@ -98,14 +100,10 @@ def test_distinct_stages_give_the_same_peak_as_every_stage(model, layout):
     spec = load_model(model).spec
     # The same layout without interleaving first: the stages' memory is cached for both (only the micro-batches
     # in flight differ), which must not leak one's schedule into the other.
-    train_memory(spec, replace(layout, vpp=1, schedule="1f1b"), framework="megatron", precision="bf16",
-                 optimizer="adamw", seq=4096, micro_batch=1, num_microbatches=8)
-    kw = dict(framework="megatron", precision="bf16", optimizer="adamw", seq=4096, micro_batch=1,
-              num_microbatches=8, recompute="none", finetune="full", lora_rank=16, lora_targets="all-linear",
-              offload=frozenset(), flash=True)
-    every = max((_stage_memory(spec, layout, s, **kw) for s in range(layout.pp)), key=lambda m: m.total)
-    kw.pop("finetune"), kw.pop("lora_rank"), kw.pop("lora_targets"), kw.pop("offload"), kw.pop("flash")
-    grouped = train_memory(spec, layout, **kw)
+    job, kw = TrainJob(framework="megatron", seq=4096), dict(micro_batch=1, num_microbatches=8)
+    train_memory(spec, replace(layout, vpp=1, schedule="1f1b"), job, **kw)
+    every = max((_stage_memory(spec, layout, s, job, **kw) for s in range(layout.pp)), key=lambda m: m.total)
+    grouped = train_memory(spec, layout, job, **kw)
     assert grouped.total == pytest.approx(every.total, rel=1e-12)
     assert grouped.stage == every.stage
 
@@ -121,8 +119,7 @@ def test_the_planners_peak_is_the_breakdowns_total(layout, offload):
     # The planner reads `peak` (no objects built); `gpuwise train` reads `at`: the same total and stage, exactly.
     spec = load_model("llama-3.1-8b").spec
     for framework in ("megatron", "fsdp", "deepspeed"):
-        lm = layout_memory(spec, layout, framework=framework, precision="bf16", optimizer="adamw", seq=4096,
-                           offload=offload)
+        lm = layout_memory(spec, layout, TrainJob(framework=framework, seq=4096, offload=offload))
         for mb in (1, 2, 8):
             for rc in ("none", "selective", "full"):
                 total, stage, _ = lm.peak(mb, 16, rc)

@@ -9,8 +9,8 @@ torch = pytest.importorskip("torch")
 
 from gpuwise.catalog.models import load_model, search_models
 from gpuwise.errors import InvalidArgument
-from gpuwise.model.params import param_counts
 from gpuwise.measure.torch_model import build, check_supported
+from gpuwise.model.params import param_counts
 
 FIXTURE = "tests/fixtures/configs/tiny-llama.json"
 

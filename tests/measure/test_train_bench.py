@@ -14,10 +14,10 @@ pytest.importorskip("torch")
 
 from gpuwise.catalog.models import load_model
 from gpuwise.cli import _build_parser, main
-from gpuwise.model.params import param_counts
 from gpuwise.errors import InvalidArgument
 from gpuwise.measure.dist import DistEnv
 from gpuwise.measure.train_bench import configure
+from gpuwise.model.params import param_counts
 
 FIXTURE = "tests/fixtures/configs/tiny-llama.json"
 

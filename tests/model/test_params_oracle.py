@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpuwise.model.params import param_counts
 from gpuwise.model import spec_from_hf_config
+from gpuwise.model.params import param_counts
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")

@@ -213,8 +213,8 @@ def test_zero_bytes_per_parameter_are_the_papers():
     n = explain("zero", model=MODEL).numbers
     assert [n[f"model_state_bytes_per_param_{s}"] for s in ("ddp", "zero1", "zero2", "zero3")] == \
         pytest.approx([16, 5.5, 3.75, 2])
-    from gpuwise.model.params import param_counts
     from gpuwise.catalog.models import load_model
+    from gpuwise.model.params import param_counts
 
     p = param_counts(load_model(MODEL).spec).total
     assert n["model_state_bytes_zero3"] == pytest.approx(2 * p)

@@ -16,10 +16,19 @@ from dataclasses import replace
 import pytest
 
 import gpuwise
-from gpuwise.estimate.parallel import Layout, stage_layers
-from gpuwise.plan.recipe import (DEEPSPEED_VERSION, MEGATRON_VERSION, TORCHTITAN_VERSION, megatron_layout, recipes,
-                                 torchtitan_split, virtual_stage_layers, write_recipes)
-from gpuwise.plan.search import describe
+from gpuwise.estimate.layout import Layout
+from gpuwise.estimate.pipeline import stage_layers
+from gpuwise.plan.planner import describe
+from gpuwise.plan.recipe import (
+    DEEPSPEED_VERSION,
+    MEGATRON_VERSION,
+    TORCHTITAN_VERSION,
+    megatron_layout,
+    recipes,
+    torchtitan_split,
+    virtual_stage_layers,
+    write_recipes,
+)
 
 try:
     import tomllib

@@ -149,7 +149,7 @@ def test_conflicting_pipeline_options(kw, message) -> None:
 
 def test_uneven_pipeline_stages() -> None:
     r = _run(num_gpus=4, pp=4, pp_first_layers=5, pp_last_layers=9, global_batch=8, framework="megatron")
-    from gpuwise.estimate.parallel import stage_layers
+    from gpuwise.estimate.pipeline import stage_layers
 
     assert stage_layers(r.layout, 32) == (5, 9, 9, 9)
 

@@ -18,8 +18,8 @@ from pathlib import Path
 
 from ..errors import InvalidArgument, require_positive_number
 from ..jsonfile import read_json_object
-from .gpus import GPU
 from ._toml import load_toml
+from .gpus import GPU
 
 PROFILE_KIND = "gpuwise-device-profile"
 
@@ -191,6 +191,36 @@ def network_overrides(path: str | Path | None) -> dict:
 
 def network_defaults() -> dict:
     return _data()["network"]
+
+
+ASSUMED_PCIE_GEN = 4
+"""PCIe generation taken where the catalog gives none (the common one in today's servers); said where used."""
+
+
+def pcie_x16_bytes_per_s(gpu: GPU, *, assume: bool = False) -> float | None:
+    """PCIe x16 line rate in one direction for the GPU's PCIe generation (data/devices.toml `pcie_x16_gb_s`).
+
+    None when the catalog has no generation for the GPU (or one the table lacks), unless `assume`: then the rate of
+    `ASSUMED_PCIE_GEN`, for models that must put a number on a link (communication over PCIe, offload)."""
+    table = network_defaults()["pcie_x16_gb_s"]
+    gen = gpu.pcie_gen if gpu.pcie_gen is not None and str(gpu.pcie_gen) in table else None
+    if gen is None and assume:
+        gen = ASSUMED_PCIE_GEN
+    return float(table[str(gen)]) * 1e9 if gen is not None else None
+
+
+def host_copy_bytes_per_s(profile: DeviceProfile) -> float:
+    """Host <-> device bytes/s of pinned copies: the profile's measurement (`gpuwise calibrate`), else the PCIe line
+    rate x `host_copy_efficiency` (data/devices.toml)."""
+    if profile.host_copy_bytes_per_s:
+        return profile.host_copy_bytes_per_s
+    net = network_defaults()
+    return pcie_x16_bytes_per_s(profile.gpu, assume=True) * float(net["host_copy_efficiency"])
+
+
+def device_profile(gpu: GPU, path: str | None) -> DeviceProfile:
+    """The profile a request runs with: the measured one in `path` (`--profile`), else the catalog default."""
+    return load_profile(path, gpu) if path else default_profile(gpu)
 
 
 @lru_cache(maxsize=1)

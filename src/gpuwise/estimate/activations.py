@@ -26,10 +26,10 @@ from dataclasses import dataclass
 from ..errors import InvalidArgument
 from ..memo import remember
 from ..model.spec import ModelSpec
-from .layer_ops import block_signature, stage_blocks
-from .parallel import Layout, in_flight_microbatches, stage_layers
-
-RECOMPUTE = ("none", "selective", "full")
+from .job import RECOMPUTE, TrainJob
+from .layer_ops import block_signature
+from .layout import Layout
+from .pipeline import in_flight_microbatches, stage_blocks, stage_layers
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,18 +262,18 @@ class StageActivationTerms:
 _STAGE_TERMS: dict = {}
 
 
-def stage_activation_terms(spec: ModelSpec, layout: Layout, stage: int, *, framework: str, precision: str, seq: int,
-                           flash: bool = True) -> StageActivationTerms:
+def stage_activation_terms(spec: ModelSpec, layout: Layout, stage: int, job: TrainJob) -> StageActivationTerms:
     """The per-token terms of pipeline stage `stage`, cached by the spec's id, the layers per stage, the stage, TP,
-    SP, CP, sequence, framework, precision and attention kernel (what they depend on)."""
+    SP, CP, and the job's sequence, framework, precision and attention kernel (what they depend on)."""
     per_stage = stage_layers(layout, spec.num_layers)
     sp = layout.sp and layout.tp > 1
-    key = (id(spec), per_stage, stage, layout.tp, sp, layout.cp, seq, framework, precision, flash)
+    framework, seq, flash = job.framework, job.seq, job.flash
+    key = (id(spec), per_stage, stage, layout.tp, sp, layout.cp, seq, framework, job.precision, flash)
     hit = _STAGE_TERMS.get(key)
     if hit is not None:
         return hit[0]
-    e = 4.0 if precision == "fp32" else 2.0
-    fp8 = precision == "fp8"
+    e = job.element_bytes
+    fp8 = job.precision == "fp8"
     tp = layout.tp
     keys = seq / layout.cp  # materialized scores: local queries against local keys
     blocks = stage_blocks(spec, per_stage, stage)
@@ -294,10 +294,9 @@ def stage_activation_terms(spec: ModelSpec, layout: Layout, stage: int, *, frame
         logit_bytes=logits_bytes_per_element(framework, e) if last else None, hidden=h, vocab=spec.vocab_size), spec)
 
 
-def stage_activations(spec: ModelSpec, layout: Layout, stage: int, *, framework: str, precision: str, seq: int,
-                      micro_batch: int, num_microbatches: int, recompute: str = "none",
-                      offload_activations: bool = False, flash: bool = True) -> Activations:
-    """Activation bytes on a rank of pipeline stage `stage` at its peak."""
-    terms = stage_activation_terms(spec, layout, stage, framework=framework, precision=precision, seq=seq, flash=flash)
-    return terms.at(micro_batch, in_flight_microbatches(layout, stage, num_microbatches), recompute,
-                    offload_activations)
+def stage_activations(spec: ModelSpec, layout: Layout, stage: int, job: TrainJob, *, micro_batch: int,
+                      num_microbatches: int) -> Activations:
+    """Activation bytes on a rank of pipeline stage `stage` at its peak (the job's recompute mode and offload)."""
+    terms = stage_activation_terms(spec, layout, stage, job)
+    return terms.at(micro_batch, in_flight_microbatches(layout, stage, num_microbatches), job.recompute,
+                    "activations" in job.offload)

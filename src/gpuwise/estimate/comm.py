@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..catalog.devices import network_defaults
+from ..catalog.devices import ASSUMED_PCIE_GEN, network_defaults, pcie_x16_bytes_per_s
 from ..catalog.gpus import GPU
 from ..errors import InvalidArgument, require_positive_number
 
@@ -115,10 +115,10 @@ def _intra_level(gpu: GPU, per_node: int, net: dict) -> Level:
         # Infinity Fabric / Gaudi RoCE / TPU ICI: scale-up links other than NVLink, same treatment.
         return Level(link, gpu.interconnect_bytes_per_s / 2 * float(net["nvlink_busbw_efficiency"]), latency,
                      net["nvlink_source"])
-    gen = gpu.pcie_gen or 4
-    x16 = float(net["pcie_x16_gb_s"][str(gen)]) * 1e9
+    x16 = pcie_x16_bytes_per_s(gpu, assume=True)
     eff = float(net["pcie_busbw_efficiency"])
-    return Level(f"PCIe {gen}.0 x16", x16 * eff, latency * 2, net["pcie_source"])
+    name = f"PCIe {gpu.pcie_gen}.0 x16" if pcie_x16_bytes_per_s(gpu) else f"PCIe {ASSUMED_PCIE_GEN}.0 x16 (generation assumed)"
+    return Level(name, x16 * eff, latency * 2, net["pcie_source"])
 
 
 # Placement order, innermost first (the and Megatron/torchtitan's convention).

@@ -22,9 +22,7 @@ from dataclasses import dataclass, field, replace
 
 from ..memo import remember
 from ..model.spec import SLIDING, ModelSpec
-
-CONVENTIONS = ("causal", "full")
-RECOMPUTE = ("none", "selective", "full")
+from .job import CONVENTIONS, RECOMPUTE, TrainJob
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,3 +186,32 @@ def _step_flops(spec: ModelSpec, seq: int, global_batch: int, convention: str, r
     else:
         extra = 0.0
     return StepFlops(forward=fwd, tokens=seq * global_batch, recompute=extra)
+
+
+def job_flops(spec: ModelSpec, job: TrainJob, *, global_batch: int) -> StepFlops:
+    """The FLOPs of one optimizer step of a training job: what `gpuwise train` and the planner count for MFU/HFU."""
+    return step_flops(spec, seq=job.seq, global_batch=global_batch, convention=job.flops_convention,
+                      recompute=job.recompute, frozen_base=job.frozen_base)
+
+
+def gemm_dtype(peaks: dict[str, float], precision: str) -> str:
+    """The dtype key whose peak the training GEMMs run at (and the MFU denominator): tf32 for fp32 training, fp8
+    for fp8, fp16 for fp16, bf16 for bf16 mixed or pure (fp16 on GPUs without bf16)."""
+    if precision == "fp32":
+        return "tf32" if "tf32" in peaks else "fp32"
+    if precision == "fp8" and "fp8" in peaks:
+        return "fp8"
+    if precision == "fp16":
+        return "fp16"
+    return "bf16" if "bf16" in peaks else "fp16"
+
+
+def utilization(flops_per_step: float, step_time_s: float, num_gpus: int,
+                peak_flops_per_gpu: float | None) -> float | None:
+    """MFU when `flops_per_step` are model FLOPs (`StepFlops.model`), HFU when they are hardware FLOPs (with
+    recomputation): flops / (step time x GPUs x peak), the peak being the dense FLOP/s of one GPU in the GEMM dtype
+    (`gemm_dtype`; REFERENCE.md: "MFU must use the dense figure of the dtype actually used"). The one formula every
+    MFU in gpuwise goes through; None when the peak is unknown."""
+    if not peak_flops_per_gpu or step_time_s <= 0:
+        return None
+    return flops_per_step / (step_time_s * num_gpus * peak_flops_per_gpu)

@@ -17,8 +17,8 @@ import math
 from dataclasses import dataclass, field
 
 from ..dtypes import DType
-from ..quant.formats import WeightFormat, weight_bytes_by_layer
 from ..model.spec import ModelSpec
+from ..quant.formats import WeightFormat, weight_bytes_by_layer
 from . import engines
 from .kv_cache import kv_cache_bytes
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..memo import remember
 from ..model.spec import SLIDING, ModelSpec
 
 # Bytes per element moved by the streaming kernels of one block, forward (see the module docstring).
@@ -186,39 +185,3 @@ def block_signature(spec: ModelSpec, layer: int) -> tuple:
     """Blocks with the same signature have the same kernels (dense/MoE, full/sliding attention)."""
     moe = spec.moe is not None and spec.moe.moe_layers[layer]
     return (moe, spec.layer_types[layer])
-
-
-_STAGE_BLOCKS: dict = {}
-
-
-def stage_blocks(spec: ModelSpec, per_stage: tuple[int, ...], stage: int) -> tuple[tuple[int, int], ...]:
-    """(first layer, count) of each block kind on pipeline stage `stage`, given the layers per stage (cached)."""
-    key = (id(spec), per_stage, stage)
-    hit = _STAGE_BLOCKS.get(key)
-    if hit is not None:
-        return hit[0]
-    first = sum(per_stage[:stage])
-    kinds: dict[tuple, list[int]] = {}
-    for layer in range(first, first + per_stage[stage]):
-        kinds.setdefault(block_signature(spec, layer), [layer, 0])[1] += 1
-    return remember(_STAGE_BLOCKS, key, tuple((f, c) for f, c in kinds.values()), spec)
-
-
-_DISTINCT: dict = {}
-
-
-def distinct_stages(spec: ModelSpec, per_stage: tuple[int, ...]) -> tuple[int, ...]:
-    """The first stage of each class (same block kinds, same first / last role), in order."""
-    key = (id(spec), per_stage)
-    hit = _DISTINCT.get(key)
-    if hit is not None:
-        return hit[0]
-    seen, out, first = set(), [], 0
-    for stage, count in enumerate(per_stage):
-        sig = (stage == 0, stage == len(per_stage) - 1,
-               tuple(block_signature(spec, i) for i in range(first, first + count)))
-        first += count
-        if sig not in seen:
-            seen.add(sig)
-            out.append(stage)
-    return remember(_DISTINCT, key, tuple(out), spec)

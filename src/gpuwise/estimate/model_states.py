@@ -14,15 +14,12 @@ from dataclasses import dataclass
 
 from ..errors import InvalidArgument
 from ..memo import remember
-from ..model.spec import ModelSpec
-from .layer_ops import stage_blocks
 from ..model.params import Tensor, tensor_inventory
-from .parallel import Layout, stage_layers
+from ..model.spec import ModelSpec
+from .job import FRAMEWORKS, OPTIMIZERS, TrainJob
+from .layout import Layout
+from .pipeline import stage_blocks, stage_layers
 
-FRAMEWORKS = ("megatron", "torchtitan", "fsdp", "hf", "deepspeed")
-PRECISIONS = ("fp32", "bf16", "fp16", "bf16-pure", "fp8")
-OPTIMIZERS = ("adamw", "adamw-8bit", "sgd", "adafactor", "none")
-FINETUNE = ("full", "lora", "qlora")
 LORA_TARGETS = {"q": ("attn_q", "attn_q_a", "attn_q_b"), "k": ("attn_k", "attn_kv_a_mqa"), "v": ("attn_v", "attn_kv_b"),
                 "o": ("attn_output",), "gate": ("ffn_gate", "ffn_gate_shexp"), "up": ("ffn_up", "ffn_up_shexp"),
                 "down": ("ffn_down", "ffn_down_shexp")}
@@ -240,42 +237,35 @@ class ModelStates:
         return self.params + self.master_weights + self.grads + self.optimizer
 
 
-def model_states(spec: ModelSpec, layout: Layout, stage: int, *, framework: str, precision: str, optimizer: str,
-                 finetune: str = "full", lora_rank: int = 16, lora_targets_spec: str = "all-linear",
-                 offload: frozenset[str] = frozenset()) -> ModelStates:
+def model_states(spec: ModelSpec, layout: Layout, stage: int, job: TrainJob) -> ModelStates:
     """Model-state bytes on one rank of pipeline stage `stage` (cached: the planner asks for the same often)."""
     key = (id(spec), layout.tp, layout.ep, stage_layers(layout, spec.num_layers), stage, layout.shard_size,
-           layout.sharding, framework, precision, optimizer, finetune, lora_rank, lora_targets_spec, offload)
+           layout.sharding, job.framework, job.precision, job.optimizer, job.finetune, job.lora_rank, job.lora_targets,
+           job.offload)
     hit = _STATES_CACHE.get(key)
     if hit is not None:
         return hit[0]
-    return remember(_STATES_CACHE, key, _model_states(
-        spec, layout, stage, framework=framework, precision=precision, optimizer=optimizer, finetune=finetune,
-        lora_rank=lora_rank, lora_targets_spec=lora_targets_spec, offload=offload), spec)
+    return remember(_STATES_CACHE, key, _model_states(spec, layout, stage, job), spec)
 
 
 _STATES_CACHE: dict = {}
 
 
-def _model_states(spec: ModelSpec, layout: Layout, stage: int, *, framework: str, precision: str, optimizer: str,
-                  finetune: str, lora_rank: int, lora_targets_spec: str, offload: frozenset[str]) -> ModelStates:
-    if precision not in PRECISIONS:
-        raise InvalidArgument(f"unknown precision '{precision}'; valid: {', '.join(PRECISIONS)}")
-    if finetune not in FINETUNE:
-        raise InvalidArgument(f"unknown fine-tuning mode '{finetune}'; valid: {', '.join(FINETUNE)}")
-    lay = precision_layout(framework, precision)
+def _model_states(spec: ModelSpec, layout: Layout, stage: int, job: TrainJob) -> ModelStates:
+    precision, optimizer, finetune, offload = job.precision, job.optimizer, job.finetune, job.offload
+    lay = precision_layout(job.framework, precision)
     adapter_lay = precision_layout("hf", "bf16" if precision != "fp32" else "fp32")  # PEFT: fp32 adapters
     sh = layout.sharding_spec
     dense_n = layout.shard_size
     expert_n = max(1, dense_n // layout.ep)
     held = stage_tensors(spec, layout, stage)
-    targets = lora_targets(lora_targets_spec) if finetune != "full" else frozenset()
+    targets = lora_targets(job.lora_targets) if finetune != "full" else frozenset()
     frozen_bits = None
     if finetune == "qlora":
         from ..quant.formats import get_weight_format, tensor_bytes
 
         frozen_bits = {id(t): b * 8 / t.numel for t, b in tensor_bytes(get_weight_format("nf4-dq"), spec)}
-    frozen_working = 4.0 if precision == "fp32" else 2.0
+    frozen_working = job.element_bytes
 
     acc = dict(params=0.0, master=0.0, grads=0.0, optimizer=0.0, cpu=0.0, transient=0.0)
     trainable = 0.0
@@ -293,7 +283,7 @@ def _model_states(spec: ModelSpec, layout: Layout, stage: int, *, framework: str
             if t.role not in targets:
                 continue
             rows, cols = t.shape[0], t.shape[-1]
-            n = lora_rank * (rows + cols) * t.experts / (layout.tp if t.is_matrix else 1)  # A (r x in) + B (out x r)
+            n = job.lora_rank * (rows + cols) * t.experts / (layout.tp if t.is_matrix else 1)  # A (r x in) + B (out x r)
             parts = _tensor_states(adapter_lay, optimizer, t, n, shard, sh, offload)
         else:
             parts = _tensor_states(lay, optimizer, t, n, shard, sh, offload)

@@ -28,14 +28,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..catalog.devices import DeviceProfile, network_defaults
+from ..catalog.devices import DeviceProfile, host_copy_bytes_per_s, network_defaults
 from ..memo import remember
 from ..model.spec import ModelSpec
 from .comm import Topology
+from .flops import gemm_dtype
+from .job import TrainJob
 from .kernels import attention_s, matmul_s, memory_s
-from .layer_ops import (block_ops, block_signature, distinct_stages, head_gemm, keys_per_query, stage_blocks,
-                        unfused_attention)
-from .parallel import Layout, bubble_fraction, stage_layers
+from .layer_ops import block_ops, block_signature, head_gemm, keys_per_query, unfused_attention
+from .layout import Layout
+from .model_states import ModelStates
+from .pipeline import bubble_fraction, bubble_time_s, distinct_stages, stage_blocks, stage_layers
 
 LOSS_BYTES_PER_LOGIT = 12.0
 """Cross-entropy streams each logit about three times: the forward reads 16-bit logits and writes fp32
@@ -62,18 +65,6 @@ class StepTime:
     def bound(self) -> str:
         """The largest part of the breakdown."""
         return max(self.breakdown, key=self.breakdown.get)
-
-
-def gemm_dtype(peaks: dict[str, float], precision: str) -> str:
-    """The dtype key whose peak the training GEMMs run at (and the MFU denominator): tf32 for fp32 training, fp8
-    for fp8, fp16 for fp16, bf16 for bf16 mixed or pure (fp16 on GPUs without bf16)."""
-    if precision == "fp32":
-        return "tf32" if "tf32" in peaks else "fp32"
-    if precision == "fp8" and "fp8" in peaks:
-        return "fp8"
-    if precision == "fp16":
-        return "fp16"
-    return "bf16" if "bf16" in peaks else "fp16"
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,11 +166,8 @@ def _offload_s(profile: DeviceProfile, offload: frozenset[str], trained: float, 
     new working weights, and the updated weights come back before the next forward. Parameter offload: the shards
     come to the GPU for the forward and again for the backward, prefetched behind that compute.
     """
-    net = network_defaults()
-    gen = str(profile.gpu.pcie_gen or 4)
-    pcie = profile.host_copy_bytes_per_s or (float(net["pcie_x16_gb_s"].get(gen, net["pcie_x16_gb_s"]["4"])) * 1e9
-                                              * float(net["host_copy_efficiency"]))
-    host = float(net["host_memory_gb_s_per_gpu"]) * 1e9
+    pcie = host_copy_bytes_per_s(profile)
+    host = float(network_defaults()["host_memory_gb_s_per_gpu"]) * 1e9
     t = 0.0
     if "optimizer" in offload:
         down = trained * grad_bytes / pcie
@@ -192,22 +180,24 @@ def _offload_s(profile: DeviceProfile, offload: frozenset[str], trained: float, 
     return t
 
 
-def step_time(spec: ModelSpec, layout: Layout, *, profile: DeviceProfile, topo: Topology, framework: str,
-              precision: str, seq: int, micro_batch: int, num_microbatches: int, recompute: str,
-              params_on_rank: float, trainable_params: float, working_bytes: float,
-              grad_bytes: float, optimizer_bytes: float, frozen_base: bool = False,
-              offload: frozenset[str] = frozenset(), attention: str = "flash", tp_overlap: bool = False,
-              host_bytes: float = 0.0) -> StepTime:
+def step_time(spec: ModelSpec, layout: Layout, job: TrainJob, *, profile: DeviceProfile, topo: Topology,
+              micro_batch: int, num_microbatches: int, states: ModelStates) -> StepTime:
     """Seconds per optimizer step on the slowest pipeline stage (see the module docstring).
 
-    `host_bytes`: model states this rank keeps in host memory (offload), which the CPU optimizer step streams.
-
-    Memory-model inputs (per rank, before ZeRO/FSDP sharding): `params_on_rank`, `trainable_params`, bytes per working parameter and gradient element, and optimizer-state bytes per rank.
+    `states`: the model states of the memory model's peak rank (`TrainMemory.states`), for the sizes that data
+    parallelism moves and the optimizer streams: parameters and trainable parameters on the rank (before ZeRO/FSDP
+    sharding), bytes per working parameter and gradient element, optimizer-state bytes, and what sits in host memory
+    (offload), which the CPU optimizer step streams.
     """
-    dtype = gemm_dtype(profile.gpu.peak_flops, precision)
-    e = 4.0 if precision == "fp32" else 2.0
+    framework, recompute, offload, attention = job.framework, job.recompute, job.offload, job.attention
+    frozen_base, tp_overlap = job.frozen_base, job.tp_comm_overlap
+    params_on_rank, trainable_params = states.params_on_rank, states.trainable_params
+    working_bytes, grad_bytes = states.working_bytes_per_param, states.grad_bytes_per_param
+    optimizer_bytes, host_bytes = states.optimizer + states.master_weights, states.cpu
+    dtype = gemm_dtype(profile.gpu.peak_flops, job.precision)
+    e = job.element_bytes
     tp, cp, ep, pp, dp = layout.tp, layout.cp, layout.ep, layout.pp, layout.dp
-    seq_local = seq // cp
+    seq_local = job.seq // cp
     tokens = micro_batch * seq_local
     h = spec.hidden_size
     n = layout.num_gpus
@@ -262,9 +252,8 @@ def step_time(spec: ModelSpec, layout: Layout, *, profile: DeviceProfile, topo: 
     slowest = max(stage_fb, key=lambda s: stage_fb[s][0])
     mb_time, parts = stage_fb[slowest]
     v = layout.vpp if layout.schedule == "interleaved" else 1
-    bubble_mb = (pp - 1) / v
     breakdown = {k: m * val for k, val in parts.items()}
-    breakdown["bubble"] = bubble_mb * mb_time
+    breakdown["bubble"] = bubble_time_s(pp, v, mb_time)
 
     # Data parallelism over the dp x cp ranks that hold the same weights; placed outermost, so its stride is the
     # model-parallel ranks (tp x pp) and it crosses nodes as soon as the job does.

@@ -17,9 +17,10 @@ from ..memo import remember
 from ..model.spec import ModelSpec
 from .activations import StageActivationTerms, stage_activation_terms
 from .engines import CUBLAS_WORKSPACE_BYTES, CUDA_CONTEXT_BYTES
+from .job import TrainJob
+from .layout import Layout
 from .model_states import ModelStates, model_states, stage_tensors
-from .layer_ops import distinct_stages
-from .parallel import Layout, in_flight_microbatches, stage_layers
+from .pipeline import distinct_stages, in_flight_microbatches, stage_layers
 
 # Caching-allocator allowance on top of the allocated peak: Megatron-LM's theoretical_memory_usage.py adds 5%
 # ("buffer for optimizer and miscellaneous temporaries"). GMLake (Guo et al., ASPLOS 2024) measured 15% average
@@ -166,18 +167,19 @@ class LayoutMemory:
     every micro-batch and recompute mode of a layout, calls `peak` on one `LayoutMemory`: one implementation.
     """
 
-    __slots__ = ("spec", "layout", "seq", "e", "offload_activations", "runtime", "stages")
+    __slots__ = ("spec", "layout", "job", "seq", "e", "offload_activations", "runtime", "stages")
 
-    def __init__(self, spec: ModelSpec, layout: Layout, *, seq: int, precision: str, offload_activations: bool,
-                 stages: tuple[_Stage, ...]) -> None:
-        self.spec, self.layout, self.seq = spec, layout, seq
-        self.e = 4.0 if precision == "fp32" else 2.0
-        self.offload_activations = offload_activations
+    def __init__(self, spec: ModelSpec, layout: Layout, job: TrainJob, stages: tuple[_Stage, ...]) -> None:
+        self.spec, self.layout, self.job, self.seq = spec, layout, job, job.seq
+        self.e = job.element_bytes
+        self.offload_activations = "activations" in job.offload
         self.runtime = _runtime(layout)
         self.stages = stages
 
-    def at(self, micro_batch: int, num_microbatches: int, recompute: str = "none") -> TrainMemory:
-        """Memory on the most loaded GPU, by part (the stage and moment `peak` finds)."""
+    def at(self, micro_batch: int, num_microbatches: int, recompute: str | None = None) -> TrainMemory:
+        """Memory on the most loaded GPU, by part (the stage and moment `peak` finds); `recompute` defaults to the
+        job's."""
+        recompute = self.job.recompute if recompute is None else recompute
         _, st, backward = self.peak(micro_batch, num_microbatches, recompute)
         act = st.activations.at(micro_batch, in_flight_microbatches(self.layout, st.index, num_microbatches),
                                 recompute, self.offload_activations)
@@ -197,13 +199,15 @@ class LayoutMemory:
                            cpu=states.cpu, states=states, buffer_parts=parts, activation_in_flight=act.in_flight)
 
     def peak(self, micro_batch: int, num_microbatches: int,
-             recompute: str = "none") -> tuple[float, _Stage, float | None]:
+             recompute: str | None = None) -> tuple[float, _Stage, float | None]:
         """(total bytes, stage, bytes allocated at the backward peak or None where the optimizer step is the
         peak) of the most loaded stage: the first of the distinct stages with the largest total.
 
         The planner's inner loop: no objects built. Parts are added in `TrainMemory.total`'s order (`states_total`
-        is its first four), so that `at(...).total` equals this total exactly.
+        is its first four), so that `at(...).total` equals this total exactly. `recompute` defaults to the job's (the
+        planner asks for each mode on the job without recomputation: the stages hold the terms of every mode).
         """
+        recompute = self.job.recompute if recompute is None else recompute
         tokens = micro_batch * self.seq / self.layout.cp
         token_buffers = _token_buffers(self.spec, self.layout, e=self.e, tokens=tokens).values()
         best: tuple[float, _Stage, float | None] | None = None
@@ -230,47 +234,37 @@ _CLASS_FIELDS = attrgetter(*(f.name for f in fields(Layout) if f.name not in ("v
 set the micro-batches in flight (read from the layout itself in `LayoutMemory.peak`)."""
 
 
-def layout_memory(spec: ModelSpec, layout: Layout, *, framework: str, precision: str, optimizer: str, seq: int,
-                  finetune: str = "full", lora_rank: int = 16, lora_targets: str = "all-linear",
-                  offload: frozenset[str] = frozenset(), flash: bool = True) -> LayoutMemory:
-    """The layout's `LayoutMemory`. Its distinct stages (`_Stage`) are cached by the spec's id, the layout's fields
-    but schedule and interleaving (`_CLASS_FIELDS`) and every other argument, so that the layouts differing only in
-    those share them."""
-    key = (id(spec), _CLASS_FIELDS(layout), framework, precision, optimizer, seq, finetune, lora_rank, lora_targets,
-           offload, flash)
+def layout_memory(spec: ModelSpec, layout: Layout, job: TrainJob) -> LayoutMemory:
+    """The layout's `LayoutMemory` for `job`. Its distinct stages (`_Stage`) are cached by the spec's id, the layout's
+    fields but schedule and interleaving (`_CLASS_FIELDS`) and the job with its recompute mode left out (the stages
+    hold the terms of every mode), so that the layouts differing only in those share them."""
+    key = (id(spec), _CLASS_FIELDS(layout), job.framework, job.precision, job.optimizer, job.seq, job.finetune,
+           job.lora_rank, job.lora_targets, job.offload, job.attention)
     hit = _STAGES.get(key)
     if hit is not None:
         stages = hit[0]
     else:
         stages = remember(_STAGES, key, tuple(
-            _stage(spec, layout, stage, framework=framework, precision=precision, optimizer=optimizer, seq=seq,
-                   finetune=finetune, lora_rank=lora_rank, lora_targets=lora_targets, offload=offload, flash=flash)
-            for stage in distinct_stages(spec, stage_layers(layout, spec.num_layers))), spec)
-    return LayoutMemory(spec, layout, seq=seq, precision=precision, offload_activations="activations" in offload,
-                        stages=stages)
+            _stage(spec, layout, stage, job) for stage in distinct_stages(spec, stage_layers(layout, spec.num_layers))),
+            spec)
+    return LayoutMemory(spec, layout, job, stages)
 
 
-def train_memory(spec: ModelSpec, layout: Layout, *, framework: str, precision: str, optimizer: str, seq: int,
-                 micro_batch: int, num_microbatches: int, recompute: str = "none", finetune: str = "full",
-                 lora_rank: int = 16, lora_targets: str = "all-linear", offload: frozenset[str] = frozenset(),
-                 flash: bool = True) -> TrainMemory:
-    """Memory on the most loaded GPU (every distinct pipeline stage evaluated).
+def train_memory(spec: ModelSpec, layout: Layout, job: TrainJob, *, micro_batch: int,
+                 num_microbatches: int) -> TrainMemory:
+    """Memory on the most loaded GPU (every distinct pipeline stage evaluated), with the job's recompute mode.
 
     Stages holding the same kinds of blocks, neither first nor last, differ only in the micro-batches in flight,
     which never grow with the stage index: the first of them is the largest, the others are skipped.
     """
-    return layout_memory(spec, layout, framework=framework, precision=precision, optimizer=optimizer, seq=seq,
-                         finetune=finetune, lora_rank=lora_rank, lora_targets=lora_targets, offload=offload,
-                         flash=flash).at(micro_batch, num_microbatches, recompute)
+    return layout_memory(spec, layout, job).at(micro_batch, num_microbatches)
 
 
-def _stage(spec: ModelSpec, layout: Layout, stage: int, *, framework: str, precision: str, optimizer: str, seq: int,
-           finetune: str, lora_rank: int, lora_targets: str, offload: frozenset[str], flash: bool) -> _Stage:
+def _stage(spec: ModelSpec, layout: Layout, stage: int, job: TrainJob) -> _Stage:
     """The micro-batch-independent parts of pipeline stage `stage`."""
-    states = model_states(spec, layout, stage, framework=framework, precision=precision, optimizer=optimizer,
-                          finetune=finetune, lora_rank=lora_rank, lora_targets_spec=lora_targets, offload=offload)
-    terms = stage_activation_terms(spec, layout, stage, framework=framework, precision=precision, seq=seq,
-                                   flash=flash)
+    framework, optimizer, offload = job.framework, job.optimizer, job.offload
+    states = model_states(spec, layout, stage, job)
+    terms = stage_activation_terms(spec, layout, stage, job)
     # FSDP units (torchtitan's wrapping): each block, the token embedding, and the final norm + LM head.
     held = stage_tensors(spec, layout, stage)
     unit = max(states.layer_params, held.embedding, held.head)
@@ -291,12 +285,8 @@ def _stage(spec: ModelSpec, layout: Layout, stage: int, *, framework: str, preci
                   step_total=step_total)
 
 
-def _stage_memory(spec: ModelSpec, layout: Layout, stage: int, *, framework: str, precision: str, optimizer: str,
-                  seq: int, micro_batch: int, num_microbatches: int, recompute: str, finetune: str, lora_rank: int,
-                  lora_targets: str, offload: frozenset[str], flash: bool) -> TrainMemory:
+def _stage_memory(spec: ModelSpec, layout: Layout, stage: int, job: TrainJob, *, micro_batch: int,
+                  num_microbatches: int) -> TrainMemory:
     """Memory on a rank of pipeline stage `stage` (any stage, distinct or not; for checks of the grouping)."""
-    st = _stage(spec, layout, stage, framework=framework, precision=precision, optimizer=optimizer, seq=seq,
-                finetune=finetune, lora_rank=lora_rank, lora_targets=lora_targets, offload=offload, flash=flash)
-    lm = LayoutMemory(spec, layout, seq=seq, precision=precision, offload_activations="activations" in offload,
-                      stages=(st,))
-    return lm.at(micro_batch, num_microbatches, recompute)
+    lm = LayoutMemory(spec, layout, job, (_stage(spec, layout, stage, job),))
+    return lm.at(micro_batch, num_microbatches)

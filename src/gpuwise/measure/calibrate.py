@@ -443,7 +443,7 @@ def _fit(gpu: GPU | None, dtype: str, points: list[GemmPoint], copy_bytes_per_s:
 
 def profile_doc(c: Calibration) -> dict:
     """The device profile `load_profile` reads (catalog/devices.py), with what was measured and how."""
-    from .. import __version__
+    from ..version import __version__
 
     doc: dict = {"kind": PROFILE_KIND, "gpu": c.gpu.id if c.gpu else None, "device_name": c.device_name}
     eff = {d.dtype: d.fitted_efficiency for d in c.dtypes if d.fitted_efficiency is not None}
@@ -512,7 +512,7 @@ def cli_main(args) -> str:
     from .calibrate_report import render, to_dict
 
     if args.json:
-        from ..report.json_out import dumps
+        from ..schema import dumps
 
         doc = to_dict(c)
         doc["saved"] = str(saved) if saved else None

@@ -8,7 +8,7 @@ from .calibrate import Calibration, GemmPoint, profile_doc
 
 
 def to_dict(c: Calibration) -> dict:
-    from ..report.json_out import SCHEMA_VERSION
+    from ..schema import SCHEMA_VERSION
 
     def point(p: GemmPoint) -> dict:
         return {"m": p.m, "n": p.n, "k": p.k, "tflops": p.tflops, **p.stats.to_dict(), "predicted_s": p.predicted_s}
@@ -35,10 +35,10 @@ def _reference_gb_s(c: Calibration, kind: str) -> float | None:
         return None
     if kind in ("copy", "read"):
         return c.gpu.memory_bandwidth_bytes_per_s / 1e9 if c.gpu.memory_bandwidth_bytes_per_s else None
-    from ..catalog.devices import network_defaults
+    from ..catalog.devices import pcie_x16_bytes_per_s
 
-    table = network_defaults()["pcie_x16_gb_s"]
-    return float(table[str(c.gpu.pcie_gen)]) if c.gpu.pcie_gen and str(c.gpu.pcie_gen) in table else None
+    rate = pcie_x16_bytes_per_s(c.gpu)
+    return rate / 1e9 if rate is not None else None
 
 
 def _pct(x: float | None) -> str:

@@ -42,11 +42,9 @@ from pathlib import Path
 
 from ..errors import GpuwiseError, InvalidArgument, require_positive_int, suggest
 from ..estimate.comm import COLLECTIVES, bus_factor
+from ..units import GB, GiB, KiB, MiB  # GB: nccl-tests' GB/s are 1e9 bytes per second (`*_busbw_gb_s`)
 
 WHAT = "gpuwise bench comm"
-GB = 1e9
-"""nccl-tests' GB/s: 1e9 bytes per second (the unit of `*_busbw_gb_s` in the profile)."""
-KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
 DEFAULT_FILE = "gpuwise-network.json"
 PROFILE_KIND = "gpuwise-network-profile"
 DTYPE = "fp32"
@@ -68,10 +66,10 @@ class Defaults:
     warmup: int
 
 
-GPU_DEFAULTS = Defaults(8 * KIB, 1 * GIB, 20, 5)
-CPU_DEFAULTS = Defaults(8 * KIB, 64 * MIB, 20, 5)
+GPU_DEFAULTS = Defaults(8 * KiB, 1 * GiB, 20, 5)
+CPU_DEFAULTS = Defaults(8 * KiB, 64 * MiB, 20, 5)
 """gloo over loopback moves ~1 GB/s: 64 MiB keeps a default CPU run near half a minute."""
-QUICK_DEFAULTS = Defaults(8 * KIB, 4 * MIB, 5, 2)
+QUICK_DEFAULTS = Defaults(8 * KiB, 4 * MiB, 5, 2)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -489,7 +487,7 @@ def _job_index(op: str, group, plan: Plan) -> int:
 
 
 def _human(n: int) -> str:
-    for unit, size in (("GiB", GIB), ("MiB", MIB), ("KiB", KIB)):
+    for unit, size in (("GiB", GiB), ("MiB", MiB), ("KiB", KiB)):
         if n >= size:
             v = n / size
             return f"{v:.0f} {unit}" if v == int(v) else f"{v:.2f} {unit}"
@@ -506,7 +504,7 @@ def cli_main(args) -> str | None:
         return None
     saved = save(result, plan.save) if plan.save is not None else None
     if plan.json:
-        from ..report.json_out import dumps
+        from ..schema import dumps
 
         return dumps(to_dict(result, saved))
     return render(result, saved)

@@ -7,9 +7,17 @@ import os
 from pathlib import Path
 
 from ..errors import GpuwiseError
-from .comm_bench import (ELT_BYTES, FACTOR_TEXT, MIB, PEAK_OVER_LARGEST, PROFILE_KIND, CommBenchResult, OpResult,
-                         Row, _human)
-
+from ..units import MiB
+from .comm_bench import (
+    ELT_BYTES,
+    FACTOR_TEXT,
+    PEAK_OVER_LARGEST,
+    PROFILE_KIND,
+    CommBenchResult,
+    OpResult,
+    Row,
+    _human,
+)
 
 
 def _time_us(t_s: float) -> str:
@@ -51,7 +59,7 @@ def render(result: CommBenchResult, saved: str | None = None) -> str:
         lines.append(f"  {key:<24} {'not measured' if v is None else f'{v:.4g} {unit}'}")
     lines += [f"  ({h})" for h in f.how]
     world = next((o for o in r.ops if o.op == "all_reduce"), None)
-    if world and world.rows and r.device != "cpu" and world.rows[-1].size_bytes < 256 * MIB:
+    if world and world.rows and r.device != "cpu" and world.rows[-1].size_bytes < 256 * MiB:
         lines.append(f"  note: largest message {_human(world.rows[-1].size_bytes)}; NCCL busbw keeps rising up to "
                      "hundreds of MiB, so these figures understate the plateau (use --max-bytes 1073741824)")
     if r.device == "cpu":
@@ -76,7 +84,7 @@ def _op_dict(o: OpResult) -> dict:
 
 
 def to_dict(result: CommBenchResult, saved: str | None = None) -> dict:
-    from ..report.json_out import SCHEMA_VERSION
+    from ..schema import SCHEMA_VERSION
 
     r = result
     return {
@@ -101,7 +109,7 @@ def to_dict(result: CommBenchResult, saved: str | None = None) -> dict:
 
 def network_profile(result: CommBenchResult) -> dict:
     """The file `--save` writes: provenance, and the `network` keys `catalog.devices.network_overrides` reads."""
-    from .. import __version__
+    from ..version import __version__
 
     r = result
     largest = max((row.size_bytes for o in r.ops if o.op == "all_reduce" for row in o.rows), default=None)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..units import GiB
 from .rules import Finding, RuleContext
 
 SAMPLER_FIELDS = (("samples", "nvml_samples"), ("duration_s", "nvml_duration_s"),
@@ -51,7 +52,7 @@ def _dur(s: float | None) -> str:
 
 
 def _gib(b: float | None) -> str:
-    return "unknown" if b is None else f"{b / 2**30:.2f} GiB"
+    return "unknown" if b is None else f"{b / GiB:.2f} GiB"
 
 
 def _share(x: float | None) -> str:
@@ -163,7 +164,7 @@ class TrackerSummary:
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
-        from ..report.json_out import SCHEMA_VERSION  # local: the report package loads the planners
+        from ..schema import SCHEMA_VERSION
 
         nvml = None if self.nvml_samples is None else {dst: getattr(self, dst) for _, dst in SAMPLER_FIELDS}
         return {

@@ -48,7 +48,8 @@ from typing import Any, Callable, Iterable, Iterator
 
 from ..errors import InvalidArgument, require_positive_int, require_positive_number
 from ._deps import float32_matmul_precision
-from .rules import RuleContext, findings as run_rules
+from .rules import RuleContext
+from .rules import findings as run_rules
 
 DEFAULT_HISTORY = 10_000
 """Steps kept for summaries (~250 bytes each, ~2.5 MB): hours of training at a step per second; older steps drop
@@ -251,9 +252,8 @@ class Tracker:
         kw: the other Tracker options (clock, sync, sampler, history, ...).
         """
         from ..catalog.models import LoadedModel, load_model
-        from ..estimate.flops import CONVENTIONS, RECOMPUTE, step_flops
-        from ..estimate.model_states import PRECISIONS
-        from ..estimate.step_time import gemm_dtype
+        from ..estimate.flops import gemm_dtype, step_flops
+        from ..estimate.job import CONVENTIONS, PRECISIONS, RECOMPUTE
 
         require_positive_int("seq", seq, 1 << 24)
         require_positive_int("batch", batch, 1 << 24)

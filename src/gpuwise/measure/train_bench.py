@@ -24,8 +24,6 @@ from ..jsonfile import read_json_object
 from . import dist
 from ._deps import set_tf32
 
-GIB = 2**30
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BenchConfig:
@@ -259,8 +257,13 @@ def _tensor_parallel(torch, model, tp_mesh, cfg: BenchConfig) -> None:
     """torchtitan's Llama plan: q/k/v, gate/up column-wise, o/down row-wise, vocab-parallel embedding and head;
     with --sp the norms run on sequence shards and the linears' inputs are all-gathered along the sequence."""
     from torch.distributed.tensor import Replicate, Shard
-    from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, RowwiseParallel,
-                                                   SequenceParallel, parallelize_module)
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        PrepareModuleInput,
+        RowwiseParallel,
+        SequenceParallel,
+        parallelize_module,
+    )
 
     spec = cfg.model.spec
     between = Shard(1) if cfg.sp else Replicate()
@@ -466,7 +469,7 @@ def cli_main(args) -> str | None:
     from .train_report import render, to_dict
 
     if args.json:
-        from ..report.json_out import dumps
+        from ..schema import dumps
 
         return dumps(to_dict(r))
     return render(r)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from .train_bench import GIB, BenchConfig, BenchResult
+from ..units import GiB
+from .train_bench import BenchConfig, BenchResult
 
 
 def _rows(r: BenchResult) -> list[tuple[str, float | None, float | None, str]]:
@@ -27,7 +28,7 @@ def _fmt(x: float | None, unit: str) -> str:
     if x is None:
         return "unknown"
     if unit == "GiB":
-        return f"{x / GIB:,.2f} GiB"
+        return f"{x / GiB:,.2f} GiB"
     if unit == "":
         return f"{x:.1%}"
     if unit == "s":
@@ -84,7 +85,7 @@ def _flags(cfg: BenchConfig) -> str:
 
 
 def to_dict(r: BenchResult) -> dict:
-    from ..report.json_out import SCHEMA_VERSION
+    from ..schema import SCHEMA_VERSION
 
     cfg = r.config
     comparison = {}

@@ -13,13 +13,13 @@ import time
 from datetime import datetime
 from typing import Any, Callable, Mapping, Sequence, TextIO
 
+from ..units import GiB
 from ._deps import MeasureUnavailable
 from .nvml import GpuSnapshot, load_nvml, snapshot
 
 NOTE = ("GPU-Util is the share of time at least one kernel was running, not how busy the SMs are: "
         "100% can still be a few % of peak FLOP/s (MFU). See `gpuwise explain mfu`.")
 
-GIB = 2**30
 CLEAR = "\x1b[H\x1b[2J"  # cursor home, clear the screen
 
 
@@ -39,8 +39,8 @@ def _gpu_label(s: GpuSnapshot) -> str:
 
 
 def _memory(s: GpuSnapshot) -> str:
-    text = _pair(None if s.memory_used_bytes is None else s.memory_used_bytes / GIB,
-                 None if s.memory_total_bytes is None else s.memory_total_bytes / GIB, "{:.1f}", "GiB")
+    text = _pair(None if s.memory_used_bytes is None else s.memory_used_bytes / GiB,
+                 None if s.memory_total_bytes is None else s.memory_total_bytes / GiB, "{:.1f}", "GiB")
     if s.memory_used_bytes is not None and s.memory_total_bytes:
         text += f" ({100 * s.memory_used_bytes / s.memory_total_bytes:.0f}%)"
     return text
@@ -62,7 +62,7 @@ def render(snapshots: Sequence[GpuSnapshot], *, now: datetime | None = None) -> 
     lines += _table(["GPU", "Name", "Util", "Memory used / total", "Power / limit", "Temp", "SM clock / max",
                      "Mem clock"], rows)
     procs = [[_gpu_label(s), str(p.pid), _na(p.name),
-              _na(None if p.used_memory_bytes is None else p.used_memory_bytes / GIB, "{:.2f} GiB")]
+              _na(None if p.used_memory_bytes is None else p.used_memory_bytes / GiB, "{:.2f} GiB")]
              for s in snapshots for p in s.processes]
     lines.append("")
     lines += _table(["GPU", "PID", "Process", "GPU memory"], procs) if procs else ["Processes: none reported"]
@@ -71,7 +71,7 @@ def render(snapshots: Sequence[GpuSnapshot], *, now: datetime | None = None) -> 
 
 def to_dict(snapshots: Sequence[GpuSnapshot], *, now: datetime | None = None) -> dict[str, Any]:
     """One refresh as a JSON document: nvml.GpuSnapshot's fields (units in the keys), null when unknown."""
-    from ..report.json_out import SCHEMA_VERSION
+    from ..schema import SCHEMA_VERSION
 
     gpus = []
     for s in snapshots:

@@ -6,7 +6,7 @@ from typing import Callable
 
 from ..errors import ConfigError
 from .hf_fields import Cfg, common_llama_like, dtype, head_dim, layer_types, sliding
-from .spec import FULL, SLIDING, MLASpec, MoESpec, ModelSpec
+from .spec import FULL, SLIDING, MLASpec, ModelSpec, MoESpec
 
 
 def _llama(cfg: Cfg) -> ModelSpec:

@@ -9,6 +9,7 @@ from ..errors import ConfigError
 from .hf_defaults import CLASS_DEFAULTS
 from .spec import FULL, SLIDING
 
+
 class Cfg:
     """Typed access to a config dict with the family's defaults and clear errors."""
 

@@ -17,11 +17,11 @@ from dataclasses import dataclass, replace
 
 from ..catalog.gpus import GPU, all_gpus
 from ..errors import GpuwiseError, require_positive_number
-from ..estimate.parallel import PARAM_OFFLOAD_SHARDINGS, divisors
+from ..estimate.layout import PARAM_OFFLOAD_SHARDINGS, divisors
 from ..estimate.train_memory import FRAGMENTATION_RISK
+from ..units import GiB
 from .train import TrainRequest, TrainResult, train
 
-GIB = 2**30
 RECOMPUTE_LADDER = ("none", "selective", "full")
 ZERO_LADDER = (0, 1, 2, 3)
 HEADROOM_NOTE = FRAGMENTATION_RISK  # GMLake (ASPLOS 2024): 15% average fragmentation
@@ -98,7 +98,7 @@ def doctor(req: TrainRequest, *, oom_at_gib: float | None = None) -> DoctorResul
     observed = None
     if oom_at_gib is not None:
         require_positive_number("--oom-at-gib", oom_at_gib, 1e6)
-        observed = oom_at_gib * GIB
+        observed = oom_at_gib * GiB
     offset = max(0.0, observed - predicted) if observed is not None else 0.0
     t0 = base.perf.step.step_time_s
 
@@ -110,12 +110,12 @@ def doctor(req: TrainRequest, *, oom_at_gib: float | None = None) -> DoctorResul
         mem = r.memory.total + offset
         shown = {k: (v.id if isinstance(v, GPU) else v) for k, v in options.items()}
         if r.memory.cpu > 0:
-            note = "; ".join(w for w in (note, f"{r.memory.cpu / GIB:.1f} GiB of host memory per GPU") if w)
+            note = "; ".join(w for w in (note, f"{r.memory.cpu / GiB:.1f} GiB of host memory per GPU") if w)
         return Remedy(name, change, shown, mem, r.perf.step.step_time_s, r.perf.step.step_time_s / t0 - 1,
                       mem <= r.request.gpu.memory_bytes, changes_job, r.request.gpu.memory_bytes, note)
 
     found = [x for x in _single_changes(req, base, remedy) if x is not None
-             and (x.memory_bytes < predicted + offset - 0.5 * GIB / 1024 or x.name == "bigger-gpu")]
+             and (x.memory_bytes < predicted + offset - 0.5 * GiB / 1024 or x.name == "bigger-gpu")]
     ranked = sorted(found, key=lambda x: (not x.fits, x.changes_job, x.slowdown if x.fits else -x.saved_bytes(
         predicted + offset)))
     combo = _combination(req, base, remedy)
@@ -232,7 +232,7 @@ def _bigger_gpu(req: TrainRequest, remedy):
     """The smallest bigger GPU on which the job fits as it is (or the biggest, if none does)."""
     last = None
     for g in _bigger_gpus(req):
-        last = remedy("bigger-gpu", f"{req.gpu.name} -> {g.name} ({g.memory_bytes / GIB:.0f} GiB)",
+        last = remedy("bigger-gpu", f"{req.gpu.name} -> {g.name} ({g.memory_bytes / GiB:.0f} GiB)",
                       changes_job=True, gpu=g)
         if last is not None and last.fits:
             break
@@ -310,7 +310,7 @@ def _describe(req: TrainRequest, changes: dict) -> str:
 
 
 def _verdict(req: TrainRequest, needed: float, capacity: float, ranked: list[Remedy], combo: Remedy | None) -> str:
-    gib = GIB
+    gib = GiB
     if needed <= capacity:
         left = capacity - needed
         tight = " (tight: within the allocator's usual fragmentation)" if needed * (1 + HEADROOM_NOTE) > capacity else ""

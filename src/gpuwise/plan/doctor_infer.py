@@ -13,7 +13,8 @@ from dataclasses import dataclass, replace
 
 from ..errors import GpuwiseError, require_positive_number
 from ..estimate.train_memory import FRAGMENTATION_RISK
-from .doctor import GIB, Diagnosis, Remedy, _bigger_gpus
+from ..units import GiB
+from .doctor import Diagnosis, Remedy, _bigger_gpus
 from .fit import FitRequest, fit
 from .infer import InferRequest, infer
 
@@ -51,7 +52,7 @@ def doctor_infer(req: FitRequest, *, oom_at_gib: float | None = None) -> InferDo
     observed = None
     if oom_at_gib is not None:
         require_positive_number("--oom-at-gib", oom_at_gib, 1e6)
-        observed = oom_at_gib * GIB
+        observed = oom_at_gib * GiB
     offset = max(0.0, observed - predicted) if observed is not None else 0.0
     t0 = _tpot(req, base.context)
     req = replace(req, context=base.context)
@@ -83,9 +84,9 @@ def doctor_infer(req: FitRequest, *, oom_at_gib: float | None = None) -> InferDo
     needed, cap = predicted + offset, base.estimate.budget_bytes
     if needed <= cap:
         tight = " (tight)" if needed * (1 + FRAGMENTATION_RISK) > cap else ""
-        verdict = f"fits: {needed / GIB:.1f} of the {cap / GIB:.1f} GiB {req.engine} uses{tight}"
+        verdict = f"fits: {needed / GiB:.1f} of the {cap / GiB:.1f} GiB {req.engine} uses{tight}"
     else:
-        verdict = (f"does not fit: needs {needed / GIB:.1f} GiB on {req.gpu.name} ({cap / GIB:.1f} GiB usable by "
+        verdict = (f"does not fit: needs {needed / GiB:.1f} GiB on {req.gpu.name} ({cap / GiB:.1f} GiB usable by "
                    f"{req.engine})")
         best = combo or next((x for x in ranked if x.fits), None)
         verdict += f"; least slowdown that fits: {best.change}" if best is not None else "; no single remedy fits"
@@ -143,7 +144,7 @@ def _single_changes(req: FitRequest, base, remedy):
                 break
     last = None
     for g in _bigger_gpus(replace(req, gpu=req.gpu)):
-        last = remedy("bigger-gpu", f"{req.gpu.name} -> {g.name} ({g.memory_bytes / GIB:.0f} GiB)", True, gpu=g)
+        last = remedy("bigger-gpu", f"{req.gpu.name} -> {g.name} ({g.memory_bytes / GiB:.0f} GiB)", True, gpu=g)
         if last is not None and last.fits:
             break
     if last is not None:

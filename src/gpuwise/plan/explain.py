@@ -22,7 +22,7 @@ from ..catalog._toml import load_toml
 from ..catalog.gpus import GPU, get_gpu
 from ..catalog.models import LoadedModel, load_model
 from ..errors import GpuwiseError, suggest
-from ..estimate.parallel import bubble_fraction
+from ..estimate.pipeline import bubble_fraction
 from ..units import GB, fmt_count, fmt_gib
 
 DEFAULT_GPU = "h100-sxm"
@@ -182,8 +182,8 @@ def _decode_intensity(m: LoadedModel, g: GPU, batch: int) -> tuple[float, float]
 
 def _state_bytes_per_param(framework: str, sharding: str, num_gpus: int, shard_group: int | None = None) -> float:
     """Model-state bytes per parameter on one GPU (bf16 mixed precision, AdamW), from the memory model."""
+    from ..estimate.layout import Layout
     from ..estimate.model_states import bytes_per_param
-    from ..estimate.parallel import Layout
 
     layout = Layout(num_gpus=num_gpus, sharding=sharding, shard_group=shard_group)
     return sum(bytes_per_param(framework=framework, precision="bf16", optimizer="adamw", layout=layout).values())
@@ -191,12 +191,9 @@ def _state_bytes_per_param(framework: str, sharding: str, num_gpus: int, shard_g
 
 def _pcie_one_way(g: GPU) -> float | None:
     """PCIe x16 bytes/s in one direction for the GPU's PCIe generation (catalog network defaults)."""
-    from ..catalog.devices import network_defaults
+    from ..catalog.devices import pcie_x16_bytes_per_s
 
-    table = network_defaults()["pcie_x16_gb_s"]
-    if g.pcie_gen is None or str(g.pcie_gen) not in table:
-        return None
-    return float(table[str(g.pcie_gen)]) * GB
+    return pcie_x16_bytes_per_s(g)
 
 
 def _layer_activation_bytes(m: LoadedModel, *, seq: int, t: int = 1, sp: bool = False, recompute: str) -> float:
@@ -439,7 +436,7 @@ def _n_tensor_parallelism(g: GPU, m: LoadedModel | None) -> list[Fact]:
         out.append((None, None, f"{g.id} has no NVLink in the catalog: TP's per-layer all-reduces go over PCIe."))
     if m is None:
         return out + [_need_model("the tensor-parallel degrees it allows")]
-    from ..estimate.parallel import divisors
+    from ..estimate.layout import divisors
 
     s = m.spec
     ok = [t for t in divisors(s.num_heads) if t <= per_node
@@ -493,7 +490,7 @@ def _n_pipeline_parallelism(g: GPU, m: LoadedModel | None) -> list[Fact]:
     out = _bubble_lines(BUBBLE_EXAMPLES[1:4])
     if m is None:
         return out + [_need_model("the pipeline degrees that split its layers evenly")]
-    from ..estimate.parallel import divisors
+    from ..estimate.layout import divisors
 
     ok = [d for d in divisors(m.spec.num_layers) if d > 1]
     out += [_model_fact(m), ("num_layers", m.spec.num_layers, None), ("even_pp_degrees", ", ".join(map(str, ok)), None)]
@@ -675,8 +672,8 @@ def _n_offload(g: GPU, m: LoadedModel | None) -> list[Fact]:
         out.append((None, None, line + "."))
     if m is None:
         return out + [_need_model("how much host memory and PCIe traffic offloading it takes")]
+    from ..estimate.layout import Layout
     from ..estimate.model_states import bytes_per_param
-    from ..estimate.parallel import Layout
 
     d = bytes_per_param(framework="deepspeed", precision="bf16", optimizer="adamw", layout=Layout(num_gpus=1))
     n = _params(m)
@@ -772,7 +769,7 @@ def render(e: Explanation) -> str:
 
 def to_dict(e: Explanation) -> dict:
     """The `--json` document (schema_version as every gpuwise document)."""
-    from ..report.json_out import SCHEMA_VERSION
+    from ..schema import SCHEMA_VERSION
 
     return {"schema_version": SCHEMA_VERSION, "command": "explain", "term": e.term, "title": e.title, "text": e.text,
             "aliases": list(e.aliases), "numbers": dict(e.numbers), "facts": list(e.facts),

@@ -18,6 +18,7 @@ from ..estimate.inference_memory import InferenceMemory, inference_memory
 from ..estimate.kv_cache import kv_bytes_per_token
 from ..model.params import ParamCounts, param_counts
 from ..quant.formats import WeightFormat, default_weight_format, get_weight_format, to_gguf
+from ..units import GiB
 
 MAX_CONTEXT_SEARCH = 1 << 24  # 16M tokens: beyond any model's context today
 MAX_BATCH_SEARCH = 1 << 20
@@ -196,7 +197,7 @@ def fit(req: FitRequest) -> FitResult:
         f"weights {w.name}: {w_reason}",
         f"KV cache {kv.name}: {kv_reason}",
         f"context {context:,} tokens per sequence (prompt + output): {context_reason}",
-        f"GPU memory {req.gpu.memory_bytes / 2**30:.2f} GiB ({req.gpu.memory_bytes_source})",
+        f"GPU memory {req.gpu.memory_bytes / GiB:.2f} GiB ({req.gpu.memory_bytes_source})",
     ]
     if max_pos and context > max_pos:
         assumptions.append(f"context exceeds the model's trained maximum ({max_pos:,}); it needs RoPE scaling")

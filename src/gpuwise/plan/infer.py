@@ -11,16 +11,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
-from ..catalog.devices import DeviceProfile, network_overrides, rental_price
+from ..catalog.devices import DeviceProfile, device_profile, network_overrides, rental_price
 from ..catalog.gpus import GPU
 from ..catalog.models import LoadedModel
 from ..errors import InvalidArgument, require_positive_int, require_positive_number
 from ..estimate.comm import Topology, topology
-from ..estimate.inference_memory import inference_memory
 from ..estimate.infer_time import ENGINES, EnginePerf, PassTime, engine_perf, forward_pass_s
+from ..estimate.inference_memory import inference_memory
 from ..quant.formats import tensor_bytes
 from .fit import FitRequest, FitResult, fit
-from .train import device_profile
 
 MAX_TOKENS = 1 << 22
 SAMPLE_CURVE = (1, 2, 4, 8, 16, 32, 64, 128)

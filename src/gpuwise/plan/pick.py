@@ -23,13 +23,13 @@ from dataclasses import dataclass, field, replace
 from ..catalog.devices import rental_price
 from ..catalog.gpus import GPU, all_gpus
 from ..catalog.models import LoadedModel
-from ..estimate.comm import topology
 from ..errors import GpuwiseError, InvalidArgument, require_positive_int, require_positive_number
+from ..estimate.comm import topology
+from ..units import GiB
 
 TASKS = ("infer", "train", "finetune")
 OBJECTIVES = ("cost", "speed")
 RULES = ("memory", "communication", "budget", "headroom")
-GIB = 2**30
 ENGINE_VENDORS = {"vllm": ("nvidia", "amd"), "hf": ("nvidia", "amd"), "trtllm": ("nvidia",),
                   "llamacpp": ("nvidia", "amd", "apple")}
 TRAIN_VENDORS = ("nvidia", "amd")
@@ -253,9 +253,9 @@ def _judge(req: PickRequest, kind: list[Candidate]) -> list[Candidate]:
     fastest_smaller: Candidate | None = None
     for c in kind:
         if not c.fits:
-            need = f"{c.memory_bytes / GIB:.1f} GiB per GPU" if c.memory_bytes else "more than it has"
+            need = f"{c.memory_bytes / GiB:.1f} GiB per GPU" if c.memory_bytes else "more than it has"
             out.append(replace(c, rule="memory", reason=f"needs {need}; {c.gpu.name} has "
-                                                        f"{c.gpu.memory_bytes / GIB:.1f} GiB"))
+                                                        f"{c.gpu.memory_bytes / GiB:.1f} GiB"))
             continue
         if fastest_smaller is not None and (c.tokens_per_s or 0) <= (fastest_smaller.tokens_per_s or 0):
             out.append(replace(c, rule="communication", reason=(
@@ -274,7 +274,7 @@ def _judge(req: PickRequest, kind: list[Candidate]) -> list[Candidate]:
                 continue
         if req.headroom > 0 and c.memory_bytes is not None and c.headroom_bytes < req.headroom * c.gpu.memory_bytes:
             out.append(replace(c, rule="headroom", reason=(
-                f"{c.headroom_bytes / GIB:.1f} GiB free of {c.gpu.memory_bytes / GIB:.1f} GiB, under the "
+                f"{c.headroom_bytes / GiB:.1f} GiB free of {c.gpu.memory_bytes / GiB:.1f} GiB, under the "
                 f"{req.headroom:.0%} kept for longer contexts, bigger batches and fragmentation")))
             continue
         out.append(c)
@@ -367,11 +367,11 @@ def _train_setup(req: PickRequest, gpu: GPU, n: int, reserve: float) -> tuple[fl
         precision = "fp16"  # what people run on GPUs without bf16 tensor cores (V100, T4)
     seq, batch = req.train_seq, req.train_batch
     if finetune == "full":
-        from .search import PlanRequest, describe, plan
+        from .planner import PlanRequest, describe, plan
 
         framework = "torchtitan" if req.task == "train" else "fsdp"
         res = plan(PlanRequest(model=req.model, gpu=gpu, num_gpus=n, seq=seq, global_batch=batch, top=1,
-                               framework=framework, precision=precision, reserve_gib=reserve / GIB))
+                               framework=framework, precision=precision, reserve_gib=reserve / GiB))
         if not res.plans:
             return None
         p = res.plans[0]
@@ -383,7 +383,7 @@ def _finetune_adapters(req: PickRequest, gpu: GPU, n: int, seq: int, batch: int,
                        budget: float) -> tuple[float, float, str, int] | None:
     """LoRA/QLoRA with transformers + PEFT, data parallel over n: the fastest (recompute, micro-batch) within
     `budget` bytes per GPU."""
-    from ..estimate.parallel import divisors
+    from ..estimate.layout import divisors
     from .train import TrainRequest, train
 
     if batch % n:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..catalog.devices import device_profile
 from ..catalog.gpus import GPU
 from ..catalog.models import LoadedModel
 from ..errors import InvalidArgument, require_positive_int
-from ..estimate.roofline import PHASES, Roofline, roofline as _roofline
-from .train import device_profile
+from ..estimate.roofline import PHASES, Roofline
+from ..estimate.roofline import roofline as _roofline
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

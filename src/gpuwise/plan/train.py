@@ -8,84 +8,126 @@ that fits. The performance model (step time, MFU) builds on the same request and
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal, get_args
 
-from ..catalog.devices import DeviceProfile, default_profile, load_profile, network_overrides, rental_price
+from ..catalog.devices import DeviceProfile, rental_price
 from ..catalog.gpus import GPU
 from ..catalog.models import LoadedModel
 from ..errors import InvalidArgument, require_positive_int, require_positive_number
-from ..estimate.activations import RECOMPUTE
-from ..estimate.comm import Topology, topology
-from ..estimate.step_time import StepTime, gemm_dtype, step_time
-from ..estimate.flops import CONVENTIONS, StepFlops, step_flops
-from ..estimate.model_states import FINETUNE, FRAMEWORKS, OPTIMIZERS, PRECISIONS, lora_targets
-from ..estimate.parallel import PARAM_OFFLOAD_SHARDINGS, SCHEDULES, Layout, divisors, validate_layout
+from ..estimate.comm import Topology
+from ..estimate.flops import StepFlops, gemm_dtype, job_flops, utilization
+from ..estimate.job import (
+    Attention,
+    Finetune,
+    FlopsConvention,
+    Framework,
+    OffloadTarget,
+    Optimizer,
+    Precision,
+    Recompute,
+    TrainJob,
+    job_default,
+)
+from ..estimate.layout import PARAM_OFFLOAD_SHARDINGS, Layout, Schedule, divisors
+from ..estimate.model_states import lora_targets
+from ..estimate.parallel import validate_layout
+from ..estimate.step_time import StepTime, step_time
+from ..estimate.train_memory import FRAGMENTATION_RISK, TrainMemory, layout_memory
 from ..model.params import ParamCounts, param_counts
-from ..estimate.train_memory import FRAGMENTATION_RISK, TrainMemory, train_memory
-from ..memo import remember
+from .cluster import cluster
 
-FSDP_MODES = {"full": "fsdp-full", "grad-op": "fsdp-grad-op", "no-reshard": "fsdp-no-reshard", "hybrid": "hsdp"}
-ZERO_STAGES = {0: "ddp", 1: "zero1", 2: "zero2", 3: "zero3"}
-OFFLOAD = ("optimizer", "params", "activations")
+FsdpMode = Literal["full", "grad-op", "no-reshard", "hybrid"]
+ZeroStage = Literal[0, 1, 2, 3]
+FSDP_MODES = dict(zip(get_args(FsdpMode), ("fsdp-full", "fsdp-grad-op", "fsdp-no-reshard", "hsdp")))
+ZERO_STAGES = dict(zip(get_args(ZeroStage), ("ddp", "zero1", "zero2", "zero3")))
 # Upper bounds far beyond any real job, so that absurd input gets an error rather than a long search.
-LIMITS = {"num_gpus": 1 << 20, "seq": 1 << 24, "global_batch": 1 << 24, "micro_batch": 1 << 24, "tp": 1 << 16,
-          "pp": 1 << 16, "vpp": 1 << 10, "cp": 1 << 16, "ep": 1 << 16, "lora_rank": 1 << 16}
+LIMITS = {"num_gpus": 1 << 20, "seq": 1 << 24, "micro_batch": 1 << 24, "tp": 1 << 16, "pp": 1 << 16, "vpp": 1 << 10,
+          "cp": 1 << 16, "ep": 1 << 16, "lora_rank": 1 << 16, "global_batch": 1 << 24}
+"""Checked in this order: the global batch's default needs the degrees before it."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TrainRequest:
-    """A training job: the CLI's `gpuwise train` options, one field each."""
+    """A training job on a cluster: the options of `gpuwise train`, one field each (the CLI is built from them: a
+    field's docstring is its help, a Literal its choices, its default the option's default)."""
 
     model: LoadedModel
     gpu: GPU
     num_gpus: int = 1
-    seq: int = 4096
+    """GPUs in the job."""
+    seq: int = job_default("seq")
     """Tokens per sequence."""
-    global_batch: int = 1
-    """Sequences per optimizer step over all data-parallel ranks."""
+    global_batch: int | None = None
+    """Sequences per optimizer step over all data-parallel ranks (default: one micro-batch per data-parallel
+    rank, dp x micro-batch)."""
     micro_batch: int = 1
     """Sequences per forward/backward on one rank."""
     tp: int = 1
+    """Tensor-parallel degree."""
     pp: int = 1
+    """Pipeline-parallel degree (stages)."""
     vpp: int = 1
+    """Virtual pipeline stages (model chunks) per pipeline rank: the interleaved schedule when > 1."""
     cp: int = 1
+    """Context-parallel degree (the sequence split over ranks)."""
     ep: int = 1
+    """Expert-parallel degree (routed experts split over the data-parallel x context-parallel ranks)."""
     sp: bool = False
-    zero: int | None = None
-    fsdp: str | None = None
-    """full | grad-op | no-reshard | hybrid (HSDP, with shard_group)."""
-    shard_group: int | None = None
-    schedule: str | None = None
-    """gpipe | 1f1b | interleaved; default 1f1b, interleaved when vpp > 1."""
+    """Sequence parallelism with TP (norms and dropout split along the sequence)."""
     pp_first_layers: int | None = None
+    """Layers on the first pipeline stage (an uneven split)."""
     pp_last_layers: int | None = None
-    recompute: str = "none"
-    optimizer: str = "adamw"
-    precision: str = "bf16"
-    framework: str | None = None
-    """None: derived from the other options (see `choose_framework`)."""
-    finetune: str = "full"
-    lora_rank: int = 16
-    lora_targets: str = "all-linear"
-    offload: tuple[str, ...] = ()
-    flops_convention: str = "causal"
-    attention: str = "flash"
-    tp_comm_overlap: bool = False
-    """Tensor-parallel collectives overlapped with the split GEMMs (Megatron-LM --tp-comm-overlap)."""
-    """flash (fused kernel, no score matrix: FlashAttention / cuDNN / SDPA) or unfused (scores, softmax and dropout
-    in memory: Megatron-LM before --use-flash-attn, eager attention)."""
+    """Layers on the last pipeline stage (an uneven split)."""
+    schedule: Schedule | None = None
+    """Pipeline schedule (default 1f1b, interleaved with --vpp > 1)."""
+    zero: ZeroStage | None = None
+    """ZeRO stage (DeepSpeed; 3 = FSDP full shard)."""
+    fsdp: FsdpMode | None = None
+    """FSDP sharding mode (hybrid: HSDP, with --shard-group)."""
+    shard_group: int | None = None
+    """HSDP: ranks that shard model states among themselves (replicated across groups)."""
+    recompute: Recompute = job_default("recompute")
+    """Activation checkpointing."""
+    offload: tuple[OffloadTarget, ...] = ()
+    """States kept in host memory: a comma list of optimizer, params, activations."""
+    optimizer: Optimizer = job_default("optimizer")
+    """Optimizer."""
+    precision: Precision = job_default("precision")
+    """bf16/fp16: mixed with fp32 master weights; bf16-pure: no fp32 copy; fp8: fp8 GEMMs."""
+    framework: Framework | None = None
+    """Implementation profile (default: from the other options; see docs/training-memory.md)."""
+    finetune: Finetune = job_default("finetune")
+    """full: every weight trained; lora/qlora: adapters on a frozen base."""
+    lora_rank: int = job_default("lora_rank")
+    """LoRA rank."""
+    lora_targets: str = job_default("lora_targets")
+    """LoRA targets: all-linear or a comma list of q,k,v,o,gate,up,down."""
+    flops_convention: FlopsConvention = job_default("flops_convention")
+    """Attention FLOPs: causal, or full (what FlopCounterMode counts)."""
+    attention: Attention = job_default("attention")
+    """flash (fused kernel, no score matrix) or unfused (scores, softmax and dropout in memory, as Megatron-LM
+    before flash attention)."""
+    tp_comm_overlap: bool = job_default("tp_comm_overlap")
+    """Overlap tensor-parallel collectives with the split GEMMs (Megatron-LM --tp-comm-overlap)."""
     gpus_per_node: int | None = None
-    """None: 8 (an HGX/DGX server), or the job's GPU count when smaller."""
+    """GPUs per node (default 8, or the job's GPU count when smaller)."""
     inter_node_gbps: float | None = None
-    """Per-GPU NIC line rate across nodes; None: the default for the GPU's generation (data/devices.toml)."""
+    """Per-GPU NIC line rate across nodes in Gb/s (default: 400 Hopper/Blackwell, 200 Ampere)."""
     profile: str | None = None
-    """A measured device profile (JSON) overriding the default efficiencies."""
+    """Measured device profile (JSON, from `gpuwise calibrate`) overriding the defaults."""
     train_tokens: float | None = None
-    """Token budget of the whole run, for its time, GPU-hours, cost and energy."""
+    """Token budget of the whole run (its time, GPU-hours, cost and energy)."""
     usd_per_gpu_hour: float | None = None
-    """None: the catalog's on-demand rental price for this GPU (unknown if it has none)."""
+    """Price per GPU-hour (default: the catalog's on-demand rental price, unknown if it has none)."""
+    _job: TrainJob = field(init=False, repr=False, compare=False)
+    _framework_reason: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         for name, maximum in LIMITS.items():
+            if name == "global_batch" and self.global_batch is None:  # one micro-batch per data-parallel rank
+                mp = self.tp * self.pp * self.cp
+                dp = self.num_gpus // mp if self.num_gpus % mp == 0 else 1
+                object.__setattr__(self, "global_batch", dp * self.micro_batch)
             require_positive_int("--" + name.replace("_", "-"), getattr(self, name), maximum)
         if self.gpus_per_node is not None:
             require_positive_int("--gpus-per-node", self.gpus_per_node, 1 << 10)
@@ -94,25 +136,19 @@ class TrainRequest:
                                 ("--usd-per-gpu-hour", self.usd_per_gpu_hour, 1e4)):
             if value is not None:
                 require_positive_number(name, value, hi)
-        for name, value, valid in (("--recompute", self.recompute, RECOMPUTE), ("--optimizer", self.optimizer, OPTIMIZERS),
-                                   ("--precision", self.precision, PRECISIONS), ("--finetune", self.finetune, FINETUNE),
-                                   ("--flops-convention", self.flops_convention, CONVENTIONS),
-                                   ("--attention", self.attention, ATTENTION)):
-            if value not in valid:
-                raise InvalidArgument(f"{name}: unknown value '{value}'; valid: {', '.join(valid)}")
-        if self.framework is not None and self.framework not in FRAMEWORKS:
-            raise InvalidArgument(f"--framework: unknown value '{self.framework}'; valid: {', '.join(FRAMEWORKS)}")
-        if self.schedule is not None and self.schedule not in SCHEDULES:
-            raise InvalidArgument(f"--schedule: unknown value '{self.schedule}'; valid: {', '.join(SCHEDULES)}")
+        if self.schedule is not None and self.schedule not in get_args(Schedule):
+            raise InvalidArgument(f"--schedule: unknown value '{self.schedule}'; valid: {', '.join(get_args(Schedule))}")
         if self.zero is not None and self.fsdp is not None:
             raise InvalidArgument("--zero and --fsdp both set: choose one sharding (--zero 3 is FSDP full shard)")
         if self.zero is not None and self.zero not in ZERO_STAGES:
             raise InvalidArgument(f"--zero must be 0, 1, 2 or 3, got {self.zero!r}")
         if self.fsdp is not None and self.fsdp not in FSDP_MODES:
             raise InvalidArgument(f"--fsdp: unknown mode '{self.fsdp}'; valid: {', '.join(FSDP_MODES)}")
-        bad = [o for o in self.offload if o not in OFFLOAD]
-        if bad:
-            raise InvalidArgument(f"--offload: unknown target '{bad[0]}'; valid: {', '.join(OFFLOAD)}")
+        framework, why = choose_framework(self)
+        job = TrainJob(framework=framework, precision=self.precision, optimizer=self.optimizer, seq=self.seq,
+                       recompute=self.recompute, finetune=self.finetune, lora_rank=self.lora_rank,
+                       lora_targets=self.lora_targets, offload=frozenset(self.offload), attention=self.attention,
+                       tp_comm_overlap=self.tp_comm_overlap, flops_convention=self.flops_convention)
         if "params" in self.offload and self.sharding not in PARAM_OFFLOAD_SHARDINGS:
             raise InvalidArgument("--offload params needs sharded parameters (--zero 3 or --fsdp full/hybrid)")
         if "activations" in self.offload and self.recompute == "full":
@@ -126,6 +162,17 @@ class TrainRequest:
         if spec.position == "learned" and spec.learned_positions and self.seq > spec.max_position_embeddings:
             raise InvalidArgument(f"--seq {self.seq} is longer than the model's {spec.max_position_embeddings} "
                                   f"learned positions")
+        object.__setattr__(self, "_job", job)
+        object.__setattr__(self, "_framework_reason", why)
+
+    @property
+    def job(self) -> TrainJob:
+        """The training job every estimator is given (framework resolved by `choose_framework`)."""
+        return self._job
+
+    @property
+    def framework_reason(self) -> str:
+        return self._framework_reason
 
     @property
     def sharding(self) -> str:
@@ -209,85 +256,49 @@ class TrainResult:
         return self.fits and self.memory.total * (1 + FRAGMENTATION_RISK) > self.request.gpu.memory_bytes
 
 
-def _memory(req: TrainRequest, framework: str, layout: Layout, micro_batch: int) -> TrainMemory:
-    per_rank = req.global_batch // layout.dp
-    return train_memory(req.model.spec, layout, framework=framework, precision=req.precision,
-                        optimizer=req.optimizer, seq=req.seq, micro_batch=micro_batch,
-                        num_microbatches=per_rank // micro_batch, recompute=req.recompute, finetune=req.finetune,
-                        lora_rank=req.lora_rank, lora_targets=req.lora_targets, offload=frozenset(req.offload),
-                        flash=req.attention == "flash")
-
-
 def train(req: TrainRequest) -> TrainResult:
     spec = req.model.spec
+    job = req.job
     layout = req.layout()
     validate_layout(layout, spec, seq=req.seq, global_batch=req.global_batch, micro_batch=req.micro_batch)
-    framework, why = choose_framework(req)
-    memory = _memory(req, framework, layout, req.micro_batch)
     per_rank = req.global_batch // layout.dp
+    mem_model = layout_memory(spec, layout, job)
+    memory = mem_model.at(req.micro_batch, per_rank // req.micro_batch)
     best = None
     # Memory grows with the micro-batch: scan the divisors upward until one does not fit.
     for b in divisors(per_rank):
-        if _memory(req, framework, layout, b).total > req.gpu.memory_bytes:
+        if mem_model.peak(b, per_rank // b)[0] > req.gpu.memory_bytes:
             break
         best = b
-    flops = step_flops(spec, seq=req.seq, global_batch=req.global_batch, convention=req.flops_convention,
-                       recompute=req.recompute, frozen_base=req.finetune in ("lora", "qlora"))
-    perf = _perf(req, framework, layout, memory, flops)
-    return TrainResult(request=req, framework=framework, framework_reason=why, layout=layout,
+    flops = job_flops(spec, job, global_batch=req.global_batch)
+    perf = _perf(req, layout, memory, flops)
+    return TrainResult(request=req, framework=job.framework, framework_reason=req.framework_reason, layout=layout,
                        params=param_counts(spec), memory=memory, flops=flops,
                        num_microbatches=per_rank // req.micro_batch, max_micro_batch=best, perf=perf,
-                       assumptions=_assumptions(req, framework, layout, memory))
+                       assumptions=_assumptions(req, job.framework, layout, memory))
 
 
-def device_profile(gpu: GPU, path: str | None) -> DeviceProfile:
-    return load_profile(path, gpu) if path else default_profile(gpu)
-
-
-ATTENTION = ("flash", "unfused")
-_TOPOLOGIES: dict = {}
-
-
-def _topology(req: TrainRequest) -> Topology:
-    """The request's network (cached: the planner asks for the same one for every layout)."""
-    key = (id(req.gpu), req.num_gpus, req.gpus_per_node, req.inter_node_gbps, req.profile)
-    hit = _TOPOLOGIES.get(key)
-    if hit is not None:
-        return hit[0]
-    return remember(_TOPOLOGIES, key, topology(req.gpu, num_gpus=req.num_gpus, gpus_per_node=req.gpus_per_node,
-                                               inter_node_gbps=req.inter_node_gbps,
-                                               overrides=network_overrides(req.profile)), req.gpu)
-
-
-def _perf(req: TrainRequest, framework: str, layout: Layout, memory: TrainMemory, flops: StepFlops) -> TrainPerf:
-    profile = device_profile(req.gpu, req.profile)
-    topo = _topology(req)
-    st = memory.states
+def _perf(req: TrainRequest, layout: Layout, memory: TrainMemory, flops: StepFlops) -> TrainPerf:
+    profile, topo = cluster(req.gpu, num_gpus=req.num_gpus, gpus_per_node=req.gpus_per_node,
+                            inter_node_gbps=req.inter_node_gbps, profile=req.profile)
     per_rank = req.global_batch // layout.dp
-    step = step_time(req.model.spec, layout, profile=profile, topo=topo, framework=framework, precision=req.precision,
-                     seq=req.seq, micro_batch=req.micro_batch, num_microbatches=per_rank // req.micro_batch,
-                     recompute=req.recompute, params_on_rank=st.params_on_rank,
-                     trainable_params=st.trainable_params, working_bytes=st.working_bytes_per_param,
-                     grad_bytes=st.grad_bytes_per_param, optimizer_bytes=st.optimizer + st.master_weights,
-                     frozen_base=req.finetune != "full", offload=frozenset(req.offload), attention=req.attention,
-                     tp_overlap=req.tp_comm_overlap, host_bytes=st.cpu)
+    step = step_time(req.model.spec, layout, req.job, profile=profile, topo=topo, micro_batch=req.micro_batch,
+                     num_microbatches=per_rank // req.micro_batch, states=memory.states)
     t = step.step_time_s
     dtype = gemm_dtype(req.gpu.peak_flops, req.precision)
     peak = req.gpu.peak_flops.get(dtype)
     n = req.num_gpus
-    mfu = flops.model / (t * n * peak) if peak else None
-    hfu = flops.hardware / (t * n * peak) if peak else None
     tokens_per_s = flops.tokens / t
     price, price_source = (req.usd_per_gpu_hour, "as given") if req.usd_per_gpu_hour else rental_price(req.gpu)
     run_s = req.train_tokens / tokens_per_s if req.train_tokens else None
     gpu_hours = run_s * n / 3600 if run_s is not None else None
     cost = gpu_hours * price if (gpu_hours is not None and price is not None) else None
     energy = gpu_hours * req.gpu.tdp_w / 1000 if (gpu_hours is not None and req.gpu.tdp_w) else None
-    return TrainPerf(step=step, profile=profile, topology=topo, peak_dtype=dtype, peak_flops_per_gpu=peak, mfu=mfu,
-                     hfu=hfu, tokens_per_s=tokens_per_s, tokens_per_s_per_gpu=tokens_per_s / n,
+    return TrainPerf(step=step, profile=profile, topology=topo, peak_dtype=dtype, peak_flops_per_gpu=peak,
+                     mfu=utilization(flops.model, t, n, peak), hfu=utilization(flops.hardware, t, n, peak),
+                     tokens_per_s=tokens_per_s, tokens_per_s_per_gpu=tokens_per_s / n,
                      train_tokens=req.train_tokens, train_time_s=run_s, gpu_hours=gpu_hours, usd_per_gpu_hour=price,
                      usd_source=price_source, cost_usd=cost, energy_kwh=energy)
-
 
 
 def _assumptions(req: TrainRequest, framework: str, layout: Layout, mem: TrainMemory) -> tuple[str, ...]:

@@ -7,7 +7,6 @@ Unknown values are null, never 0. Bump SCHEMA_VERSION on any incompatible change
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from ..catalog.gpus import GPU
@@ -15,12 +14,9 @@ from ..catalog.models import CatalogEntry
 from ..model.params import param_counts
 from ..plan.fit import FitResult
 from ..plan.train import TrainPerf, TrainResult
-
-SCHEMA_VERSION = "1"
-
-
-def _num(x: float | None) -> int | None:
-    return None if x is None else int(round(x))
+from ..schema import SCHEMA_VERSION, dumps  # noqa: F401 (dumps: the presenters' import)
+from ..schema import num as _num
+from ..schema import rounded as _round
 
 
 def fit_to_dict(r: FitResult) -> dict[str, Any]:
@@ -76,7 +72,7 @@ def train_to_dict(r: TrainResult) -> dict[str, Any]:
     spec = req.model.spec
     lay = r.layout
     mem = r.memory
-    from ..estimate.parallel import stage_layers
+    from ..estimate.pipeline import stage_layers
 
     return {
         "schema_version": SCHEMA_VERSION,
@@ -128,9 +124,6 @@ def train_to_dict(r: TrainResult) -> dict[str, Any]:
         "assumptions": list(r.assumptions),
     }
 
-
-def _round(x: float | None, digits: int = 6) -> float | None:
-    return None if x is None else float(f"{x:.{digits}g}")
 
 
 def profile_to_dict(p) -> dict[str, Any]:
@@ -273,7 +266,7 @@ def model_entry_to_dict(e: CatalogEntry) -> dict[str, Any]:
 
 def plan_to_dict(r) -> dict:
     """`gpuwise plan --json`: the ranked layouts (best first) and the search's own figures."""
-    from ..plan.search import describe
+    from ..plan.planner import describe
 
     plans = []
     for p in r.plans:
@@ -300,9 +293,6 @@ def plan_to_dict(r) -> dict:
         "evaluated_per_s": round(r.evaluated / r.search_time_s) if r.search_time_s > 0 else None,
     }
 
-
-def dumps(doc: Any) -> str:
-    return json.dumps(doc, indent=2, sort_keys=False)
 
 
 def doctor_to_dict(r) -> dict:

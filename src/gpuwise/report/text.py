@@ -275,7 +275,7 @@ def render_roofline(r) -> str:
 
 
 def render_plan(r) -> str:
-    from ..plan.search import describe
+    from ..plan.planner import describe
 
     req = r.request
     lines = [f"{req.model.id} on {req.num_gpus} x {req.gpu.name}, seq {req.seq}, global batch {req.global_batch} "
@@ -285,7 +285,7 @@ def render_plan(r) -> str:
     for i, p in enumerate(r.plans, 1):
         mfu = "unknown" if p.mfu is None else f"{100 * p.mfu:.1f}%"
         lines.append(f"{i}. {describe(p)}")
-        lines.append(f"   step {_dur(p.step_time_s)}, MFU {mfu}, {p.memory_bytes / 2**30:.1f} GiB per GPU, "
+        lines.append(f"   step {_dur(p.step_time_s)}, MFU {mfu}, {p.memory_bytes / GiB:.1f} GiB per GPU, "
                      f"bubble {100 * p.step.bubble_fraction:.0f}%, largest overhead: {p.bottleneck.replace('_', ' ')} "
                      f"{_dur(p.step.breakdown[p.bottleneck])}")
     if len(r.plans) > 1:
@@ -297,7 +297,7 @@ def render_plan(r) -> str:
 
 def _remedy_lines(r, now_s: float) -> list[str]:
     """The observed-OOM line, the ranked remedies and the combination (training and inference doctors)."""
-    gib = 2**30
+    gib = GiB
     lines = []
     if r.observed_bytes is not None and r.offset_bytes == 0:
         lines.append(f"Observed {r.observed_bytes / gib:.1f} GiB at the OOM; the model predicts "
@@ -356,7 +356,7 @@ def render_pick(r) -> str:
                      "tokens", "train": f"training, seq {req.train_seq}, {req.train_batch} sequences per step",
             "finetune": f"fine-tuning ({req.finetune or 'lora'}), seq {req.train_seq}, {req.train_batch} sequences "
                         "per step"}[req.task]
-    gib = 2**30
+    gib = GiB
     lines = [f"{req.model.id}: {what}; ranked by {'cost per million tokens' if req.objective == 'cost' else 'speed'}"]
     rows = []
     for i, c in enumerate(r.ranked, 1):

@@ -222,7 +222,7 @@ def _json(doc: dict) -> bytes:
 
 def openapi() -> dict:
     """OpenAPI 3.1 description of the API, generated from the CLI's options (served at /openapi.json)."""
-    from .. import __version__
+    from ..version import __version__
 
     paths = {}
     subs = _subparsers()

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..search import Plan, PlanResult
-from .common import (DEEPSPEED_VERSION, MEGATRON_VERSION, TORCHTITAN_VERSION, Unsupported, _job, _note,
-                     virtual_stage_layers)
+from ...estimate.pipeline import virtual_stage_layers
+from ..planner import Plan, PlanResult
+from .common import DEEPSPEED_VERSION, MEGATRON_VERSION, TORCHTITAN_VERSION, Unsupported, _job, _note
 from .deepspeed import _deepspeed_config
 from .launch import _launch_sh, _readme
 from .megatron import _megatron_args, megatron_layout

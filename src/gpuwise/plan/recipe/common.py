@@ -5,13 +5,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
-from ... import __version__
 from ...estimate.comm import topology
-from ...estimate.parallel import Layout, stage_layers
-from ..search import Plan, PlanResult, PlanRequest, describe
-
-
-GIB = 2**30
+from ...estimate.layout import Layout
+from ...units import GiB
+from ...version import __version__
+from ..planner import Plan, PlanRequest, PlanResult, describe
 
 # The versions whose option names the files follow; where each name was checked is in docs/launch-recipes.md.
 TORCHTITAN_VERSION = "torchtitan 0.2.2"
@@ -84,7 +82,7 @@ def _header(job: _Job, follows: str, source: str) -> list[str]:
         f"precision {req.precision}, optimizer {req.optimizer}",
         f"plan: {describe(p)}" + (f", offload {'+'.join(sorted(job.offload))}"
                                   if job.offload and "offload" not in describe(p) else ""),
-        f"predicted: step {p.step_time_s:.3f} s, MFU {mfu}, {p.memory_bytes / GIB:.1f} GiB per GPU",
+        f"predicted: step {p.step_time_s:.3f} s, MFU {mfu}, {p.memory_bytes / GiB:.1f} GiB per GPU",
         f"follows: {follows} ({source})",
     ]
 
@@ -114,20 +112,3 @@ def _note(job: _Job, trainer: str, why: str) -> str:
                   f"plan under `--framework {trainer}`.")
     return (f"# {trainer}: not emitted for this plan\n\n" + "\n".join(f"- {h}" for h in head)
             + f"\n\n{trainer} cannot run this layout: {why}\n\n" + advice + "\n")
-
-
-def virtual_stage_layers(layout: Layout, num_layers: int) -> tuple[int, ...]:
-    """Transformer layers on each model chunk, in the order both torchtitan and Megatron-LM number virtual stages:
-    chunk c of pipeline rank r is stage c x pp + r. Middle ranks split their layers evenly over the vpp chunks; an
-    uneven first (last) rank spreads its layers as evenly as it can, the extra ones away from the embedding (head)."""
-    per_rank = stage_layers(layout, num_layers)
-    v = layout.vpp
-    chunks_of_rank = []
-    for r, n in enumerate(per_rank):
-        base, extra = divmod(n, v)
-        counts = [base] * v
-        order = range(v - 1, v - 1 - extra, -1) if r == 0 else range(extra)
-        for c in order:
-            counts[c] += 1
-        chunks_of_rank.append(counts)
-    return tuple(chunks_of_rank[s % layout.pp][s // layout.pp] for s in range(layout.pp * v))

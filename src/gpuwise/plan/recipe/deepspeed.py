@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from .common import DEEPSPEED_SOURCE, DEEPSPEED_VERSION, Unsupported, _Job, _header
+from .common import DEEPSPEED_SOURCE, DEEPSPEED_VERSION, Unsupported, _header, _Job
 
 
 def _deepspeed_config(job: _Job) -> tuple[str, str, list[str]]:

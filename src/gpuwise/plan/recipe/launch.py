@@ -2,9 +2,21 @@
 
 from __future__ import annotations
 
-from ...estimate.parallel import Layout
-from .common import (DEEPSPEED_SOURCE, DEEPSPEED_VERSION, MEGATRON_SOURCE, MEGATRON_VERSION, RDZV_PORT, TORCHRUN_SOURCE,
-                     TORCHTITAN_SOURCE, TORCHTITAN_VERSION, _Job, _commented, _header, _nodes_text)
+from ...estimate.layout import Layout
+from .common import (
+    DEEPSPEED_SOURCE,
+    DEEPSPEED_VERSION,
+    MEGATRON_SOURCE,
+    MEGATRON_VERSION,
+    RDZV_PORT,
+    TORCHRUN_SOURCE,
+    TORCHTITAN_SOURCE,
+    TORCHTITAN_VERSION,
+    _commented,
+    _header,
+    _Job,
+    _nodes_text,
+)
 
 
 def _torchrun(job: _Job) -> str:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import shlex
 
-from .common import MEGATRON_SOURCE, MEGATRON_VERSION, _Job, _commented, _differs_block, _header, virtual_stage_layers
+from ...estimate.pipeline import virtual_stage_layers
+from .common import MEGATRON_SOURCE, MEGATRON_VERSION, _commented, _differs_block, _header, _Job
 
 
 def _megatron_pipeline(job: _Job) -> list[str]:

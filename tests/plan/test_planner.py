@@ -9,8 +9,7 @@ import pytest
 
 import gpuwise
 from gpuwise.cli import main
-from gpuwise.plan.search import describe
-
+from gpuwise.plan.planner import describe
 
 TRAIN_SHARDING = {"zero1": dict(zero=1), "zero2": dict(zero=2), "zero3": dict(zero=3), "fsdp-full": dict(fsdp="full"),
                   "fsdp-grad-op": dict(fsdp="grad-op"), "hsdp": dict(fsdp="hybrid")}

@@ -24,20 +24,28 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Literal, get_args
 
-from ..catalog.devices import DeviceProfile, default_profile, load_profile, network_overrides
+from ..catalog.devices import DeviceProfile
 from ..catalog.gpus import GPU
 from ..catalog.models import LoadedModel
-from ..errors import InvalidArgument, require_positive_int
-from ..estimate.comm import Topology, topology
-from ..estimate.flops import step_flops
-from ..estimate.parallel import PARAM_OFFLOAD_SHARDINGS, Layout, divisors
-from ..estimate.step_time import StepTime, gemm_dtype, step_time
+from ..errors import InvalidArgument, require_positive_int, require_positive_number
+from ..estimate.comm import Topology
+from ..estimate.flops import gemm_dtype, job_flops, utilization
+from ..estimate.job import RECOMPUTE, Optimizer, Precision, TrainJob, job_default
+from ..estimate.layout import PARAM_OFFLOAD_SHARDINGS, Layout, divisors
 from ..estimate.model_states import ModelStates
+from ..estimate.parallel import cp_splits, ep_fits, hsdp_holds_experts, valid_tp_degrees
+from ..estimate.pipeline import pp_splits
+from ..estimate.step_time import StepTime, step_time
 from ..estimate.train_memory import layout_memory
+from ..units import GiB
+from .cluster import cluster
 
-OBJECTIVES = ("time", "cost", "memory")
-RECOMPUTE_ORDER = ("none", "selective", "full")
+Objective = Literal["time", "cost", "memory"]
+PlanFramework = Literal["megatron", "torchtitan", "fsdp", "deepspeed"]
+"""The trainers the planner searches for (transformers + PEFT has no layouts to search)."""
+OBJECTIVES: tuple[str, ...] = get_args(Objective)
 SHARDINGS_BY_FRAMEWORK = {
     "megatron": ("zero1",),  # the distributed optimizer
     "torchtitan": ("fsdp-full", "fsdp-grad-op"),
@@ -46,45 +54,67 @@ SHARDINGS_BY_FRAMEWORK = {
 }
 OFFLOADS = ((), ("optimizer",), ("optimizer", "params"))
 """Offload variants, cheapest first (plan/train.py's --offload targets; activations are left to recompute)."""
-"""Shardings under which parameters can be offloaded (plan/train.py's validation of --offload params)."""
 HSDP_FRAMEWORKS = ("torchtitan", "fsdp")
 HSDP_DOUBLINGS = 3
 """HSDP shard groups tried beyond one node's data-parallel ranks (see `_shard_groups`)."""
-GIB = 2**30
+MIN_CP_TOKENS = 2048
+"""Context parallelism is searched only while each rank keeps at least this many tokens of the sequence."""
 # DeepSpeed's ZeRO engine is data parallel (its TP, pipeline and Ulysses paths are other engines): the search
 # keeps TP = PP = CP = 1 for it unless a degree is fixed.
 DATA_PARALLEL_ONLY = frozenset({"deepspeed"})
+TRAIN_SHARDING = {"ddp": dict(zero=0), "zero1": dict(zero=1), "zero2": dict(zero=2), "zero3": dict(zero=3),
+                  "fsdp-full": dict(fsdp="full"), "fsdp-grad-op": dict(fsdp="grad-op"), "hsdp": dict(fsdp="hybrid")}
+"""How `gpuwise train` names each sharding the search produces."""
 
 
 @dataclass(frozen=True, kw_only=True)
 class PlanRequest:
+    """A search over the parallel layouts of a training job: the options of `gpuwise plan`."""
+
     model: LoadedModel
     gpu: GPU
     num_gpus: int
+    """GPUs in the job."""
     seq: int
+    """Tokens per sequence."""
     global_batch: int
     """Sequences per optimizer step."""
     top: int = 5
-    framework: str = "megatron"
-    objective: str = "time"
-    precision: str = "bf16"
-    optimizer: str = "adamw"
+    """Plans to show."""
+    framework: PlanFramework = "megatron"
+    """Trainer whose shardings and memory profile to use."""
+    objective: Objective = "time"
+    """Rank by step time, cost (the same order at a fixed GPU count) or memory per GPU."""
+    precision: Precision = job_default("precision")
+    """Training precision (as `gpuwise train --precision`)."""
+    optimizer: Optimizer = job_default("optimizer")
+    """Optimizer (as `gpuwise train --optimizer`)."""
     tp: int | None = None
+    """Fix the tensor-parallel degree."""
     pp: int | None = None
+    """Fix the pipeline-parallel degree."""
     cp: int | None = None
+    """Fix the context-parallel degree."""
     ep: int | None = None
+    """Fix the expert-parallel degree."""
     max_tp: int | None = None
+    """Largest tensor-parallel degree to consider."""
     no_pp: bool = False
+    """No pipeline parallelism."""
     no_hsdp: bool = False
     """Leave HSDP shard groups out of the search (torchtitan and FSDP)."""
     no_offload: bool = False
     """Leave CPU offload out of the search."""
     reserve_gib: float = 0.0
-    """Memory kept free on every GPU, on top of the model's own allowance."""
+    """Memory to keep free on every GPU (GiB), on top of the model's own allowance."""
     tp_across_nodes: bool = False
+    """Allow tensor parallelism across nodes."""
     gpus_per_node: int | None = None
+    """GPUs per node (default 8, or the job's GPU count when smaller)."""
     inter_node_gbps: float | None = None
+    """Per-GPU NIC line rate across nodes in Gb/s."""
     profile: str | None = None
+    """Measured device profile (JSON, from `gpuwise calibrate`)."""
 
     def __post_init__(self) -> None:
         for name in ("num_gpus", "seq", "global_batch", "top"):
@@ -99,8 +129,19 @@ class PlanRequest:
                                   f"{', '.join(SHARDINGS_BY_FRAMEWORK)}")
         if self.no_pp and self.pp not in (None, 1):
             raise InvalidArgument(f"--no-pp and --pp {self.pp} both set: choose one")
-        if not 0 <= self.reserve_gib < self.gpu.memory_bytes / GIB:
-            raise InvalidArgument(f"--reserve-gib must be between 0 and the GPU's {self.gpu.memory_bytes / GIB:.0f} GiB")
+        if self.gpus_per_node is not None:
+            require_positive_int("--gpus-per-node", self.gpus_per_node, 1 << 10)
+        if self.inter_node_gbps is not None:
+            require_positive_number("--inter-node-gbps", self.inter_node_gbps, 1e5)
+        if not 0 <= self.reserve_gib < self.gpu.memory_bytes / GiB:
+            raise InvalidArgument(f"--reserve-gib must be between 0 and the GPU's {self.gpu.memory_bytes / GiB:.0f} GiB")
+        self.job()  # the training options are valid
+
+    def job(self, recompute: str = "none", offload: tuple[str, ...] = ()) -> TrainJob:
+        """The training job the search evaluates with this recompute mode and offload: what `gpuwise train
+        --framework F` builds for the same options (see `Plan.train_options`)."""
+        return TrainJob(framework=self.framework, precision=self.precision, optimizer=self.optimizer, seq=self.seq,
+                        recompute=recompute, offload=frozenset(offload))
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +159,21 @@ class Plan:
     @property
     def step_time_s(self) -> float:
         return self.step.step_time_s
+
+    def train_options(self, req: PlanRequest) -> dict:
+        """The `gpuwise train` options (TrainRequest fields, model and GPU aside) that evaluate this plan: the same
+        layout, batch and job, so `train` reports this plan's memory and step time."""
+        lay = self.layout
+        out: dict = dict(num_gpus=lay.num_gpus, seq=req.seq, global_batch=req.global_batch,
+                         micro_batch=self.micro_batch, tp=lay.tp, pp=lay.pp, vpp=lay.vpp, cp=lay.cp, ep=lay.ep,
+                         sp=lay.sp, pp_first_layers=lay.pp_first_layers, pp_last_layers=lay.pp_last_layers,
+                         schedule=lay.schedule, recompute=self.recompute, offload=tuple(self.offload),
+                         optimizer=req.optimizer, precision=req.precision, framework=req.framework,
+                         gpus_per_node=req.gpus_per_node, inter_node_gbps=req.inter_node_gbps, profile=req.profile)
+        out.update(TRAIN_SHARDING[lay.sharding])
+        if lay.sharding == "hsdp":
+            out["shard_group"] = lay.shard_group
+        return out
 
     @property
     def bottleneck(self) -> str:
@@ -141,37 +197,14 @@ class PlanResult:
     notes: tuple[str, ...] = field(default_factory=tuple)
 
 
-def _pp_splits(layers: int, pp: int) -> list[tuple[int | None, int | None]]:
-    """(first, last) stage layer counts: even, or both ends d layers short of the middle stages."""
-    if pp == 1:
-        return [(None, None)]
-    if pp > layers:
-        return []
-    if layers % pp == 0:
-        return [(None, None)]
-    per = -(-layers // pp)
-    short = pp * per - layers
-    if short % 2 == 0 and 0 < short // 2 < per and pp > 2:
-        return [(per - short // 2, per - short // 2)]
-    return []
-
-
 def _tp_options(req: PlanRequest, per_node: int) -> list[int]:
     spec = req.model.spec
     if req.tp is not None:
         return [req.tp]
     if req.framework in DATA_PARALLEL_ONLY:
         return [1]
-    out = []
-    for t in divisors(req.num_gpus):
-        if spec.num_heads % t or (spec.num_kv_heads % t and t % spec.num_kv_heads):
-            continue
-        if req.max_tp is not None and t > req.max_tp:
-            continue
-        if t > per_node and not req.tp_across_nodes:
-            continue
-        out.append(t)
-    return out
+    limit = min(req.max_tp or req.num_gpus, req.num_gpus if req.tp_across_nodes else per_node)
+    return [t for t in valid_tp_degrees(spec, limit) if req.num_gpus % t == 0]
 
 
 def _cp_options(req: PlanRequest) -> list[int]:
@@ -180,7 +213,7 @@ def _cp_options(req: PlanRequest) -> list[int]:
     if req.framework in DATA_PARALLEL_ONLY:
         return [1]
     out, c = [1], 2
-    while req.seq % (2 * c) == 0 and req.seq // c >= 2048 and c <= req.num_gpus:
+    while cp_splits(req.seq, c) and req.seq // c >= MIN_CP_TOKENS and c <= req.num_gpus:
         out.append(c)
         c *= 2
     return out
@@ -213,7 +246,7 @@ def _layouts(req: PlanRequest, per_node: int) -> Iterator[Layout]:
         pps = [1]
     for tp in _tp_options(req, per_node):
         for pp in pps:
-            for first, last in _pp_splits(layers, pp):
+            for first, last in pp_splits(layers, pp):
                 middle = (layers - (first or 0) - (last or 0)) // max(1, pp - (first is not None) - (last is not None))
                 for vpp in _vpp_options(middle, pp):
                     for cp in _cp_options(req):
@@ -225,14 +258,14 @@ def _layouts(req: PlanRequest, per_node: int) -> Iterator[Layout]:
                         eps = [1]
                         if spec.moe is not None:
                             eps = [req.ep] if req.ep is not None else [
-                                e for e in divisors(dp * cp) if spec.moe.num_experts % e == 0]
+                                e for e in divisors(dp * cp) if ep_fits(spec, e, dp, cp)]
                         # nothing to shard over: one variant is enough
                         variants = [(sh, None) for sh in (shardings if dp * cp > 1 else shardings[:1])]
                         variants += [("hsdp", g) for g in _shard_groups(req, tp, pp, dp * cp, per_node)]
                         for ep in eps:
                             for sharding, group in variants:
-                                if group is not None and ep > 1 and group % ep:
-                                    continue  # experts sharded within the HSDP group (torchtitan requires it)
+                                if group is not None and not hsdp_holds_experts(group, ep):
+                                    continue
                                 yield Layout(num_gpus=n, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, sp=tp > 1,
                                              sharding=sharding, shard_group=group,
                                              schedule="interleaved" if vpp > 1 else "1f1b",
@@ -263,6 +296,8 @@ class _Search:
     topo: Topology
     budget: float
     peak: float | None
+    jobs: dict[tuple[tuple[str, ...], str], TrainJob]
+    """The job of each (offload, recompute) variant (built once)."""
     model_flops: dict[str, float]
     """Model FLOPs per step by recompute mode (the MFU numerator)."""
     evaluated: int = 0
@@ -280,9 +315,8 @@ class _Search:
         for offload in _offloads(req, layout):
             if prune and offload and all(mb in fits_at and _dominated(fits_at[mb], offload, 0) for mb in mbs):
                 continue  # nothing left to evaluate: spare building its memory model
-            mem_model = layout_memory(req.model.spec, layout, framework=req.framework, precision=req.precision,
-                                      optimizer=req.optimizer, seq=req.seq, offload=frozenset(offload))
-            for i, rc in enumerate(RECOMPUTE_ORDER):
+            mem_model = layout_memory(req.model.spec, layout, self.jobs[offload, "none"])
+            for i, rc in enumerate(RECOMPUTE):
                 for mb in mbs:
                     if prune and mb in fits_at and _dominated(fits_at[mb], offload, i):
                         continue
@@ -296,16 +330,12 @@ class _Search:
 
     def _timed(self, layout: Layout, mb: int, m: int, rc: str, offload: tuple[str, ...], memory_bytes: float,
                st: ModelStates) -> Plan:
-        """The step time of a candidate that fits, with the inputs `gpuwise train` gives it (plan/train.py)."""
-        req = self.req
-        step = step_time(req.model.spec, layout, profile=self.profile, topo=self.topo, framework=req.framework,
-                         precision=req.precision, seq=req.seq, micro_batch=mb, num_microbatches=m, recompute=rc,
-                         params_on_rank=st.params_on_rank, trainable_params=st.trainable_params,
-                         working_bytes=st.working_bytes_per_param, grad_bytes=st.grad_bytes_per_param,
-                         optimizer_bytes=st.optimizer + st.master_weights, offload=frozenset(offload),
-                         host_bytes=st.cpu)
+        """The step time of a candidate that fits: `step_time` on the job `gpuwise train` builds for the plan's
+        options (plan/train.py), with the states of the memory model's peak rank, as there."""
+        step = step_time(self.req.model.spec, layout, self.jobs[offload, rc], profile=self.profile, topo=self.topo,
+                         micro_batch=mb, num_microbatches=m, states=st)
         self.timed += 1
-        mfu = self.model_flops[rc] / (step.step_time_s * layout.num_gpus * self.peak) if self.peak else None
+        mfu = utilization(self.model_flops[rc], step.step_time_s, layout.num_gpus, self.peak)
         return Plan(layout, mb, rc, step, mfu, memory_bytes, offload)
 
 
@@ -313,13 +343,12 @@ def plan(req: PlanRequest) -> PlanResult:
     t0 = time.perf_counter()
     spec = req.model.spec
     gpu = req.gpu
-    profile = load_profile(req.profile, gpu) if req.profile else default_profile(gpu)
-    topo = topology(gpu, num_gpus=req.num_gpus, gpus_per_node=req.gpus_per_node, inter_node_gbps=req.inter_node_gbps,
-                    overrides=network_overrides(req.profile))
+    profile, topo = cluster(gpu, num_gpus=req.num_gpus, gpus_per_node=req.gpus_per_node,
+                            inter_node_gbps=req.inter_node_gbps, profile=req.profile)
     peak = gpu.peak_flops.get(gemm_dtype(gpu.peak_flops, req.precision))
-    flops = {rc: step_flops(spec, seq=req.seq, global_batch=req.global_batch, recompute=rc).model
-             for rc in RECOMPUTE_ORDER}
-    search = _Search(req, profile, topo, gpu.memory_bytes - req.reserve_gib * GIB, peak, flops)
+    jobs = {(off, rc): req.job(rc, off) for off in OFFLOADS for rc in RECOMPUTE}
+    flops = {rc: job_flops(spec, jobs[(), rc], global_batch=req.global_batch).model for rc in RECOMPUTE}
+    search = _Search(req, profile, topo, gpu.memory_bytes - req.reserve_gib * GiB, peak, jobs, flops)
     results: list[Plan] = []
     for layout in _layouts(req, topo.gpus_per_node):
         search.layout(layout, results)
@@ -351,14 +380,14 @@ def _why(plans: tuple[Plan, ...], req: PlanRequest, evaluated: int) -> str:
                 f"sequences over its data-parallel ranks{only_dp}: each rank needs at least one sequence; use a "
                 "larger batch, fewer GPUs or fixed model-parallel degrees")
     if not plans:
-        return (f"no layout fits in {req.gpu.memory_bytes / GIB:.0f} GiB per GPU"
+        return (f"no layout fits in {req.gpu.memory_bytes / GiB:.0f} GiB per GPU"
                 + (f" with {req.reserve_gib:g} GiB reserved" if req.reserve_gib else "")
                 + "; see `gpuwise doctor` for remedies")
     if len(plans) == 1:
         return "the only layout that fits"
     a, b = plans[0], plans[1]
     if req.objective == "memory":
-        return (f"it peaks at {a.memory_bytes / GIB:.1f} GiB per GPU against {b.memory_bytes / GIB:.1f} GiB for the "
+        return (f"it peaks at {a.memory_bytes / GiB:.1f} GiB per GPU against {b.memory_bytes / GiB:.1f} GiB for the "
                 f"runner-up ({describe(b)})")
     diffs = {k: b.step.breakdown.get(k, 0.0) - v for k, v in a.step.breakdown.items()}
     cause = max(diffs, key=diffs.get)

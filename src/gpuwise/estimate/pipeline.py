@@ -1,0 +1,154 @@
+"""Pipeline parallelism: which layers each stage holds, how many micro-batches a stage keeps in flight, the bubble.
+
+One home for the pipeline's arithmetic, shared by the memory model (in-flight activations), the step-time model
+(the bubble), the planner (which splits to search) and the launch recipes (model chunks per virtual stage):
+
+- `stage_layers`: transformer layers per stage, even or with the first and last stage short (Megatron-LM's
+  --decoder-first/last-pipeline-num-layers, Llama 3 405B's split); `pp_splits` lists the splits the planner tries.
+- `stage_blocks` / `distinct_stages`: the block kinds on a stage, and the stages whose memory and time differ.
+- `in_flight_microbatches`: what 1F1B, GPipe and the interleaved schedule keep alive at a stage's peak.
+- `bubble_fraction` / `bubble_time_s`: the idle share of a step and the time it costs.
+- `virtual_stage_layers`: the layers of each model chunk under the interleaved schedule.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from ..errors import InvalidArgument
+from ..memo import remember
+from ..model.spec import ModelSpec
+from .layer_ops import block_signature
+from .layout import Layout, divisors, nearby
+
+
+def stage_layers(layout: Layout, num_layers: int) -> tuple[int, ...]:
+    """Transformer layers on each pipeline stage (first stage first)."""
+    if layout.pp == 1:
+        return (num_layers,)
+    return _stage_layers(layout.pp, layout.pp_first_layers, layout.pp_last_layers, num_layers)
+
+
+@lru_cache(maxsize=4096)
+def _stage_layers(pp: int, first: int | None, last: int | None, num_layers: int) -> tuple[int, ...]:
+    fixed = (first or 0) + (last or 0)
+    middle_stages = pp - (first is not None) - (last is not None)
+    rest = num_layers - fixed
+    if rest < 0 or (middle_stages == 0 and rest != 0) or (middle_stages and rest % middle_stages):
+        hint = "" if first or last else "; or set --pp-first-layers/--pp-last-layers for an uneven split"
+        raise InvalidArgument(
+            f"--pp {pp} does not split {num_layers} layers evenly (first={first}, last={last}){hint}; "
+            f"valid --pp values nearby: {nearby(pp, divisors(num_layers))}")
+    per = rest // middle_stages if middle_stages else 0
+    if middle_stages and per < 1:
+        raise InvalidArgument(f"--pp {pp}: the middle stages would hold no layers")
+    stages = [per] * pp
+    if first is not None:
+        stages[0] = first
+    if last is not None:
+        stages[-1] = last
+    return tuple(stages)
+
+
+def in_flight_microbatches(layout: Layout, stage: int, num_microbatches: int) -> float:
+    """Micro-batches whose activations a pipeline stage holds at its peak, in units of the stage's full layers.
+
+    GPipe runs every forward before any backward: all m. 1F1B (PipeDream-flush, Narayanan et al. 2021):
+    stage i (0-based) holds min(p - i, m). Interleaved with v chunks per rank (Megatron-LM): the first stage
+    warms up with (p - 1) x 2 + (v - 1) x p + 1 chunk-micro-batches of L / (p v) layers, i.e. p + (p - 1) / v
+    stage-micro-batches: the factor 1 + (p - 1) / (p v) of Korthikanti et al. 2022 and Megatron-LM's
+    theoretical_memory_usage.py.
+    """
+    p, m = layout.pp, num_microbatches
+    if p == 1:
+        return 1.0
+    if layout.schedule == "gpipe":
+        return float(m)
+    if layout.vpp > 1 or layout.schedule == "interleaved":
+        v = layout.vpp
+        chunks = min(m * v, (p - stage - 1) * 2 + (v - 1) * p + 1)
+        return chunks / v
+    return float(min(p - stage, m))
+
+
+def bubble_fraction(pp: int, num_microbatches: int, vpp: int = 1) -> float:
+    """Idle share of a pipeline step: (p-1)/v idle micro-batch slots out of m + (p-1)/v; (p-1)/(m+p-1) for 1F1B
+    and GPipe (Narayanan et al. 2021, section 2.2)."""
+    idle = (pp - 1) / vpp
+    return idle / (num_microbatches + idle)
+
+
+def bubble_time_s(pp: int, vpp: int, microbatch_s: float) -> float:
+    """Seconds a step idles in the pipeline bubble: (p - 1) / v micro-batch slots of the slowest stage's forward +
+    backward time (1F1B and GPipe: v = 1)."""
+    return (pp - 1) / vpp * microbatch_s
+
+
+def pp_splits(layers: int, pp: int) -> list[tuple[int | None, int | None]]:
+    """(first, last) stage layer counts that `stage_layers` accepts and the planner tries: an even split, or, where
+    the layers do not divide, both end stages the same number of layers short of the middle ones (they also hold
+    the embedding and the LM head)."""
+    if pp == 1:
+        return [(None, None)]
+    if pp > layers:
+        return []
+    if layers % pp == 0:
+        return [(None, None)]
+    per = -(-layers // pp)
+    short = pp * per - layers
+    if short % 2 == 0 and 0 < short // 2 < per and pp > 2:
+        return [(per - short // 2, per - short // 2)]
+    return []
+
+
+_STAGE_BLOCKS: dict = {}
+
+
+def stage_blocks(spec: ModelSpec, per_stage: tuple[int, ...], stage: int) -> tuple[tuple[int, int], ...]:
+    """(first layer, count) of each block kind on pipeline stage `stage`, given the layers per stage (cached)."""
+    key = (id(spec), per_stage, stage)
+    hit = _STAGE_BLOCKS.get(key)
+    if hit is not None:
+        return hit[0]
+    first = sum(per_stage[:stage])
+    kinds: dict[tuple, list[int]] = {}
+    for layer in range(first, first + per_stage[stage]):
+        kinds.setdefault(block_signature(spec, layer), [layer, 0])[1] += 1
+    return remember(_STAGE_BLOCKS, key, tuple((f, c) for f, c in kinds.values()), spec)
+
+
+_DISTINCT: dict = {}
+
+
+def distinct_stages(spec: ModelSpec, per_stage: tuple[int, ...]) -> tuple[int, ...]:
+    """The first stage of each class (same block kinds, same first / last role), in order."""
+    key = (id(spec), per_stage)
+    hit = _DISTINCT.get(key)
+    if hit is not None:
+        return hit[0]
+    seen, out, first = set(), [], 0
+    for stage, count in enumerate(per_stage):
+        sig = (stage == 0, stage == len(per_stage) - 1,
+               tuple(block_signature(spec, i) for i in range(first, first + count)))
+        first += count
+        if sig not in seen:
+            seen.add(sig)
+            out.append(stage)
+    return remember(_DISTINCT, key, tuple(out), spec)
+
+
+def virtual_stage_layers(layout: Layout, num_layers: int) -> tuple[int, ...]:
+    """Transformer layers on each model chunk, in the order both torchtitan and Megatron-LM number virtual stages:
+    chunk c of pipeline rank r is stage c x pp + r. Middle ranks split their layers evenly over the vpp chunks; an
+    uneven first (last) rank spreads its layers as evenly as it can, the extra ones away from the embedding (head)."""
+    per_rank = stage_layers(layout, num_layers)
+    v = layout.vpp
+    chunks_of_rank = []
+    for r, n in enumerate(per_rank):
+        base, extra = divmod(n, v)
+        counts = [base] * v
+        order = range(v - 1, v - 1 - extra, -1) if r == 0 else range(extra)
+        for c in order:
+            counts[c] += 1
+        chunks_of_rank.append(counts)
+    return tuple(chunks_of_rank[s % layout.pp][s // layout.pp] for s in range(layout.pp * v))
