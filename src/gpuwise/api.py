@@ -2,96 +2,107 @@
 
     >>> import gpuwise
     >>> r = gpuwise.fit("llama-3.1-8b", gpu="rtx-4090", engine="llamacpp", weights="Q4_K_M")
-    >>> r.fits, r.estimate.memory.total / GiB
+    >>> r.fits, r.estimate.memory.total / 2**30
+
+Each function's options are the fields of its request dataclass (named like the CLI's flags, `num_gpus` for
+`--num-gpus`), with the request's defaults: FitRequest, TrainRequest, InferRequest, RooflineRequest, PlanRequest,
+PickRequest, and DoctorOptions with TrainRequest or FitRequest. Model and GPU may be names or loaded objects.
 """
 
 from __future__ import annotations
 
 from .catalog.gpus import GPU, get_gpu
 from .catalog.models import LoadedModel, load_model
-from .plan.fit import FitRequest, FitResult
-from .plan.fit import fit as _fit
-from .plan.train import TrainRequest, TrainResult
-from .plan.train import train as _train
 
 
-def fit(model: str | LoadedModel, *, gpu: str | GPU, num_gpus: int = 1, weights: str | None = None,
-        kv_dtype: str | None = None, context: int | None = None, batch: int = 1,
-        engine: str = "vllm") -> FitResult:
-    """Inference memory per GPU for MODEL on GPU, and the limits around it (see plan/fit.py)."""
-    m = model if isinstance(model, LoadedModel) else load_model(model)
-    g = gpu if isinstance(gpu, GPU) else get_gpu(gpu)
-    return _fit(FitRequest(model=m, gpu=g, num_gpus=num_gpus, weights=weights, kv_dtype=kv_dtype,
-                           context=context, batch=batch, engine=engine))
+def _model(model: str | LoadedModel) -> LoadedModel:
+    return model if isinstance(model, LoadedModel) else load_model(model)
 
 
-def train(model: str | LoadedModel, *, gpu: str | GPU, **options) -> TrainResult:
-    """Training memory per GPU and FLOPs per step (options: the fields of plan.train.TrainRequest, named
-    like the CLI flags: num_gpus, seq, global_batch, micro_batch, tp, pp, zero, fsdp, recompute ...)."""
-    m = model if isinstance(model, LoadedModel) else load_model(model)
-    g = gpu if isinstance(gpu, GPU) else get_gpu(gpu)
-    return _train(TrainRequest(model=m, gpu=g, **options))
+def _gpu(gpu: str | GPU) -> GPU:
+    return gpu if isinstance(gpu, GPU) else get_gpu(gpu)
+
+
+def fit(model: str | LoadedModel, *, gpu: str | GPU, **options):
+    """Inference memory per GPU for MODEL on GPU, and the limits around it (options: plan.fit.FitRequest)."""
+    from .plan.fit import FitRequest
+    from .plan.fit import fit as _fit
+
+    return _fit(FitRequest(model=_model(model), gpu=_gpu(gpu), **options))
+
+
+def train(model: str | LoadedModel, *, gpu: str | GPU, **options):
+    """Training memory per GPU, FLOPs, step time and MFU (options: plan.train.TrainRequest: num_gpus, seq,
+    global_batch, micro_batch, tp, pp, zero, fsdp, recompute ...)."""
+    from .plan.train import TrainRequest
+    from .plan.train import train as _train
+
+    return _train(TrainRequest(model=_model(model), gpu=_gpu(gpu), **options))
 
 
 def infer(model: str | LoadedModel, *, gpu: str | GPU, **options):
-    """Inference latency and throughput (options: the fields of plan.infer.InferRequest: num_gpus, weights,
-    batch, prompt_tokens, output_tokens, samples, engine, profile, usd_per_gpu_hour)."""
+    """Inference latency and throughput (options: plan.infer.InferRequest: num_gpus, weights, batch, prompt_tokens,
+    output_tokens, samples, engine, profile, usd_per_gpu_hour)."""
     from .plan.infer import InferRequest
     from .plan.infer import infer as _infer
 
-    m = model if isinstance(model, LoadedModel) else load_model(model)
-    g = gpu if isinstance(gpu, GPU) else get_gpu(gpu)
-    return _infer(InferRequest(model=m, gpu=g, **options))
+    return _infer(InferRequest(model=_model(model), gpu=_gpu(gpu), **options))
 
 
-def roofline(model: str | LoadedModel, *, gpu: str | GPU, phase: str = "decode", batch: int = 1, seq: int = 2048,
-             dtype: str | None = None, profile: str | None = None, plot: str | None = None):
-    """The model's operations on the GPU's roofline (see plan/roofline.py)."""
+def roofline(model: str | LoadedModel, *, gpu: str | GPU, plot: str | None = None, **options):
+    """The model's operations on the GPU's roofline (options: plan.roofline.RooflineRequest: phase, batch, seq,
+    dtype, profile); `plot`: also write a log-log plot to this .png or .svg file (matplotlib)."""
     from .plan.roofline import RooflineRequest
     from .plan.roofline import roofline as _roofline
 
-    m = model if isinstance(model, LoadedModel) else load_model(model)
-    g = gpu if isinstance(gpu, GPU) else get_gpu(gpu)
-    return _roofline(RooflineRequest(model=m, gpu=g, phase=phase, batch=batch, seq=seq, dtype=dtype, profile=profile,
-                                     plot=plot))
+    result = _roofline(RooflineRequest(model=_model(model), gpu=_gpu(gpu), **options))
+    if plot:
+        from .report.plot import save_roofline
+
+        save_roofline(result, plot)
+    return result
 
 
 def plan(model: str | LoadedModel, *, gpu: str | GPU, **options):
-    """Search the parallel layouts of a training job (options: the fields of plan.planner.PlanRequest: num_gpus,
-    seq, global_batch, top, framework, objective, tp, pp, cp, ep, max_tp, no_pp, reserve_gib ...)."""
+    """Search the parallel layouts of a training job (options: plan.planner.PlanRequest: num_gpus, seq,
+    global_batch, top, framework, objective, tp, pp, cp, ep, max_tp, no_pp, reserve_gib ...)."""
     from .plan.planner import PlanRequest
     from .plan.planner import plan as _plan
 
-    m = model if isinstance(model, LoadedModel) else load_model(model)
-    g = gpu if isinstance(gpu, GPU) else get_gpu(gpu)
-    return _plan(PlanRequest(model=m, gpu=g, **options))
+    return _plan(PlanRequest(model=_model(model), gpu=_gpu(gpu), **options))
 
 
-def doctor(model: str | LoadedModel, *, gpu: str | GPU, oom_at_gib: float | None = None, task: str = "train",
-           **options):
-    """Remedies for a job that does not fit: task 'train' takes `train`'s options (plan/doctor.py), task 'infer'
-    takes `fit`'s (plan/doctor_infer.py)."""
-    m = model if isinstance(model, LoadedModel) else load_model(model)
-    g = gpu if isinstance(gpu, GPU) else get_gpu(gpu)
-    if task == "infer":
+def doctor(model: str | LoadedModel, *, gpu: str | GPU, **options):
+    """Remedies for a job that does not fit (options: plan.doctor.DoctorOptions, task and oom_at_gib, plus the
+    job's: TrainRequest's for task 'train' (plan/doctor.py), FitRequest's for task 'infer' (plan/doctor_infer.py))."""
+    from dataclasses import fields
+
+    from .plan.doctor import DoctorOptions
+
+    names = {f.name for f in fields(DoctorOptions)}
+    how = DoctorOptions(**{k: v for k, v in options.items() if k in names})
+    job = {k: v for k, v in options.items() if k not in names}
+    if how.task == "infer":
         from .plan.doctor_infer import doctor_infer
+        from .plan.fit import FitRequest
 
-        return doctor_infer(FitRequest(model=m, gpu=g, **options), oom_at_gib=oom_at_gib)
+        return doctor_infer(FitRequest(model=_model(model), gpu=_gpu(gpu), **job), oom_at_gib=how.oom_at_gib)
     from .plan.doctor import doctor as _doctor
+    from .plan.train import TrainRequest
 
-    return _doctor(TrainRequest(model=m, gpu=g, **options), oom_at_gib=oom_at_gib)
+    return _doctor(TrainRequest(model=_model(model), gpu=_gpu(gpu), **job), oom_at_gib=how.oom_at_gib)
 
 
 def pick(model: str | LoadedModel, **options):
-    """Rank GPU kinds and counts for a workload (options: the fields of plan.pick.PickRequest: task, gpus,
-    max_gpus, budget_usd_per_hour, objective, headroom, prices; infer or train options)."""
-    from .plan.pick import PickRequest
+    """Rank GPU kinds and counts for a workload (options: plan.pick_request.PickRequest: task, gpus, max_gpus,
+    budget_usd_per_hour, objective, headroom, prices; infer or train options). `gpus` may hold names ('h100-sxm',
+    a MIG slice as 'h100-sxm:3g.40gb') or GPU objects."""
     from .plan.pick import pick as _pick
+    from .plan.pick_request import PickRequest
 
-    m = model if isinstance(model, LoadedModel) else load_model(model)
     gpus = options.pop("gpus", None)
     if gpus is not None:
-        from .plan.pick import resolve_gpu
+        from .catalog.mig import resolve_gpu
 
         gpus = tuple(g if isinstance(g, GPU) else resolve_gpu(g) for g in gpus)
-    return _pick(PickRequest(model=m, gpus=gpus, **options))
+    return _pick(PickRequest(model=_model(model), gpus=gpus, **options))

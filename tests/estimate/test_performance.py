@@ -173,7 +173,7 @@ def test_roofline_decode_ops_are_memory_bound_prefill_matmuls_compute_bound():
 def test_roofline_plot_files(tmp_path):
     pytest.importorskip("matplotlib")
     for name in ("r.png", "r.svg"):
-        out = gpuwise.roofline("llama-3.1-8b", gpu="h100-sxm", plot=str(tmp_path / name)).plot
-        assert (tmp_path / name).stat().st_size > 1000 and out.endswith(name)
+        gpuwise.roofline("llama-3.1-8b", gpu="h100-sxm", plot=str(tmp_path / name))  # the API writes it (report/)
+        assert (tmp_path / name).stat().st_size > 1000
     with pytest.raises(InvalidArgument):
         gpuwise.roofline("llama-3.1-8b", gpu="h100-sxm", plot=str(tmp_path / "r.gif"))

@@ -13,7 +13,7 @@ import pytest
 pytest.importorskip("torch")
 
 from gpuwise.catalog.models import load_model
-from gpuwise.cli import _build_parser, main
+from gpuwise.cli import main, parser
 from gpuwise.errors import InvalidArgument
 from gpuwise.measure.dist import DistEnv
 from gpuwise.measure.train_bench import configure
@@ -67,7 +67,7 @@ def test_shrunk_model_with_a_prediction_for_a_gpu() -> None:
 
 
 def _cfg(*argv: str, world: int = 2):
-    args = _build_parser().parse_args(["bench", "train", *argv])
+    args = parser().parse_args(["bench", "train", *argv])
     return configure(args, DistEnv(0, world, 0, world))
 
 

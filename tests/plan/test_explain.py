@@ -15,7 +15,7 @@ import sys
 import pytest
 
 from gpuwise.catalog.gpus import get_gpu
-from gpuwise.cli import _build_parser, main
+from gpuwise.cli import main, parser
 from gpuwise.errors import GpuwiseError, UnknownGPUError
 from gpuwise.plan import explain as ex
 from gpuwise.plan.explain import DEFAULT_GPU, TERMS, WIDTH, explain, list_terms, render, to_dict
@@ -34,8 +34,8 @@ def _model_for(term: str) -> str:
 
 
 def _subcommands() -> set[str]:
-    parser = _build_parser()
-    for action in parser._actions:
+    p = parser()
+    for action in p._actions:
         if action.__class__.__name__ == "_SubParsersAction":
             return set(action.choices)
     raise AssertionError("gpuwise parser has no subcommands")
@@ -134,7 +134,7 @@ def test_command_templates_parse_with_the_real_cli(term, i, template):
     err = io.StringIO()
     with contextlib.redirect_stderr(err):
         try:
-            args = _build_parser().parse_args(argv[1:])
+            args = parser().parse_args(argv[1:])
         except SystemExit:
             pytest.fail(f"`{cmd}` does not parse: {err.getvalue().strip()}")
     assert args.command == argv[1]

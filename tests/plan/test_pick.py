@@ -11,8 +11,9 @@ from hypothesis import strategies as st
 
 import gpuwise
 from gpuwise.catalog.gpus import get_gpu
+from gpuwise.catalog.mig import mig_slices
 from gpuwise.cli import main
-from gpuwise.plan.pick import RULES, mig_slices
+from gpuwise.plan.pick_request import RULES
 
 GIB = 2**30
 

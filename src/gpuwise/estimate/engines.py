@@ -8,10 +8,16 @@ the CUDA-context figure with a measurement.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 from ..units import GiB, MiB
 
-ENGINES = ("hf", "vllm", "llamacpp")
+Engine = Literal["hf", "vllm", "llamacpp", "trtllm"]
+"""Serving engines whose speed is modelled: transformers, vLLM, llama.cpp, TensorRT-LLM."""
+MemoryEngine = Literal["hf", "vllm", "llamacpp"]
+"""Engines whose memory layout is modelled (TensorRT-LLM's paged KV pool is taken as vLLM's)."""
+ENGINES: tuple[str, ...] = get_args(MemoryEngine)
+SERVING_ENGINES: tuple[str, ...] = get_args(Engine)
 
 CUDA_CONTEXT_BYTES = int(0.5 * GiB)
 """CUDA context + kernels of a PyTorch process with lazy module loading (CUDA >= 11.7 default).

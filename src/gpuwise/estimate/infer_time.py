@@ -22,10 +22,9 @@ from ..catalog.devices import DeviceProfile
 from ..errors import InvalidArgument
 from ..model.spec import ModelSpec
 from .comm import Topology
+from .engines import SERVING_ENGINES as ENGINES
 from .kernels import attention_s, matmul_s, memory_s
 from .layer_ops import block_ops, block_signature, head_gemm, keys_per_query
-
-ENGINES = ("hf", "vllm", "llamacpp", "trtllm")
 
 
 @dataclass(frozen=True, slots=True)

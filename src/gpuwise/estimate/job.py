@@ -12,10 +12,11 @@ The vocabularies are `Literal` types: argparse's choices, the request checks and
 
 from __future__ import annotations
 
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import dataclass
 from typing import Literal, get_args
 
 from ..errors import InvalidArgument
+from ..fields import field_default
 
 Framework = Literal["megatron", "torchtitan", "fsdp", "hf", "deepspeed"]
 """Implementation profiles: Megatron-LM / Megatron-Core, torchtitan, PyTorch FSDP2 or DDP, transformers (+ PEFT),
@@ -99,9 +100,4 @@ class TrainJob:
 
 def job_default(name: str) -> object:
     """The default of `TrainJob.<name>`: the one place a training option's default is written."""
-    for f in fields(TrainJob):
-        if f.name == name:
-            if f.default is MISSING:
-                raise KeyError(f"TrainJob.{name} has no default")
-            return f.default
-    raise KeyError(name)
+    return field_default(TrainJob, name)

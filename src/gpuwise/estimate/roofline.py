@@ -11,12 +11,14 @@ beside it. Sums are over all blocks.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 from ..catalog.devices import DeviceProfile
 from ..model.spec import ModelSpec
 from .layer_ops import block_ops, head_gemm, keys_per_query
 
-PHASES = ("prefill", "decode")
+Phase = Literal["prefill", "decode"]
+PHASES: tuple[str, ...] = get_args(Phase)
 
 
 @dataclass(frozen=True, slots=True)

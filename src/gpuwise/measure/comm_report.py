@@ -8,16 +8,7 @@ from pathlib import Path
 
 from ..errors import GpuwiseError
 from ..units import MiB
-from .comm_bench import (
-    ELT_BYTES,
-    FACTOR_TEXT,
-    PEAK_OVER_LARGEST,
-    PROFILE_KIND,
-    CommBenchResult,
-    OpResult,
-    Row,
-    _human,
-)
+from .comm_bench import ELT_BYTES, FACTOR_TEXT, PEAK_OVER_LARGEST, PROFILE_KIND, CommBenchResult, OpResult, Row, _human
 
 
 def _time_us(t_s: float) -> str:

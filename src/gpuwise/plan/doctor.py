@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, replace
+from typing import Literal, get_args
 
 from ..catalog.gpus import GPU, all_gpus
-from ..errors import GpuwiseError, require_positive_number
+from ..errors import GpuwiseError, InvalidArgument, require_positive_number
 from ..estimate.layout import PARAM_OFFLOAD_SHARDINGS, divisors
 from ..estimate.train_memory import FRAGMENTATION_RISK
 from ..units import GiB
@@ -25,6 +26,27 @@ from .train import TrainRequest, TrainResult, train
 RECOMPUTE_LADDER = ("none", "selective", "full")
 ZERO_LADDER = (0, 1, 2, 3)
 HEADROOM_NOTE = FRAGMENTATION_RISK  # GMLake (ASPLOS 2024): 15% average fragmentation
+
+
+Task = Literal["train", "infer"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DoctorOptions:
+    """What `gpuwise doctor` takes besides the job: the job is `gpuwise train`'s options, or with --task infer
+    `gpuwise fit`'s."""
+
+    task: Task = "train"
+    """train (a training job: train's options) or infer (serving: fit's --weights --kv-dtype --context --batch
+    --engine)."""
+    oom_at_gib: float | None = None
+    """Memory the job held when it ran out (allocated + the failed request, GiB), if observed."""
+
+    def __post_init__(self) -> None:
+        if self.task not in get_args(Task):
+            raise InvalidArgument(f"--task: unknown value '{self.task}'; valid: {', '.join(get_args(Task))}")
+        if self.oom_at_gib is not None:
+            require_positive_number("--oom-at-gib", self.oom_at_gib, 1e6)
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,10 @@ from ..catalog.models import LoadedModel
 from ..dtypes import DType, get_dtype, kv_dtype, torch_dtype_to_name
 from ..errors import InvalidArgument, require_positive_int
 from ..estimate import engines
+from ..estimate.engines import DEFAULT_CONTEXT, MemoryEngine  # noqa: F401 (DEFAULT_CONTEXT: the context help)
 from ..estimate.inference_memory import InferenceMemory, inference_memory
 from ..estimate.kv_cache import kv_bytes_per_token
+from ..estimate.parallel import serving_tp_conflict
 from ..model.params import ParamCounts, param_counts
 from ..quant.formats import WeightFormat, default_weight_format, get_weight_format, to_gguf
 from ..units import GiB
@@ -28,16 +30,24 @@ MAX_GPUS_SEARCH = 64
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FitRequest:
+    """Inference memory of a model on GPUs: the options of `gpuwise fit`."""
+
     model: LoadedModel
     gpu: GPU
     num_gpus: int = 1
+    """GPUs to split over (vLLM: tensor parallel; transformers and llama.cpp: layers split)."""
     weights: str | None = None
-    """Weight format name (None: the engine's default for this checkpoint)."""
+    """Weight format: a dtype or quantization (bf16, fp16, fp8, int8, nf4, nf4-dq, gptq, awq, Q4_K_M, Q8_0 ...;
+    default: what the engine loads for this checkpoint)."""
     kv_dtype: str | None = None
+    """KV cache type: fp16, bf16, fp8, or llama.cpp's q8_0/q4_0 (default: the model's compute dtype, llama.cpp
+    f16)."""
     context: int | None = None
-    """Tokens per sequence (prompt + output); None: engines.DEFAULT_CONTEXT capped at the model maximum."""
+    """Tokens per sequence, prompt + output (default {DEFAULT_CONTEXT}, or the model's maximum when shorter)."""
     batch: int = 1
-    engine: str = "vllm"
+    """Concurrent sequences."""
+    engine: MemoryEngine = "vllm"
+    """Inference engine whose memory layout is modelled."""
 
     def __post_init__(self) -> None:
         require_positive_int("--num-gpus", self.num_gpus, 4096)
@@ -146,25 +156,16 @@ def _largest(predicate, lo: int, hi: int) -> int:
 def _valid_gpu_counts(req: FitRequest) -> list[int]:
     spec = req.model.spec
     if req.engine == "vllm":
-        out = []
-        for tp in TP_SIZES:
-            if spec.num_heads % tp:
-                continue
-            kv = spec.num_kv_heads
-            if spec.mla is None and ((tp < kv and kv % tp) or (tp >= kv and tp % kv)):
-                continue
-            out.append(tp)
-        return out
+        return [tp for tp in TP_SIZES if serving_tp_conflict(spec, tp) is None]
     return list(range(1, min(spec.num_layers, MAX_GPUS_SEARCH) + 1))
 
 
 def check_tensor_parallel(req: FitRequest) -> None:
     spec = req.model.spec
-    if req.engine == "vllm" and req.num_gpus > 1 and req.num_gpus not in _valid_gpu_counts(req):
+    conflict = serving_tp_conflict(spec, req.num_gpus) if req.engine == "vllm" and req.num_gpus > 1 else None
+    if conflict is not None:
         valid = ", ".join(str(n) for n in _valid_gpu_counts(req))
-        raise InvalidArgument(
-            f"vLLM tensor parallelism needs --num-gpus to divide the {spec.num_heads} attention heads "
-            f"(and match the {spec.num_kv_heads} KV heads); valid: {valid}")
+        raise InvalidArgument(f"vLLM tensor parallelism needs {conflict}; valid: {valid}")
     if req.engine != "vllm" and req.num_gpus > spec.num_layers:
         raise InvalidArgument(f"--num-gpus {req.num_gpus} exceeds the {spec.num_layers} layers to split across GPUs")
 

@@ -16,6 +16,7 @@ from ..catalog.gpus import GPU
 from ..catalog.models import LoadedModel
 from ..errors import InvalidArgument, require_positive_int, require_positive_number
 from ..estimate.comm import Topology, topology
+from ..estimate.engines import Engine
 from ..estimate.infer_time import ENGINES, EnginePerf, PassTime, engine_perf, forward_pass_s
 from ..estimate.inference_memory import inference_memory
 from ..quant.formats import tensor_bytes
@@ -27,20 +28,30 @@ SAMPLE_CURVE = (1, 2, 4, 8, 16, 32, 64, 128)
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class InferRequest:
+    """Inference latency and throughput of a static batch: the options of `gpuwise infer`."""
+
     model: LoadedModel
     gpu: GPU
     num_gpus: int = 1
+    """GPUs (tensor parallel, or the engine's layer split)."""
     weights: str | None = None
+    """Weight format: a dtype or quantization (default: what the engine loads for this checkpoint)."""
     kv_dtype: str | None = None
+    """KV cache type (default: the model's compute dtype, llama.cpp f16)."""
     batch: int = 1
     """Concurrent sequences (different prompts)."""
     prompt_tokens: int = 512
+    """Prompt tokens per sequence."""
     output_tokens: int = 128
+    """Output tokens per sequence."""
     samples: int = 1
     """Completions per prompt (shared prefill, n-fold decode)."""
-    engine: str = "vllm"
+    engine: Engine = "vllm"
+    """Serving engine."""
     profile: str | None = None
+    """Measured device profile (JSON, from `gpuwise calibrate`) overriding the defaults."""
     usd_per_gpu_hour: float | None = None
+    """Price per GPU-hour (default: the catalog's on-demand rental price, unknown if it has none)."""
 
     def __post_init__(self) -> None:
         require_positive_int("--num-gpus", self.num_gpus, 4096)

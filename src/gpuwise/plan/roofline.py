@@ -7,23 +7,28 @@ from dataclasses import dataclass
 from ..catalog.devices import device_profile
 from ..catalog.gpus import GPU
 from ..catalog.models import LoadedModel
+from ..dtypes import peak_operand_bytes
 from ..errors import InvalidArgument, require_positive_int
-from ..estimate.roofline import PHASES, Roofline
+from ..estimate.roofline import PHASES, Phase, Roofline
 from ..estimate.roofline import roofline as _roofline
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RooflineRequest:
+    """A model's operations on a GPU's roofline: the options of `gpuwise roofline`."""
+
     model: LoadedModel
     gpu: GPU
-    phase: str = "decode"
+    phase: Phase = "decode"
+    """Prefill (the prompt at once) or decode (one token per sequence)."""
     batch: int = 1
+    """Sequences."""
     seq: int = 2048
-    """Prefill: prompt tokens per sequence. Decode: tokens already cached per sequence."""
+    """Prefill: prompt tokens per sequence; decode: tokens already cached per sequence."""
     dtype: str | None = None
-    """Peak to use (bf16, fp16, fp8, ...); None: bf16, or fp16 where the GPU has no bf16."""
+    """Peak to use: bf16, fp16, fp8, int8, tf32 or fp32 (default bf16, or fp16 where the GPU has no bf16)."""
     profile: str | None = None
-    plot: str | None = None
+    """Measured device profile (JSON, from `gpuwise calibrate`)."""
 
     def __post_init__(self) -> None:
         require_positive_int("--batch", self.batch, 1 << 20)
@@ -42,7 +47,12 @@ class RooflineResult:
     batch: int
     seq: int
     roofline: Roofline
-    plot: str | None
+
+    @property
+    def title(self) -> str:
+        """One line naming the model, GPU, phase, batch, tokens and peak dtype (the plot's title)."""
+        return (f"{self.model.id} on {self.gpu.name}: {self.phase}, batch {self.batch}, {self.seq:,} tokens "
+                f"({self.roofline.dtype})")
 
 
 def roofline(req: RooflineRequest) -> RooflineResult:
@@ -51,14 +61,7 @@ def roofline(req: RooflineRequest) -> RooflineResult:
     if dtype not in gpu.peak_flops:
         have = ", ".join(gpu.peak_flops) or "none"
         raise InvalidArgument(f"{gpu.name} has no {dtype} peak in the catalog; known: {have}")
-    e = 1.0 if dtype in ("fp8", "int8") else (4.0 if dtype in ("fp32", "tf32") else 2.0)
+    e = peak_operand_bytes(dtype)
     rf = _roofline(req.model.spec, device_profile(gpu, req.profile), dtype=dtype, phase=req.phase, batch=req.batch,
                    seq=req.seq, weight_bytes_per_param=e, kv_bytes_per_element=max(e, 1.0))
-    plot = None
-    if req.plot:
-        from ..report.plot import save_roofline
-
-        title = f"{req.model.id} on {gpu.name}: {req.phase}, batch {req.batch}, {req.seq:,} tokens ({dtype})"
-        plot = str(save_roofline(rf, req.plot, title=title))
-    return RooflineResult(model=req.model, gpu=gpu, phase=req.phase, batch=req.batch, seq=req.seq, roofline=rf,
-                          plot=plot)
+    return RooflineResult(model=req.model, gpu=gpu, phase=req.phase, batch=req.batch, seq=req.seq, roofline=rf)

@@ -217,7 +217,8 @@ def infer_to_dict(r) -> dict[str, Any]:
     }
 
 
-def roofline_to_dict(r) -> dict[str, Any]:
+def roofline_to_dict(r, plot: str | None = None) -> dict[str, Any]:
+    """`gpuwise roofline --json`; `plot`: the file `--plot` wrote, if any."""
     rf = r.roofline
     return {
         "schema_version": SCHEMA_VERSION,
@@ -235,7 +236,7 @@ def roofline_to_dict(r) -> dict[str, Any]:
                  "intensity_flops_per_byte": _round(op.intensity, 4) if op.bytes else None,
                  "bound": rf.bound(op), "time_s": _round(op.time_s)} for op in rf.ops],
         "total_time_s": _round(sum(op.time_s for op in rf.ops)),
-        "plot": r.plot,
+        "plot": plot,
     }
 
 
@@ -264,6 +265,18 @@ def model_entry_to_dict(e: CatalogEntry) -> dict[str, Any]:
     }
 
 
+def plan_train_command(r, p) -> tuple[dict, str]:
+    """(the `gpuwise train` options, as JSON values, that evaluate plan `p`; the command line that runs them):
+    `train` reports the plan's memory and step time for them."""
+    from ..cli.options import command_line, to_argv
+    from ..plan.train import TrainRequest
+
+    options = p.train_options(r.request)
+    argv = to_argv(TrainRequest, options, keep=("num_gpus", "seq", "global_batch", "micro_batch"))
+    return ({k: list(v) if isinstance(v, tuple) else v for k, v in options.items()},
+            command_line("train", r.request.model.id, r.request.gpu.id, argv))
+
+
 def plan_to_dict(r) -> dict:
     """`gpuwise plan --json`: the ranked layouts (best first) and the search's own figures."""
     from ..plan.planner import describe
@@ -282,6 +295,7 @@ def plan_to_dict(r) -> dict:
             "bubble_fraction": round(p.step.bubble_fraction, 4),
             "time_breakdown_s": {k: round(v, 6) for k, v in p.step.breakdown.items()},
         })
+        plans[-1]["train_options"], plans[-1]["train_command"] = plan_train_command(r, p)
     return {
         "schema_version": SCHEMA_VERSION, "command": "plan",
         "model": {"id": r.request.model.id, "hf_id": r.request.model.hf_id}, "gpu": r.request.gpu.id, "num_gpus": r.request.num_gpus,

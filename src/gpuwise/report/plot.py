@@ -5,13 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import InvalidArgument
-from ..estimate.roofline import Roofline
+from ..plan.roofline import RooflineResult
 
 FORMATS = (".png", ".svg")
 
 
-def save_roofline(rf: Roofline, path: str, *, title: str) -> Path:
-    """A log-log roofline (datasheet and achievable) with the model's operations placed on it."""
+def save_roofline(result: RooflineResult, path: str) -> Path:
+    """A log-log roofline (datasheet and achievable) with the model's operations placed on it, written to `path`
+    (.png or .svg): `gpuwise roofline --plot`."""
+    rf, title = result.roofline, result.title
     out = Path(path)
     if out.suffix.lower() not in FORMATS:
         raise InvalidArgument(f"--plot: use a .png or .svg file name, got '{path}'")

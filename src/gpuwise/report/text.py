@@ -259,7 +259,7 @@ def render_infer(r) -> str:
     return "\n".join(lines)
 
 
-def render_roofline(r) -> str:
+def render_roofline(r, plot: str | None = None) -> str:
     rf = r.roofline
     lines = [f"{r.model.id} on {r.gpu.name}: {r.phase}, batch {r.batch}, {r.seq:,} tokens, {rf.dtype}",
              f"peak {rf.peak_flops / 1e12:.0f} TFLOP/s, bandwidth {rf.bandwidth_bytes_per_s / 1e12:.2f} TB/s: ridge "
@@ -269,8 +269,8 @@ def render_roofline(r) -> str:
     lines.append(_table(rows, ["operation", "GFLOP", "MB moved", "FLOP/byte", "bound", "time"],
                         right={1, 2, 3, 5}))
     lines.append(f"total {_dur(sum(op.time_s for op in rf.ops))} at the achievable roofline")
-    if r.plot:
-        lines.append(f"plot written to {r.plot}")
+    if plot:
+        lines.append(f"plot written to {plot}")
     return "\n".join(lines)
 
 
@@ -290,6 +290,10 @@ def render_plan(r) -> str:
                      f"{_dur(p.step.breakdown[p.bottleneck])}")
     if len(r.plans) > 1:
         lines.append(f"Why #1: {r.why}.")
+    if r.plans:
+        from .json_out import plan_train_command
+
+        lines.append(f"Check #1 with: {plan_train_command(r, r.plans[0])[1]}")
     lines.append(f"MFU = model FLOPs / (step time x GPUs x dense peak of the GEMM dtype per GPU). Searched "
                  f"{r.evaluated:,} layouts ({r.feasible:,} fit) in {_dur(r.search_time_s)}.")
     return "\n".join(lines)

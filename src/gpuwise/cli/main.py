@@ -1,0 +1,89 @@
+"""Parsing and dispatch: which subcommand runs, with what options, and how errors and output reach the terminal.
+
+The parser of a run holds the options of its own subcommand only: a question command's options are built from its
+request dataclass (its module imported for that), so `gpuwise fit` never imports the planner. `parser()` with no
+command builds every subcommand's options (the HTTP API and its OpenAPI page read them all).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Sequence
+
+from ..errors import GpuwiseError
+from .args import Parser, UsageError
+from .command import Command
+from .measure import MEASURE
+from .questions import QUESTIONS
+from .tools import TOOLS
+
+EXIT_USAGE = 2
+ORDER = ("fit", "train", "doctor", "infer", "plan", "pick", "explain", "roofline", "calibrate", "bench", "watch",
+         "serve", "models", "gpus")
+"""The subcommands in the order `gpuwise --help` lists them."""
+COMMANDS: dict[str, Command] = {name: {**QUESTIONS, **MEASURE, **TOOLS}[name] for name in ORDER}
+
+_PARSERS: dict[str | None, argparse.ArgumentParser] = {}
+
+
+def parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The CLI's parser with the options of `command` (None: of every command), built once per process."""
+    hit = _PARSERS.get(command)
+    if hit is None:
+        p = Parser(prog="gpuwise", description="Will it fit, how fast, on what: GPU answers for LLM work.")
+        p.add_argument("--version", action="store_true", help="print the version and exit")
+        sub = p.add_subparsers(dest="command", parser_class=Parser)
+        for name, cmd in COMMANDS.items():
+            sp = sub.add_parser(name, help=cmd.help)
+            if command is None or command == name:
+                cmd.add_options(sp)
+        hit = _PARSERS[command] = p
+    return hit
+
+
+def _command_of(argv: Sequence[str]) -> str | None:
+    """The subcommand named in argv (the first word that is not an option), when it is one."""
+    for word in argv:
+        if not word.startswith("-"):
+            return word if word in COMMANDS else None
+    return None
+
+
+def _parse(argv: Sequence[str]) -> argparse.Namespace:
+    command = _command_of(argv)
+    return parser(command if command is not None else "").parse_args(list(argv))
+
+
+def run(argv: Sequence[str]) -> str | None:
+    """What `gpuwise ARGV` prints on stdout (without the final newline), or GpuwiseError with the one-line message
+    it prints on stderr. The web API calls this, so its JSON is the CLI's, byte for byte."""
+    args = _parse(argv)
+    if args.command is None:
+        raise UsageError("no command given (see gpuwise --help)")
+    return COMMANDS[args.command].run(args)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        args = _parse(argv)
+        if args.version:
+            from ..version import __version__
+
+            print(__version__)
+            return 0
+        if args.command is None:
+            parser("").print_help()
+            return EXIT_USAGE
+        out = COMMANDS[args.command].run(args)
+    except GpuwiseError as exc:
+        sys.stderr.write(f"gpuwise: error: {exc}\n")
+        return EXIT_USAGE
+    if out is None:  # wrote its own output (a live view), or a torchrun rank other than 0
+        return 0
+    try:
+        sys.stdout.write(out + "\n")
+    except BrokenPipeError:  # `gpuwise models | head`
+        pass
+    return 0

@@ -1,0 +1,94 @@
+"""The reference commands: the catalogs (models, gpus), the glossary (explain) and the local page (serve)."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..errors import GpuwiseError
+from .args import port
+from .command import Command
+
+
+def _models_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("query", nargs="?", help="filter by id, Hugging Face id or family")
+    p.add_argument("--json", action="store_true")
+
+
+def _models(args: argparse.Namespace) -> str:
+    from ..catalog.models import search_models
+
+    entries = search_models(args.query)
+    if args.json:
+        from ..report.json_out import model_entry_to_dict
+        from ..schema import dumps, envelope
+
+        return dumps(envelope("models", models=[model_entry_to_dict(e) for e in entries]))
+    if not entries:
+        raise GpuwiseError(f"no catalog model matches '{args.query}'")
+    from ..report.text import render_models
+
+    return render_models(entries)
+
+
+def _gpus_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("query", nargs="?", help="filter by id, name, vendor, segment or architecture")
+    p.add_argument("--json", action="store_true")
+
+
+def _gpus(args: argparse.Namespace) -> str:
+    from ..catalog.gpus import search_gpus
+
+    found = search_gpus(args.query)
+    if args.json:
+        from ..report.json_out import gpu_to_dict
+        from ..schema import dumps, envelope
+
+        return dumps(envelope("gpus", gpus=[gpu_to_dict(g) for g in found]))
+    if not found:
+        raise GpuwiseError(f"no catalog GPU matches '{args.query}'")
+    from ..report.text import render_gpus
+
+    return render_gpus(found)
+
+
+def _explain_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("term", nargs="?", help="e.g. mfu, zero, bubble, ridge, nvlink, mig, fp8 (none: list the terms)")
+    p.add_argument("--model", help="show the numbers for this model too (catalog name, HF id or config.json)")
+    p.add_argument("--gpu", help="GPU for the numbers (default h100-sxm)")
+    p.add_argument("--list", action="store_true", help="list the terms")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def _explain(args: argparse.Namespace) -> str:
+    from ..plan import explain as ex
+    from ..schema import dumps, envelope
+
+    if args.list or not args.term:
+        if args.json:
+            return dumps(envelope("explain", terms=list(ex.TERMS)))
+        return ex.list_terms()
+    e = ex.explain(args.term, model=args.model, gpu=args.gpu)
+    if args.json:
+        return dumps(ex.to_dict(e))
+    return ex.render(e)
+
+
+def _serve_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=port, default=8000, help="port (default 8000; 0 picks a free one)")
+    p.add_argument("--quiet", action="store_true", help="do not log each request on stderr")
+
+
+def _serve(args: argparse.Namespace) -> None:
+    from ..serve.server import cli_main
+
+    return cli_main(args)
+
+
+TOOLS: dict[str, Command] = {
+    "explain": Command("a concept in plain words, with its numbers for your GPU and model", _explain_options, _explain),
+    "serve": Command("a local web page and HTTP API over the same answers (http://127.0.0.1:8000)", _serve_options,
+                     _serve),
+    "models": Command("list the embedded model catalog", _models_options, _models),
+    "gpus": Command("list the embedded GPU catalog", _gpus_options, _gpus),
+}

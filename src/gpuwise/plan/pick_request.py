@@ -1,0 +1,152 @@
+"""`gpuwise pick`'s request, its candidates and its result (the search and its rules are in pick.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, get_args
+
+from ..catalog.gpus import GPU
+from ..catalog.models import LoadedModel
+from ..errors import InvalidArgument, require_positive_int, require_positive_number
+from ..estimate.engines import Engine
+from ..estimate.job import Finetune, Precision, job_default
+from ..fields import field_default
+from .infer import InferRequest
+
+Task = Literal["infer", "train", "finetune"]
+PickObjective = Literal["cost", "speed"]
+TASKS: tuple[str, ...] = get_args(Task)
+OBJECTIVES: tuple[str, ...] = get_args(PickObjective)
+TRAIN_SEQ = job_default("seq")
+"""Tokens per sequence for --task train unless --seq is given (`gpuwise train`'s default)."""
+FINETUNE_SEQ = 2048
+"""Tokens per sequence for --task finetune unless --seq is given (instruction data is mostly shorter)."""
+TRAIN_BATCH = 256
+"""Sequences per step for --task train unless --global-batch is given (1M tokens at 4,096 tokens)."""
+FINETUNE_BATCH = 16
+"""Sequences per step for --task finetune unless --global-batch is given (PEFT examples' order of magnitude)."""
+RULES = ("memory", "communication", "budget", "headroom")
+ENGINE_VENDORS = {"vllm": ("nvidia", "amd"), "hf": ("nvidia", "amd"), "trtllm": ("nvidia",),
+                  "llamacpp": ("nvidia", "amd", "apple")}
+TRAIN_VENDORS = ("nvidia", "amd")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PickRequest:
+    """Which GPU kind and how many for a workload: the options of `gpuwise pick`."""
+
+    model: LoadedModel
+    task: Task = "infer"
+    """What the GPUs are for: serving (infer), pre-training (train) or fine-tuning (finetune)."""
+    gpus: tuple[GPU, ...] | None = None
+    """Candidate GPUs, a comma list (a MIG slice as GPU:PROFILE; default: the catalog, with MIG slices unless
+    --no-mig)."""
+    max_gpus: int = 8
+    """Most GPUs of one kind."""
+    budget_usd_per_hour: float | None = None
+    """Most to spend per hour, all GPUs together."""
+    objective: PickObjective = "cost"
+    """Rank by cost per million tokens or by tokens per second."""
+    headroom: float = 0.10
+    """Share of each GPU's memory to keep free (longer contexts, bigger batches, fragmentation)."""
+    mig: bool = True
+    """Whether MIG slices of the GPUs that have them are candidates (--no-mig leaves them out)."""
+    prices: dict[str, float] = field(default_factory=dict)
+    """Your prices in USD per GPU-hour, ID=USD,ID=USD (override the catalog's rental prices)."""
+    top: int = 10
+    """Candidates to show."""
+    weights: str | None = field_default(InferRequest, "weights")
+    """infer: weight format (default: what the engine loads)."""
+    kv_dtype: str | None = field_default(InferRequest, "kv_dtype")
+    """infer: KV cache type."""
+    batch: int = field_default(InferRequest, "batch")
+    """infer: concurrent sequences."""
+    prompt_tokens: int = field_default(InferRequest, "prompt_tokens")
+    """infer: prompt tokens per sequence."""
+    output_tokens: int = field_default(InferRequest, "output_tokens")
+    """infer: output tokens per sequence."""
+    engine: Engine = field_default(InferRequest, "engine")
+    """infer: serving engine."""
+    seq: int | None = None
+    """train/finetune: tokens per sequence (default {TRAIN_SEQ} for train, {FINETUNE_SEQ} for finetune)."""
+    global_batch: int | None = None
+    """train/finetune: sequences per step (default {TRAIN_BATCH} for train, {FINETUNE_BATCH} for finetune)."""
+    precision: Precision = job_default("precision")
+    """train/finetune: training precision."""
+    finetune: Finetune | None = None
+    """finetune: method (default lora)."""
+    train_tokens: float | None = None
+    """train/finetune: token budget of the run (its time and cost)."""
+
+    def __post_init__(self) -> None:
+        if self.task not in TASKS:
+            raise InvalidArgument(f"--task: unknown value '{self.task}'; valid: {', '.join(TASKS)}")
+        if self.objective not in OBJECTIVES:
+            raise InvalidArgument(f"--objective: unknown value '{self.objective}'; valid: {', '.join(OBJECTIVES)}")
+        if self.engine not in ENGINE_VENDORS:
+            raise InvalidArgument(f"--engine: unknown value '{self.engine}'; valid: {', '.join(ENGINE_VENDORS)}")
+        require_positive_int("--max-gpus", self.max_gpus, 1 << 16)
+        require_positive_int("--top", self.top, 1 << 16)
+        if self.budget_usd_per_hour is not None:
+            require_positive_number("--budget-usd-per-hour", self.budget_usd_per_hour, 1e7)
+        if not 0 <= self.headroom < 1:
+            raise InvalidArgument(f"--headroom must be a fraction in [0, 1), got {self.headroom}")
+        if self.task != "finetune" and self.finetune is not None:
+            raise InvalidArgument("--finetune applies to --task finetune")
+        if self.task == "infer" and (self.seq or self.global_batch or self.train_tokens):
+            raise InvalidArgument("--seq, --global-batch and --train-tokens apply to --task train or finetune")
+
+    @property
+    def train_seq(self) -> int:
+        return self.seq or (TRAIN_SEQ if self.task == "train" else FINETUNE_SEQ)
+
+    @property
+    def train_batch(self) -> int:
+        return self.global_batch or (TRAIN_BATCH if self.task == "train" else FINETUNE_BATCH)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    gpu: GPU
+    count: int
+    fits: bool
+    memory_bytes: float | None
+    """Peak per GPU of the best setup found (None when nothing could be costed)."""
+    tokens_per_s: float | None
+    """infer: output tokens/s over the batch; train/finetune: training tokens/s."""
+    usd_per_hour: float | None
+    """For all `count` GPUs (None: unknown price)."""
+    usd_per_million_tokens: float | None
+    kwh_per_million_tokens: float | None
+    """At TDP: an upper-bound estimate."""
+    setup: str
+    """The layout or engine split that was costed."""
+    interconnect: str
+    """What the setup needs from the interconnect, and what this GPU has."""
+    price_source: str
+    run_hours: float | None = None
+    run_usd: float | None = None
+    latency: dict = field(default_factory=dict)
+    """infer: ttft_s and tpot_s; train: step_time_s."""
+    rule: str | None = None
+    """The rule that rejected it (RULES), None when accepted."""
+    reason: str = ""
+
+    @property
+    def label(self) -> str:
+        return f"{self.count} x {self.gpu.name}" if self.count > 1 else self.gpu.name
+
+    @property
+    def headroom_bytes(self) -> float:
+        return self.gpu.memory_bytes - (self.memory_bytes or 0.0)
+
+
+@dataclass(frozen=True)
+class PickResult:
+    request: PickRequest
+    ranked: tuple[Candidate, ...]
+    """Accepted, best first (at most `top`)."""
+    rejected: tuple[Candidate, ...]
+    why: str
+    accepted: int
+    search_time_s: float

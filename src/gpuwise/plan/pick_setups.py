@@ -1,0 +1,134 @@
+"""How `gpuwise pick` costs one candidate (a GPU kind and a count): the same models as `infer`, `plan` and `train`.
+
+Inference: `gpuwise infer` at the requested batch, whole requests (prefill included). Training from scratch: the
+planner's fastest layout within the memory left after the headroom. Fine-tuning with adapters: transformers + PEFT
+data parallel, the fastest recompute mode and micro-batch that fit.
+"""
+
+from __future__ import annotations
+
+from ..catalog.gpus import GPU
+from ..errors import GpuwiseError, InvalidArgument
+from ..estimate.comm import topology
+from ..estimate.layout import divisors
+from ..units import GiB
+from .pick_request import Candidate, PickRequest
+
+
+def _link(topo) -> str:
+    """The level the GPUs of one node talk over, with its bandwidth, and a warning when it is PCIe."""
+    lv = topo.intra
+    slow = "pcie" in lv.name.lower()
+    return (f"{lv.name}, {lv.busbw_bytes_per_s / 1e9:.0f} GB/s bus bandwidth"
+            + (" (no NVLink between these cards: tensor parallel over PCIe is slow)" if slow else ""))
+
+
+def _rate(x: float | None) -> str:
+    return "unknown" if x is None else f"{x:,.0f} tokens/s"
+
+
+def _evaluate(req: PickRequest, gpu: GPU, n: int, price: float | None, source: str) -> Candidate | None:
+    try:
+        if req.task == "infer":
+            return _infer(req, gpu, n, price, source)
+        return _train(req, gpu, n, price, source)
+    except GpuwiseError:
+        return None  # a combination the models do not cover (e.g. no peak for the dtype): not a candidate
+
+
+def _money(req, gpu: GPU, n: int, price: float | None, tokens_per_s: float | None):
+    per_hour = price * n if price is not None else None
+    per_m = per_hour / 3600 / tokens_per_s * 1e6 if (per_hour is not None and tokens_per_s) else None
+    kwh = gpu.tdp_w * n / 1000 / 3600 / tokens_per_s * 1e6 if (gpu.tdp_w and tokens_per_s) else None
+    return per_hour, per_m, kwh
+
+
+def _infer(req: PickRequest, gpu: GPU, n: int, price: float | None, source: str) -> Candidate:
+    from .infer import InferRequest, infer
+
+    r = infer(InferRequest(model=req.model, gpu=gpu, num_gpus=n, weights=req.weights, kv_dtype=req.kv_dtype,
+                           batch=req.batch, prompt_tokens=req.prompt_tokens, output_tokens=req.output_tokens,
+                           engine=req.engine, usd_per_gpu_hour=price))
+    fits = r.memory.fits
+    speed = req.batch * req.output_tokens / r.request_s  # whole requests: prefill included, as infer's cost
+    per_hour, per_m, kwh = _money(req, gpu, n, price, speed)
+    if req.engine == "llamacpp":
+        setup = "one GPU" if n == 1 else f"llama.cpp layer split over {n} GPUs"
+        link = ("none" if n == 1 else "layer split sends one activation per token between cards: PCIe is enough, "
+                "but the cards work in turn, so it is no faster than one card that fits")
+    else:
+        setup = "one GPU" if n == 1 else f"tensor parallel {n}"
+        link = "none (one GPU)" if n == 1 else f"tensor parallel all-reduces every layer: {_link(r.topology)}"
+    return Candidate(gpu=gpu, count=n, fits=fits, memory_bytes=r.memory.estimate.memory.total, tokens_per_s=speed,
+                     usd_per_hour=per_hour, usd_per_million_tokens=per_m, kwh_per_million_tokens=kwh, setup=setup,
+                     interconnect=link, price_source=source, latency={"ttft_s": r.ttft_s, "tpot_s": r.tpot_s})
+
+
+def _train(req: PickRequest, gpu: GPU, n: int, price: float | None, source: str) -> Candidate:
+    """The fastest setup that keeps the headroom free; failing that, the fastest that fits at all (which the
+    headroom rule then rejects)."""
+    reserve = req.headroom * gpu.memory_bytes
+    best = _train_setup(req, gpu, n, reserve)
+    if best is None and reserve > 0:
+        best = _train_setup(req, gpu, n, 0.0)
+    if best is None:
+        return Candidate(gpu=gpu, count=n, fits=False, memory_bytes=None, tokens_per_s=None, usd_per_hour=None,
+                         usd_per_million_tokens=None, kwh_per_million_tokens=None, setup="nothing fits",
+                         interconnect="", price_source=source)
+    step_s, memory, setup, tp = best
+    speed = req.train_batch * req.train_seq / step_s
+    per_hour, per_m, kwh = _money(req, gpu, n, price, speed)
+    if n == 1:
+        link = "none (one GPU)"
+    else:
+        topo = topology(gpu, num_gpus=n)
+        if tp > 1:
+            link = f"tensor parallel {tp} needs NVLink-class bandwidth: {_link(topo)}"
+        else:
+            link = f"data-parallel gradient traffic overlaps the backward pass: {_link(topo)} is enough"
+    run_h = req.train_tokens / speed / 3600 if req.train_tokens else None
+    run_usd = run_h * per_hour if (run_h is not None and per_hour is not None) else None
+    return Candidate(gpu=gpu, count=n, fits=True, memory_bytes=memory, tokens_per_s=speed, usd_per_hour=per_hour,
+                     usd_per_million_tokens=per_m, kwh_per_million_tokens=kwh, setup=setup, interconnect=link,
+                     price_source=source, run_hours=run_h, run_usd=run_usd, latency={"step_time_s": step_s})
+
+
+def _train_setup(req: PickRequest, gpu: GPU, n: int, reserve: float) -> tuple[float, float, str, int] | None:
+    """(step time, memory per GPU, setup, TP degree) of the fastest setup within memory - reserve, or None."""
+    finetune = req.finetune or ("lora" if req.task == "finetune" else "full")
+    precision = req.precision
+    if precision == "bf16" and not gpu.peak("bf16") and gpu.peak("fp16"):
+        precision = "fp16"  # what people run on GPUs without bf16 tensor cores (V100, T4)
+    seq, batch = req.train_seq, req.train_batch
+    if finetune == "full":
+        from .planner import PlanRequest, describe, plan
+
+        framework = "torchtitan" if req.task == "train" else "fsdp"
+        res = plan(PlanRequest(model=req.model, gpu=gpu, num_gpus=n, seq=seq, global_batch=batch, top=1,
+                               framework=framework, precision=precision, reserve_gib=reserve / GiB))
+        if not res.plans:
+            return None
+        p = res.plans[0]
+        return p.step_time_s, p.memory_bytes, f"{framework}: {describe(p)}", p.layout.tp
+    return _finetune_adapters(req, gpu, n, seq, batch, finetune, precision, gpu.memory_bytes - reserve)
+
+
+def _finetune_adapters(req: PickRequest, gpu: GPU, n: int, seq: int, batch: int, finetune: str, precision: str,
+                       budget: float) -> tuple[float, float, str, int] | None:
+    """LoRA/QLoRA with transformers + PEFT, data parallel over n: the fastest (recompute, micro-batch) within
+    `budget` bytes per GPU."""
+    from .train import TrainRequest, train
+
+    if batch % n:
+        raise InvalidArgument(f"global batch {batch} does not divide over {n} GPUs")
+    best = None
+    for rc in ("none", "full"):
+        for mb in divisors(batch // n):  # memory grows with the micro-batch: stop at the first over budget
+            r = train(TrainRequest(model=req.model, gpu=gpu, num_gpus=n, seq=seq, global_batch=batch,
+                                   micro_batch=mb, recompute=rc, finetune=finetune, precision=precision))
+            if r.memory.total > budget:
+                break
+            t = r.perf.step.step_time_s
+            if best is None or t < best[0]:
+                best = (t, r.memory.total, f"{finetune} (PEFT), data parallel {n}, micro-batch {mb}, recompute {rc}", 1)
+    return best
