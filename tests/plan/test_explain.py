@@ -17,8 +17,8 @@ import pytest
 from gpuwise.catalog.gpus import get_gpu
 from gpuwise.cli import main, parser
 from gpuwise.errors import GpuwiseError, UnknownGPUError
-from gpuwise.plan import explain as ex
-from gpuwise.plan.explain import DEFAULT_GPU, TERMS, WIDTH, explain, list_terms, render, to_dict
+from gpuwise.plan.explain import DEFAULT_GPU, NUMBERS, TERMS, WIDTH, explain, list_terms, render, resolve, to_dict
+from gpuwise.plan.explain.glossary import entries, lookup_key
 
 MODEL, GPU = "llama-3.1-8b", "h100-sxm"
 MOE_MODEL = "mixtral-8x7b"  # the expert-parallelism commands need routed experts to run
@@ -42,7 +42,7 @@ def _subcommands() -> set[str]:
 
 
 def _templates() -> list[tuple[str, int, str]]:
-    return [(t, i, c) for t in TERMS for i, c in enumerate(ex._glossary()[t].get("commands", []))]
+    return [(t, i, c) for t in TERMS for i, c in enumerate(entries()[t].get("commands", []))]
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -56,7 +56,7 @@ def test_terms_are_sorted_and_cover_the_issue():
 
 @pytest.mark.parametrize("term", TERMS)
 def test_every_term_is_complete_and_concise(term):
-    row = ex._glossary()[term]
+    row = entries()[term]
     words = len(row["text"].split())
     assert 50 <= words <= 190, f"{term}: {words} words (aim for 4-8 plain sentences)"
     assert row["title"] and "\n" not in row["title"]
@@ -65,23 +65,32 @@ def test_every_term_is_complete_and_concise(term):
     for other in row["see_also"]:
         assert other in TERMS and other != term, f"{term}: see_also '{other}'"
     assert set(re.findall(r"{(\w*)}", " ".join(row["commands"]))) <= {"model", "gpu"}
-    assert term in ex._NUMBERS, f"{term} has no computed numbers"
+    assert term in NUMBERS, f"{term} has no computed numbers"
+
+
+def test_each_term_has_one_number_provider():
+    from gpuwise.plan.explain import numbers_hardware, numbers_inference, numbers_parallelism, numbers_training
+
+    topics = [numbers_hardware.NUMBERS, numbers_training.NUMBERS, numbers_parallelism.NUMBERS,
+              numbers_inference.NUMBERS]
+    assert sum(len(t) for t in topics) == len(NUMBERS), "a term has providers in two topic modules"
+    assert set(NUMBERS) == set(TERMS)
 
 
 @pytest.mark.parametrize("term", TERMS)
 def test_every_term_and_alias_resolves_to_itself(term):
-    assert ex.resolve(term) == term
-    assert ex.resolve(term.upper().replace("-", " ")) == term
-    for alias in ex._glossary()[term].get("aliases", []):
-        assert ex.resolve(alias) == term, alias
+    assert resolve(term) == term
+    assert resolve(term.upper().replace("-", " ")) == term
+    for alias in entries()[term].get("aliases", []):
+        assert resolve(alias) == term, alias
         assert explain(alias).term == term
 
 
 def test_aliases_are_unique_and_never_shadow_a_term():
-    seen: dict[str, str] = {ex._key(t): t for t in TERMS}
+    seen: dict[str, str] = {lookup_key(t): t for t in TERMS}
     for term in TERMS:
-        for alias in ex._glossary()[term].get("aliases", []):
-            k = ex._key(alias)
+        for alias in entries()[term].get("aliases", []):
+            k = lookup_key(alias)
             assert k not in seen or seen[k] == term, f"'{alias}' of {term} clashes with {seen.get(k)}"
             seen[k] = term
 
@@ -98,7 +107,7 @@ def test_aliases_are_unique_and_never_shadow_a_term():
     ("zero-offload", "offload"), ("tensor core", "tensor-cores"), ("multi-instance GPU", "mig"),
 ])
 def test_common_names(name, term):
-    assert ex.resolve(name) == term
+    assert resolve(name) == term
 
 
 def test_unknown_term_is_one_line_with_a_suggestion():
@@ -234,6 +243,29 @@ def test_model_numbers_use_the_estimators():
     assert tp["valid_tp_degrees"] == "1, 2, 4, 8"
 
 
+def test_example_settings_are_the_other_commands_defaults():
+    from gpuwise.plan.explain.examples import EXAMPLE_SEQ, decode_context
+    from gpuwise.plan.roofline import RooflineRequest
+    from gpuwise.plan.train import TrainRequest
+
+    assert EXAMPLE_SEQ == TrainRequest.__dataclass_fields__["seq"].default
+    assert decode_context() == RooflineRequest.__dataclass_fields__["seq"].default
+    e = explain("arithmetic-intensity", model=MODEL, gpu=GPU)
+    assert f"{decode_context():,} cached tokens" in render(e)
+    assert f"at {EXAMPLE_SEQ:,}-token sequences" in render(explain("mfu", model=MODEL, gpu=GPU))
+
+
+def test_tp_degrees_are_the_layout_rules():
+    from gpuwise.catalog.models import load_model
+    from gpuwise.estimate.parallel import valid_tp_degrees
+
+    for name in (MODEL, MOE_MODEL, "gemma-2b"):
+        n = explain("tensor-parallelism", model=name).numbers
+        assert n["valid_tp_degrees"] == ", ".join(map(str, valid_tp_degrees(load_model(name).spec,
+                                                                           n["gpus_per_node"])))
+    assert explain("tensor-parallelism", model="gemma-2b").numbers["valid_tp_degrees"] == "1"  # one KV head
+
+
 def test_mig_profiles_come_from_the_catalog():
     assert explain("mig", gpu="a100-sxm-80gb").numbers["mig_profiles"].startswith("1g.10gb")
     assert explain("mig", gpu="rtx-4090").numbers["mig_profiles"] == ""
@@ -288,6 +320,21 @@ def test_list_terms_lists_every_term():
     for t in TERMS:
         assert re.search(rf"^  {re.escape(t)} ", text, re.M), t
     _check_wrapped(text)
+
+
+def test_explain_imports_no_presenter_of_report():
+    """plan/ does not import report/: the `--json` envelope comes from gpuwise.schema."""
+    import ast
+    from pathlib import Path
+
+    from gpuwise.plan.explain import glossary
+
+    for path in Path(glossary.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                names = [getattr(node, "module", None) or ""] + [a.name for a in node.names]
+                parts = [p for n in names for p in n.split(".")]
+                assert "report" not in parts, (path.name, names)
 
 
 def test_explain_imports_no_torch():
