@@ -75,6 +75,13 @@ def _arch(gpu: GPU) -> str:
     return (gpu.architecture or "").split(" (")[0]
 
 
+def default_gpus_per_node(gpu: GPU) -> int:
+    """GPUs in one server of this kind when the job does not say (data/devices.toml [network] gpus_per_node, by the
+    GPU's segment, else the default: an HGX/DGX server's 8)."""
+    table = network_defaults()["gpus_per_node"]
+    return int(table.get(gpu.segment, table["default"]))
+
+
 def topology(gpu: GPU, *, num_gpus: int, gpus_per_node: int | None = None, inter_node_gbps: float | None = None,
              overrides: dict | None = None) -> Topology:
     """The default two-level network for `num_gpus` GPUs of this kind (see data/devices.toml [network])."""
@@ -84,7 +91,7 @@ def topology(gpu: GPU, *, num_gpus: int, gpus_per_node: int | None = None, inter
         raise InvalidArgument(f"--gpus-per-node must be at least 1, got {gpus_per_node}")
     if inter_node_gbps is not None:
         require_positive_number("--inter-node-gbps", inter_node_gbps, 1e5)
-    per_node = gpus_per_node or min(num_gpus, int(net["gpus_per_node"].get(gpu.segment, net["gpus_per_node"]["default"])))
+    per_node = gpus_per_node or min(num_gpus, default_gpus_per_node(gpu))
     intra = _intra_level(gpu, per_node, net)
     intra = _measured(intra, over, "intra_node")
     gbps = inter_node_gbps or float(net["inter_node_gbps"].get(_arch(gpu), net["inter_node_gbps"]["default"]))

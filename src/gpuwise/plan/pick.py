@@ -7,8 +7,8 @@ its compute and memory shares). Each candidate is costed by the same models as `
 
 Decision order (the order people use), the first rule that fails names the rejection:
 1. memory: the workload does not fit (best layout, largest micro-batch);
-2. communication: more cards of a kind that are no faster than fewer of them (interconnect-bound, e.g. tensor
-   parallel over PCIe, or llama.cpp's layer split);
+2. communication: more cards of a kind that are no faster than fewer of them that pass every rule
+   (interconnect-bound, e.g. tensor parallel over PCIe, or llama.cpp's layer split);
 3. budget: count x price per GPU-hour above `budget_usd_per_hour` (an unknown price cannot pass a budget);
 4. headroom: less than `headroom` of the memory left free, for longer contexts, bigger batches, fragmentation.
 The rest are ranked by cost per million tokens (objective cost; unknown prices last) or by tokens per second
@@ -115,8 +115,6 @@ def _judge(req: PickRequest, kind: list[Candidate]) -> list[Candidate]:
                 f"no faster than {fastest_smaller.label} ({_rate(c.tokens_per_s)} vs "
                 f"{_rate(fastest_smaller.tokens_per_s)}): {c.interconnect}")))
             continue
-        if fastest_smaller is None or (c.tokens_per_s or 0) > (fastest_smaller.tokens_per_s or 0):
-            fastest_smaller = c
         if req.budget_usd_per_hour is not None:
             if c.usd_per_hour is None:
                 out.append(replace(c, rule="budget", reason="price unknown: cannot check the budget "
@@ -130,6 +128,10 @@ def _judge(req: PickRequest, kind: list[Candidate]) -> list[Candidate]:
                 f"{c.headroom_bytes / GiB:.1f} GiB free of {c.gpu.memory_bytes / GiB:.1f} GiB, under the "
                 f"{req.headroom:.0%} kept for longer contexts, bigger batches and fragmentation")))
             continue
+        # Only an accepted count makes more cards pointless: more cards that leave the headroom a smaller count
+        # lacked are not rejected as "no faster" than it.
+        if fastest_smaller is None or (c.tokens_per_s or 0) > (fastest_smaller.tokens_per_s or 0):
+            fastest_smaller = c
         out.append(c)
     return out
 

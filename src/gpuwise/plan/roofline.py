@@ -55,9 +55,15 @@ class RooflineResult:
                 f"({self.roofline.dtype})")
 
 
+def default_dtype(gpu: GPU) -> str | None:
+    """The peak a roofline uses unless --dtype says: bf16, or fp16 where the GPU has no bf16 (V100, T4); None when
+    the catalog has neither."""
+    return "bf16" if "bf16" in gpu.peak_flops else ("fp16" if "fp16" in gpu.peak_flops else None)
+
+
 def roofline(req: RooflineRequest) -> RooflineResult:
     gpu = req.gpu
-    dtype = req.dtype or ("bf16" if "bf16" in gpu.peak_flops else "fp16")
+    dtype = req.dtype or default_dtype(gpu) or "fp16"
     if dtype not in gpu.peak_flops:
         have = ", ".join(gpu.peak_flops) or "none"
         raise InvalidArgument(f"{gpu.name} has no {dtype} peak in the catalog; known: {have}")

@@ -24,9 +24,10 @@ def ridge(g: GPU, dtype: str) -> float | None:
 
 
 def compute_dtype(g: GPU) -> str | None:
-    """bf16, or fp16 where the GPU has no bf16 (V100, T4): what `gpuwise roofline` uses by default (written inline in
-    plan/roofline.py, which has no function for it to call); None when the catalog has neither peak."""
-    return "bf16" if "bf16" in g.peak_flops else ("fp16" if "fp16" in g.peak_flops else None)
+    """The peak `gpuwise roofline` uses by default (plan/roofline.default_dtype)."""
+    from ..roofline import default_dtype
+
+    return default_dtype(g)
 
 
 def decode_intensity(m: LoadedModel, g: GPU, batch: int) -> tuple[float, float] | None:

@@ -4,7 +4,6 @@ parallelism. The degrees a model allows come from the layout rules `gpuwise trai
 
 from __future__ import annotations
 
-from ...catalog.devices import network_defaults
 from ...catalog.gpus import GPU
 from ...catalog.models import LoadedModel
 from ...estimate.pipeline import bubble_fraction
@@ -43,7 +42,9 @@ def _data_parallelism(g: GPU, m: LoadedModel | None) -> list[Fact]:
 
 
 def _tensor_parallelism(g: GPU, m: LoadedModel | None) -> list[Fact]:
-    per_node = int(network_defaults()["gpus_per_node"]["default"])
+    from ...estimate.comm import default_gpus_per_node
+
+    per_node = default_gpus_per_node(g)
     out: list[Fact] = [gpu_fact(g), ("gpus_per_node", per_node, None)]
     if g.interconnect_bytes_per_s and g.nvlink:
         out.append((None, None, f"{g.id}: {g.interconnect} at {gbs(g.interconnect_bytes_per_s / 2)} each way, "
