@@ -6,15 +6,21 @@ written under it, its help. `field_default` lets one request take another's defa
 them at run time, so they are read from the source, once per class), for the CLI's help and the HTTP API's
 OpenAPI description. A docstring may name a constant of its module in braces, e.g. "(default {DEFAULT_CONTEXT})":
 the help shows its value, so a default stated in words is still written once.
+
+A field `num_gpus` is the command-line option `--num-gpus` (`flag`); `to_argv` writes the flags that give a request
+given values (the `gpuwise train` command a plan prints; the CLI reads them back, cli/options.py).
 """
 
 from __future__ import annotations
 
 import inspect
 import re
+import shlex
 import sys
-from dataclasses import MISSING, fields
+import types
+from dataclasses import MISSING, Field, fields
 from functools import lru_cache
+from typing import Any, Union, get_args, get_origin, get_type_hints
 
 
 def field_default(cls: type, name: str) -> object:
@@ -61,3 +67,60 @@ def _fill(doc: str, names: dict) -> str:
         return doc.format_map(names)
     except (KeyError, ValueError, IndexError, AttributeError):
         return doc
+
+
+def strip_optional(tp: Any) -> Any:
+    """X for `X | None`; the type itself otherwise."""
+    if get_origin(tp) in (Union, types.UnionType):
+        args = [a for a in get_args(tp) if a is not type(None)]
+        if len(args) == 1:
+            return args[0]
+    return tp
+
+
+@lru_cache(maxsize=None)
+def type_hints(cls: type) -> dict[str, Any]:
+    return get_type_hints(cls)
+
+
+def option_fields(cls: type) -> tuple[Field, ...]:
+    """The fields of `cls` that are options (init fields)."""
+    return tuple(f for f in fields(cls) if f.init)
+
+
+def default_value(f: Field) -> Any:
+    """A field's default (its factory's value), or MISSING."""
+    if f.default is not MISSING:
+        return f.default
+    if f.default_factory is not MISSING:
+        return f.default_factory()
+    return MISSING
+
+
+def flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def to_argv(cls: type, values: dict[str, Any], *, keep: tuple[str, ...] = ()) -> list[str]:
+    """The command-line flags that give a `cls` request these field values (positional model and GPU excluded;
+    values equal to the field's default left out, but for the fields named in `keep`)."""
+    by_name = {f.name: f for f in option_fields(cls)}
+    hints = type_hints(cls)
+    out: list[str] = []
+    for name, value in values.items():
+        f = by_name[name]
+        if value is None or (value == default_value(f) and name not in keep):
+            continue
+        tp = strip_optional(hints[name])
+        if tp is bool:
+            out.append(flag(name) if value else "--no-" + name.replace("_", "-"))
+        elif get_origin(tp) is tuple:
+            out += [flag(name), ",".join(map(str, value))]
+        else:
+            out += [flag(name), str(value)]
+    return out
+
+
+def command_line(command: str, model: str, gpu: str, argv: list[str]) -> str:
+    """The shell command (quoted) for `gpuwise COMMAND MODEL --gpu GPU ARGV`."""
+    return shlex.join(["gpuwise", command, model, "--gpu", gpu, *argv])

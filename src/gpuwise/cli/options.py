@@ -12,36 +12,23 @@ default and is shown in the help. Field types decide the rest:
 - a tuple -> a comma list; `dict[str, float]` -> ID=NUMBER,ID=NUMBER.
 
 `request_options` turns the parsed namespace back into the request's keyword arguments, leaving out options the
-user did not give, so that the request's own default applies. `to_argv` is the inverse: the flags that give a
-request these values (the `gpuwise train` command a plan prints).
+user did not give, so that the request's own default applies; `gpuwise.fields.to_argv` is the inverse.
 """
 
 from __future__ import annotations
 
 import argparse
-import shlex
-import types
-from dataclasses import MISSING, Field, fields
-from functools import lru_cache
-from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
+from dataclasses import MISSING
+from typing import Any, Literal, get_args, get_origin
 
 from ..errors import InvalidArgument
-from ..fields import field_docs
+from ..fields import default_value, field_docs, flag, option_fields, strip_optional, type_hints
 from .args import comma_list, finite_float, positive_int
 
 MODEL_HELP = "catalog name, Hugging Face id, or path to a config.json (or its folder)"
 GPU_HELP = "GPU id or name, e.g. h100-sxm, rtx-4090, 'NVIDIA A100-SXM4-80GB'"
 FLAG_ALIASES = {"prices": ("--price",)}
 """Other spellings an option keeps accepting (the flag it was first published under)."""
-
-
-def _strip_optional(tp: Any) -> Any:
-    """X for `X | None`; the type itself otherwise."""
-    if get_origin(tp) in (Union, types.UnionType):
-        args = [a for a in get_args(tp) if a is not type(None)]
-        if len(args) == 1:
-            return args[0]
-    return tp
 
 
 def _is_literal(tp: Any) -> bool:
@@ -52,37 +39,15 @@ def _type_name(tp: Any) -> str:
     return getattr(tp, "__name__", "")
 
 
-@lru_cache(maxsize=None)
-def _hints(cls: type) -> dict[str, Any]:
-    return get_type_hints(cls)
-
-
-def option_fields(cls: type) -> tuple[Field, ...]:
-    """The fields of `cls` that are options (init fields)."""
-    return tuple(f for f in fields(cls) if f.init)
-
-
-def _default(f: Field) -> Any:
-    if f.default is not MISSING:
-        return f.default
-    if f.default_factory is not MISSING:
-        return f.default_factory()
-    return MISSING
-
-
-def flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
-
-
 def add_request_options(parser: argparse.ArgumentParser, cls: type, *, skip: frozenset[str] = frozenset(),
                         help_prefix: str = "") -> None:
     """Add one option per init field of dataclass `cls` to `parser` (fields named in `skip` left out)."""
-    hints, docs = _hints(cls), field_docs(cls)
+    hints, docs = type_hints(cls), field_docs(cls)
     for f in option_fields(cls):
         if f.name in skip:
             continue
-        tp = _strip_optional(hints[f.name])
-        default = _default(f)
+        tp = strip_optional(hints[f.name])
+        default = default_value(f)
         doc = _help_text(docs.get(f.name, ""))
         if _type_name(tp) == "LoadedModel":
             parser.add_argument(f.name, help=MODEL_HELP)
@@ -161,43 +126,18 @@ def _numbers_by_id(name: str, text: str) -> dict[str, float]:
 
 def request_options(args: argparse.Namespace, cls: type, *, skip: frozenset[str] = frozenset()) -> dict[str, Any]:
     """The keyword arguments of `cls` the user gave on the command line (model and GPU as the names typed)."""
-    hints = _hints(cls)
+    hints = type_hints(cls)
     out: dict[str, Any] = {}
     for f in option_fields(cls):
         if f.name in skip or not hasattr(args, f.name):
             continue
         value = getattr(args, f.name)
-        if value is None or (value == _default(f) and isinstance(value, bool)):
+        if value is None or (value == default_value(f) and isinstance(value, bool)):
             continue
-        tp = _strip_optional(hints[f.name])
+        tp = strip_optional(hints[f.name])
         if get_origin(tp) is tuple and get_args(tp) and _type_name(get_args(tp)[0]) == "GPU":
             value = _gpus(value)
         elif get_origin(tp) is dict:
             value = _numbers_by_id(f.name, value)
         out[f.name] = value
     return out
-
-
-def to_argv(cls: type, values: dict[str, Any], *, keep: tuple[str, ...] = ()) -> list[str]:
-    """The command-line flags that give a `cls` request these field values (positional model and GPU excluded;
-    values equal to the field's default left out, but for the fields named in `keep`)."""
-    by_name = {f.name: f for f in option_fields(cls)}
-    hints = _hints(cls)
-    out: list[str] = []
-    for name, value in values.items():
-        f = by_name[name]
-        if value is None or (value == _default(f) and name not in keep):
-            continue
-        tp = _strip_optional(hints[name])
-        if tp is bool:
-            out.append(flag(name) if value else "--no-" + name.replace("_", "-"))
-        elif get_origin(tp) is tuple:
-            out += [flag(name), ",".join(map(str, value))]
-        else:
-            out += [flag(name), str(value)]
-    return out
-
-
-def command_line(command: str, model: str, gpu: str, argv: list[str]) -> str:
-    """The shell command (quoted) for `gpuwise COMMAND MODEL --gpu GPU ARGV`."""
-    return shlex.join(["gpuwise", command, model, "--gpu", gpu, *argv])

@@ -268,7 +268,7 @@ def model_entry_to_dict(e: CatalogEntry) -> dict[str, Any]:
 def plan_train_command(r, p) -> tuple[dict, str]:
     """(the `gpuwise train` options, as JSON values, that evaluate plan `p`; the command line that runs them):
     `train` reports the plan's memory and step time for them."""
-    from ..cli.options import command_line, to_argv
+    from ..fields import command_line, to_argv
     from ..plan.train import TrainRequest
 
     options = p.train_options(r.request)
