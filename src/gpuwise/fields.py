@@ -38,7 +38,16 @@ def field_default(cls: type, name: str) -> object:
 @lru_cache(maxsize=None)
 def field_docs(cls: type) -> dict[str, str]:
     """Field name -> its docstring (whitespace collapsed; module constants in braces filled in), for the fields of
-    `cls` that have one."""
+    `cls` that have one; a field without one takes the docstring of the same field in the classes `cls` names in a
+    `DOCS_FROM` class attribute (a request field that is a job's or a layout's is documented there, once)."""
+    out = _own_docs(cls)
+    for other in getattr(cls, "DOCS_FROM", ()):
+        for name, doc in field_docs(other).items():
+            out.setdefault(name, doc)
+    return out
+
+
+def _own_docs(cls: type) -> dict[str, str]:
     module = sys.modules[cls.__module__]
     try:
         lines = inspect.getsource(module).split("\n")

@@ -30,23 +30,24 @@ def positive_int(text: str) -> int:
     return value
 
 
-def positive_float(text: str) -> float:
+def _number(text: str) -> float:
     try:
-        value = float(text)
+        return float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"'{text}' is not a number") from None
-    if not value > 0 or value == float("inf"):
+
+
+def positive_float(text: str) -> float:
+    value = _number(text)
+    if not 0 < value < float("inf"):
         raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
     return value
 
 
 def finite_float(text: str) -> float:
     """Any finite number; the request checks its range (a share may be 0, a reserve 0 GiB)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a number") from None
-    if value != value or value in (float("inf"), float("-inf")):
+    value = _number(text)
+    if not abs(value) < float("inf"):  # also NaN
         raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
     return value
 

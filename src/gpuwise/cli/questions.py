@@ -63,43 +63,23 @@ DOCTOR = Part("..plan.doctor", "DoctorOptions")
 DOCTOR_INFER = Part("..plan.fit", "FitRequest", skip=frozenset({"model", "gpu", "num_gpus"}), help_prefix="infer: ")
 
 
-def _fit(args: argparse.Namespace) -> str:
-    from ..api import fit
+def _answer(api: str, part: Part, to_dict: str, render: str) -> Callable[[argparse.Namespace], str]:
+    """A command that asks the Python API function `api` with the options of `part` and prints the result with
+    report.json_out's `to_dict` (--json) or report.text's `render`."""
 
-    result = fit(args.model, gpu=args.gpu, **_options(args, FIT))
-    if args.json:
-        from ..report.json_out import dumps, fit_to_dict
+    def run(args: argparse.Namespace) -> str:
+        from .. import api as api_module
 
-        return dumps(fit_to_dict(result))
-    from ..report.text import render_fit
+        result = getattr(api_module, api)(args.model, gpu=args.gpu, **_options(args, part))
+        if args.json:
+            from ..report import json_out
 
-    return render_fit(result)
+            return json_out.dumps(getattr(json_out, to_dict)(result))
+        from ..report import text
 
+        return getattr(text, render)(result)
 
-def _train(args: argparse.Namespace) -> str:
-    from ..api import train
-
-    result = train(args.model, gpu=args.gpu, **_options(args, TRAIN))
-    if args.json:
-        from ..report.json_out import dumps, train_to_dict
-
-        return dumps(train_to_dict(result))
-    from ..report.text import render_train
-
-    return render_train(result)
-
-
-def _infer(args: argparse.Namespace) -> str:
-    from ..api import infer
-
-    result = infer(args.model, gpu=args.gpu, **_options(args, INFER))
-    if args.json:
-        from ..report.json_out import dumps, infer_to_dict
-
-        return dumps(infer_to_dict(result))
-    from ..report.text import render_infer
-
-    return render_infer(result)
+    return run
 
 
 def _roofline(args: argparse.Namespace) -> str:
@@ -190,11 +170,14 @@ def _doctor(args: argparse.Namespace) -> str:
 
 
 _QUESTIONS: dict[str, Question] = {
-    "fit": Question("inference memory per GPU: will MODEL fit on GPU?", (FIT,), _fit),
-    "train": Question("training memory per GPU and FLOPs per step: will this job fit?", (TRAIN,), _train),
+    "fit": Question("inference memory per GPU: will MODEL fit on GPU?", (FIT,),
+                    _answer("fit", FIT, "fit_to_dict", "render_fit")),
+    "train": Question("training memory per GPU and FLOPs per step: will this job fit?", (TRAIN,),
+                      _answer("train", TRAIN, "train_to_dict", "render_train")),
     "doctor": Question("a job does not fit (or ran out of memory): remedies, ranked",
                        (TRAIN, DOCTOR, DOCTOR_INFER), _doctor),
-    "infer": Question("inference speed: time to first token, time per token, throughput, cost", (INFER,), _infer),
+    "infer": Question("inference speed: time to first token, time per token, throughput, cost", (INFER,),
+                      _answer("infer", INFER, "infer_to_dict", "render_infer")),
     "plan": Question("search the parallel layouts of a training job and rank those that fit", (PLAN,), _plan,
                      _emit_option),
     "pick": Question("which GPU kind and how many for a workload: ranked, with each rejection's rule", (PICK,),

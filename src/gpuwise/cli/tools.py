@@ -9,46 +9,39 @@ from .args import port
 from .command import Command
 
 
-def _models_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("query", nargs="?", help="filter by id, Hugging Face id or family")
-    p.add_argument("--json", action="store_true")
+def _catalog_options(what: str):
+    def add(p: argparse.ArgumentParser) -> None:
+        p.add_argument("query", nargs="?", help=f"filter by {what}")
+        p.add_argument("--json", action="store_true")
+
+    return add
+
+
+def _listing(args: argparse.Namespace, command: str, what: str, found: list, to_dict, render) -> str:
+    """A catalog listing: JSON (even when empty), or the table; nothing found is an error in text."""
+    if args.json:
+        from ..schema import dumps, envelope
+
+        return dumps(envelope(command, **{command: [to_dict(x) for x in found]}))
+    if not found:
+        raise GpuwiseError(f"no catalog {what} matches '{args.query}'")
+    return render(found)
 
 
 def _models(args: argparse.Namespace) -> str:
     from ..catalog.models import search_models
-
-    entries = search_models(args.query)
-    if args.json:
-        from ..report.json_out import model_entry_to_dict
-        from ..schema import dumps, envelope
-
-        return dumps(envelope("models", models=[model_entry_to_dict(e) for e in entries]))
-    if not entries:
-        raise GpuwiseError(f"no catalog model matches '{args.query}'")
+    from ..report.json_out import model_entry_to_dict
     from ..report.text import render_models
 
-    return render_models(entries)
-
-
-def _gpus_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("query", nargs="?", help="filter by id, name, vendor, segment or architecture")
-    p.add_argument("--json", action="store_true")
+    return _listing(args, "models", "model", search_models(args.query), model_entry_to_dict, render_models)
 
 
 def _gpus(args: argparse.Namespace) -> str:
     from ..catalog.gpus import search_gpus
-
-    found = search_gpus(args.query)
-    if args.json:
-        from ..report.json_out import gpu_to_dict
-        from ..schema import dumps, envelope
-
-        return dumps(envelope("gpus", gpus=[gpu_to_dict(g) for g in found]))
-    if not found:
-        raise GpuwiseError(f"no catalog GPU matches '{args.query}'")
+    from ..report.json_out import gpu_to_dict
     from ..report.text import render_gpus
 
-    return render_gpus(found)
+    return _listing(args, "gpus", "GPU", search_gpus(args.query), gpu_to_dict, render_gpus)
 
 
 def _explain_options(p: argparse.ArgumentParser) -> None:
@@ -89,6 +82,7 @@ TOOLS: dict[str, Command] = {
     "explain": Command("a concept in plain words, with its numbers for your GPU and model", _explain_options, _explain),
     "serve": Command("a local web page and HTTP API over the same answers (http://127.0.0.1:8000)", _serve_options,
                      _serve),
-    "models": Command("list the embedded model catalog", _models_options, _models),
-    "gpus": Command("list the embedded GPU catalog", _gpus_options, _gpus),
+    "models": Command("list the embedded model catalog", _catalog_options("id, Hugging Face id or family"), _models),
+    "gpus": Command("list the embedded GPU catalog", _catalog_options("id, name, vendor, segment or architecture"),
+                    _gpus),
 }

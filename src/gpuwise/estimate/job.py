@@ -50,6 +50,7 @@ class TrainJob:
     """bf16/fp16: mixed precision with fp32 master weights; bf16-pure: bf16 weights and optimizer states;
     fp8: the framework's bf16 layout with fp8 GEMMs (Transformer Engine)."""
     optimizer: Optimizer = "adamw"
+    """AdamW, 8-bit AdamW (bitsandbytes), SGD with momentum, Adafactor, or none (no optimizer states)."""
     seq: int = 4096
     """Tokens per sequence."""
     recompute: Recompute = "none"

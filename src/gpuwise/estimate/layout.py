@@ -59,7 +59,7 @@ class Layout:
     cp: int = 1
     """Context parallel degree (the sequence split across ranks, K/V exchanged)."""
     ep: int = 1
-    """Expert parallel degree (routed experts split across ranks)."""
+    """Expert parallel degree (routed experts split over the data-parallel x context-parallel ranks)."""
     sp: bool = False
     """Sequence parallelism with TP (norms, dropout and their activations split along the sequence)."""
     sharding: str = "ddp"
@@ -68,8 +68,9 @@ class Layout:
     schedule: str = "1f1b"
     pp_first_layers: int | None = None
     """Layers on the first pipeline stage when it differs from the others (Megatron's
-    --decoder-first-pipeline-num-layers); None for an even split."""
+    --decoder-first-pipeline-num-layers; default: an even split)."""
     pp_last_layers: int | None = None
+    """Layers on the last pipeline stage when it differs from the others (default: an even split)."""
 
     @property
     def dp(self) -> int:

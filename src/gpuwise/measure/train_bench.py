@@ -257,13 +257,8 @@ def _tensor_parallel(torch, model, tp_mesh, cfg: BenchConfig) -> None:
     """torchtitan's Llama plan: q/k/v, gate/up column-wise, o/down row-wise, vocab-parallel embedding and head;
     with --sp the norms run on sequence shards and the linears' inputs are all-gathered along the sequence."""
     from torch.distributed.tensor import Replicate, Shard
-    from torch.distributed.tensor.parallel import (
-        ColwiseParallel,
-        PrepareModuleInput,
-        RowwiseParallel,
-        SequenceParallel,
-        parallelize_module,
-    )
+    from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, RowwiseParallel,
+                                                   SequenceParallel, parallelize_module)
 
     spec = cfg.model.spec
     between = Shard(1) if cfg.sp else Replicate()

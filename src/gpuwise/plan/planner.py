@@ -41,6 +41,7 @@ from ..estimate.step_time import StepTime, step_time
 from ..estimate.train_memory import layout_memory
 from ..units import GiB
 from .cluster import cluster
+from .train import TrainRequest
 
 Objective = Literal["time", "cost", "memory"]
 PlanFramework = Literal["megatron", "torchtitan", "fsdp", "deepspeed"]
@@ -69,7 +70,10 @@ TRAIN_SHARDING = {"ddp": dict(zero=0), "zero1": dict(zero=1), "zero2": dict(zero
 
 @dataclass(frozen=True, kw_only=True)
 class PlanRequest:
-    """A search over the parallel layouts of a training job: the options of `gpuwise plan`."""
+    """A search over the parallel layouts of a training job: the options of `gpuwise plan` (those it shares with
+    `gpuwise train` documented there, `DOCS_FROM`)."""
+
+    DOCS_FROM = (TrainRequest,)
 
     model: LoadedModel
     gpu: GPU
@@ -86,9 +90,7 @@ class PlanRequest:
     objective: Objective = "time"
     """Rank by step time, cost (the same order at a fixed GPU count) or memory per GPU."""
     precision: Precision = job_default("precision")
-    """Training precision (as `gpuwise train --precision`)."""
     optimizer: Optimizer = job_default("optimizer")
-    """Optimizer (as `gpuwise train --optimizer`)."""
     tp: int | None = None
     """Fix the tensor-parallel degree."""
     pp: int | None = None
@@ -110,11 +112,8 @@ class PlanRequest:
     tp_across_nodes: bool = False
     """Allow tensor parallelism across nodes."""
     gpus_per_node: int | None = None
-    """GPUs per node (default 8, or the job's GPU count when smaller)."""
     inter_node_gbps: float | None = None
-    """Per-GPU NIC line rate across nodes in Gb/s."""
     profile: str | None = None
-    """Measured device profile (JSON, from `gpuwise calibrate`)."""
 
     def __post_init__(self) -> None:
         for name in ("num_gpus", "seq", "global_batch", "top"):

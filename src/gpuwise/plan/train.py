@@ -16,23 +16,14 @@ from ..catalog.models import LoadedModel
 from ..errors import InvalidArgument, require_positive_int, require_positive_number
 from ..estimate.comm import Topology
 from ..estimate.flops import StepFlops, gemm_dtype, job_flops, utilization
-from ..estimate.job import (
-    Attention,
-    Finetune,
-    FlopsConvention,
-    Framework,
-    OffloadTarget,
-    Optimizer,
-    Precision,
-    Recompute,
-    TrainJob,
-    job_default,
-)
+from ..estimate.job import (Attention, Finetune, FlopsConvention, Framework, OffloadTarget, Optimizer, Precision,
+                            Recompute, TrainJob, job_default)
 from ..estimate.layout import PARAM_OFFLOAD_SHARDINGS, Layout, Schedule, divisors
 from ..estimate.model_states import lora_targets
 from ..estimate.parallel import validate_layout
 from ..estimate.step_time import StepTime, step_time
 from ..estimate.train_memory import FRAGMENTATION_RISK, TrainMemory, layout_memory
+from ..fields import field_default
 from ..model.params import ParamCounts, param_counts
 from .cluster import cluster
 
@@ -49,35 +40,28 @@ LIMITS = {"num_gpus": 1 << 20, "seq": 1 << 24, "micro_batch": 1 << 24, "tp": 1 <
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TrainRequest:
     """A training job on a cluster: the options of `gpuwise train`, one field each (the CLI is built from them: a
-    field's docstring is its help, a Literal its choices, its default the option's default)."""
+    field's docstring is its help, a Literal its choices, its default the option's default). The fields that are the
+    job's or the layout's are documented there (`DOCS_FROM`)."""
 
+    DOCS_FROM = (TrainJob, Layout)
     model: LoadedModel
     gpu: GPU
     num_gpus: int = 1
     """GPUs in the job."""
     seq: int = job_default("seq")
-    """Tokens per sequence."""
     global_batch: int | None = None
     """Sequences per optimizer step over all data-parallel ranks (default: one micro-batch per data-parallel
     rank, dp x micro-batch)."""
     micro_batch: int = 1
     """Sequences per forward/backward on one rank."""
-    tp: int = 1
-    """Tensor-parallel degree."""
-    pp: int = 1
-    """Pipeline-parallel degree (stages)."""
-    vpp: int = 1
-    """Virtual pipeline stages (model chunks) per pipeline rank: the interleaved schedule when > 1."""
-    cp: int = 1
-    """Context-parallel degree (the sequence split over ranks)."""
-    ep: int = 1
-    """Expert-parallel degree (routed experts split over the data-parallel x context-parallel ranks)."""
-    sp: bool = False
-    """Sequence parallelism with TP (norms and dropout split along the sequence)."""
+    tp: int = field_default(Layout, "tp")
+    pp: int = field_default(Layout, "pp")
+    vpp: int = field_default(Layout, "vpp")
+    cp: int = field_default(Layout, "cp")
+    ep: int = field_default(Layout, "ep")
+    sp: bool = field_default(Layout, "sp")
     pp_first_layers: int | None = None
-    """Layers on the first pipeline stage (an uneven split)."""
     pp_last_layers: int | None = None
-    """Layers on the last pipeline stage (an uneven split)."""
     schedule: Schedule | None = None
     """Pipeline schedule (default 1f1b, interleaved with --vpp > 1)."""
     zero: ZeroStage | None = None
@@ -85,30 +69,19 @@ class TrainRequest:
     fsdp: FsdpMode | None = None
     """FSDP sharding mode (hybrid: HSDP, with --shard-group)."""
     shard_group: int | None = None
-    """HSDP: ranks that shard model states among themselves (replicated across groups)."""
     recompute: Recompute = job_default("recompute")
-    """Activation checkpointing."""
     offload: tuple[OffloadTarget, ...] = ()
     """States kept in host memory: a comma list of optimizer, params, activations."""
     optimizer: Optimizer = job_default("optimizer")
-    """Optimizer."""
     precision: Precision = job_default("precision")
-    """bf16/fp16: mixed with fp32 master weights; bf16-pure: no fp32 copy; fp8: fp8 GEMMs."""
     framework: Framework | None = None
     """Implementation profile (default: from the other options; see docs/training-memory.md)."""
     finetune: Finetune = job_default("finetune")
-    """full: every weight trained; lora/qlora: adapters on a frozen base."""
     lora_rank: int = job_default("lora_rank")
-    """LoRA rank."""
     lora_targets: str = job_default("lora_targets")
-    """LoRA targets: all-linear or a comma list of q,k,v,o,gate,up,down."""
     flops_convention: FlopsConvention = job_default("flops_convention")
-    """Attention FLOPs: causal, or full (what FlopCounterMode counts)."""
     attention: Attention = job_default("attention")
-    """flash (fused kernel, no score matrix) or unfused (scores, softmax and dropout in memory, as Megatron-LM
-    before flash attention)."""
     tp_comm_overlap: bool = job_default("tp_comm_overlap")
-    """Overlap tensor-parallel collectives with the split GEMMs (Megatron-LM --tp-comm-overlap)."""
     gpus_per_node: int | None = None
     """GPUs per node (default 8, or the job's GPU count when smaller)."""
     inter_node_gbps: float | None = None

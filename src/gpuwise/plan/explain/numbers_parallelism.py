@@ -9,19 +9,8 @@ from ...catalog.models import LoadedModel
 from ...estimate.pipeline import bubble_fraction
 from ...units import fmt_count, fmt_gib
 from .examples import BUBBLE_EXAMPLES, EXAMPLE_CP, EXAMPLE_DP, EXAMPLE_EP, EXAMPLE_LONG_SEQ, EXAMPLE_SEQ, EXAMPLE_TP
-from .facts import (
-    Fact,
-    Provider,
-    gbs,
-    gpu_fact,
-    layer_activation_bytes,
-    model_fact,
-    need_model,
-    params,
-    pct,
-    state_bytes_per_param,
-    weight_bytes,
-)
+from .facts import (Fact, Provider, gbs, gpu_fact, layer_activation_bytes, model_fact, need_model, params, pct,
+                    state_bytes_per_param, weight_bytes)
 
 
 def _data_parallelism(g: GPU, m: LoadedModel | None) -> list[Fact]:

@@ -11,28 +11,10 @@ from ...catalog.gpus import GPU
 from ...catalog.models import LoadedModel
 from ...estimate.pipeline import bubble_fraction
 from ...units import fmt_count, fmt_gib
-from .examples import (
-    ACCUMULATION_EXAMPLE,
-    ACCUMULATION_PP,
-    EXAMPLE_DP,
-    EXAMPLE_HSDP_GPUS,
-    EXAMPLE_HSDP_GROUP,
-    EXAMPLE_MFU,
-    EXAMPLE_SEQ,
-)
-from .facts import (
-    Fact,
-    Provider,
-    gbs,
-    gpu_fact,
-    layer_activation_bytes,
-    model_fact,
-    need_model,
-    params,
-    pct,
-    state_bytes_per_param,
-    tflops,
-)
+from .examples import (ACCUMULATION_EXAMPLE, ACCUMULATION_PP, EXAMPLE_DP, EXAMPLE_HSDP_GPUS, EXAMPLE_HSDP_GROUP,
+                       EXAMPLE_MFU, EXAMPLE_SEQ)
+from .facts import (Fact, Provider, gbs, gpu_fact, layer_activation_bytes, model_fact, need_model, params, pct,
+                    state_bytes_per_param, tflops)
 
 
 def _mfu(g: GPU, m: LoadedModel | None) -> list[Fact]:

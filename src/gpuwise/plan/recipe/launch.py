@@ -3,20 +3,8 @@
 from __future__ import annotations
 
 from ...estimate.layout import Layout
-from .common import (
-    DEEPSPEED_SOURCE,
-    DEEPSPEED_VERSION,
-    MEGATRON_SOURCE,
-    MEGATRON_VERSION,
-    RDZV_PORT,
-    TORCHRUN_SOURCE,
-    TORCHTITAN_SOURCE,
-    TORCHTITAN_VERSION,
-    _commented,
-    _header,
-    _Job,
-    _nodes_text,
-)
+from .common import (DEEPSPEED_SOURCE, DEEPSPEED_VERSION, MEGATRON_SOURCE, MEGATRON_VERSION, RDZV_PORT, TORCHRUN_SOURCE,
+                     TORCHTITAN_SOURCE, TORCHTITAN_VERSION, _commented, _header, _Job, _nodes_text)
 
 
 def _torchrun(job: _Job) -> str:

@@ -7,16 +7,8 @@ import math
 
 from ...estimate.pipeline import virtual_stage_layers
 from ..planner import describe
-from .common import (
-    TORCHTITAN_FLAVORS,
-    TORCHTITAN_SOURCE,
-    TORCHTITAN_VERSION,
-    Unsupported,
-    _commented,
-    _differs_block,
-    _header,
-    _Job,
-)
+from .common import (TORCHTITAN_FLAVORS, TORCHTITAN_SOURCE, TORCHTITAN_VERSION, Unsupported, _commented, _differs_block,
+                     _header, _Job)
 
 
 def torchtitan_split(num_stages: int, num_layers: int, input_weight: int, output_weight: int) -> tuple[int, ...] | None:
