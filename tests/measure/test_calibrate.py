@@ -14,7 +14,11 @@ from gpuwise.catalog.devices import default_profile, load_profile
 from gpuwise.catalog.gpus import get_gpu
 from gpuwise.cli import main
 from gpuwise.estimate.kernels import matmul_s
-from gpuwise.measure.calibrate import GemmPoint, _fit, calibrate, parse_dtypes, profile_doc
+from gpuwise.measure.calibrate_fit import fit_gemm
+from gpuwise.measure.calibrate_gemm import parse_dtypes
+from gpuwise.measure.calibrate_profile import profile_doc
+from gpuwise.measure.calibrate_result import GemmPoint
+from gpuwise.measure.calibrate_run import calibrate
 from gpuwise.measure.timing import Stats, buffers_to_rotate, summarize
 
 
@@ -109,7 +113,7 @@ def test_fit_recovers_the_efficiency_the_times_were_made_with() -> None:
     h100 = get_gpu("h100-sxm")
     prof = default_profile(h100)
     points = _synthetic(h100, "bf16", 0.71, [0.02, -0.01, 0.015, -0.02, 0.01, 0.0])
-    r = _fit(h100, "bf16", points, prof.bandwidth, prof.kernel_overhead_s)
+    r = fit_gemm(h100, "bf16", points, prof.bandwidth, prof.kernel_overhead_s)
     assert r.peak_tflops == pytest.approx(989.5)
     assert r.fitted_efficiency == pytest.approx(0.71, abs=0.01)
     assert r.fit_median_error < 0.03

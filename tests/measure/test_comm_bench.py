@@ -18,7 +18,7 @@ from gpuwise.catalog.gpus import get_gpu
 from gpuwise.cli import main
 from gpuwise.errors import GpuwiseError, InvalidArgument
 from gpuwise.estimate.comm import bus_factor
-from gpuwise.measure import comm_bench as cb
+from gpuwise.measure import comm_plan, comm_profile, comm_result, comm_run, comm_sizes
 from gpuwise.measure import comm_report as cr
 
 # ------------------------------------------------------------------------------------------------------------
@@ -33,7 +33,7 @@ from gpuwise.measure import comm_report as cr
     ("send_recv", 2, 1.0), ("send_recv", 8, 1.0),                                   # 1
 ])
 def test_busbw_factor_is_nccl_tests(op, n, factor) -> None:
-    algbw, busbw = cb.bandwidths(op, 1_000_000_000, 1.0, n)
+    algbw, busbw = comm_sizes.bandwidths(op, 1_000_000_000, 1.0, n)
     assert algbw == pytest.approx(1.0)
     assert busbw == pytest.approx(factor)
 
@@ -53,8 +53,8 @@ NCCL_TESTS_ROWS = [
 
 @pytest.mark.parametrize("op, n, size, count, time_us, algbw, busbw", NCCL_TESTS_ROWS)
 def test_reproduces_nccl_tests_rows(op, n, size, count, time_us, algbw, busbw) -> None:
-    assert cb.message_shape(op, size, n, 4) == (count, size)
-    a, b = cb.bandwidths(op, size, time_us * 1e-6, n)
+    assert comm_sizes.message_shape(op, size, n, 4) == (count, size)
+    a, b = comm_sizes.bandwidths(op, size, time_us * 1e-6, n)
     assert round(a, 2) == pytest.approx(algbw, abs=0.011)
     assert round(b, 2) == pytest.approx(busbw, abs=0.011)
 
@@ -62,33 +62,33 @@ def test_reproduces_nccl_tests_rows(op, n, size, count, time_us, algbw, busbw) -
 def test_sizes_round_down_like_nccl_tests() -> None:
     # nccl-tests all_gather on 8 ranks prints "128  4" and sizes under 8 elements as 0 (not run); alltoall with
     # uint8 prints "128  16" (count = elements sent to each peer).
-    assert cb.message_shape("all_gather", 128, 8, 4) == (4, 128)
-    assert cb.message_shape("all_gather", 64, 8, 4) == (2, 64)
-    assert cb.message_shape("all_gather", 16, 8, 4) is None
-    assert cb.message_shape("all_to_all", 128, 8, 1) == (16, 128)
+    assert comm_sizes.message_shape("all_gather", 128, 8, 4) == (4, 128)
+    assert comm_sizes.message_shape("all_gather", 64, 8, 4) == (2, 64)
+    assert comm_sizes.message_shape("all_gather", 16, 8, 4) is None
+    assert comm_sizes.message_shape("all_to_all", 128, 8, 1) == (16, 128)
     # Three ranks: 8 KiB of fp32 = 2048 elements -> 682 per rank -> 8184 B; all_reduce keeps 8192.
-    assert cb.message_shape("reduce_scatter", 8192, 3, 4) == (682, 8184)
-    assert cb.message_shape("all_reduce", 8192, 3, 4) == (2048, 8192)
-    assert cb.message_shape("send_recv", 8192, 3, 4) == (2048, 8192)
-    assert cb.message_shape("all_reduce", 2, 3, 4) is None
+    assert comm_sizes.message_shape("reduce_scatter", 8192, 3, 4) == (682, 8184)
+    assert comm_sizes.message_shape("all_reduce", 8192, 3, 4) == (2048, 8192)
+    assert comm_sizes.message_shape("send_recv", 8192, 3, 4) == (2048, 8192)
+    assert comm_sizes.message_shape("all_reduce", 2, 3, 4) is None
 
 
 def test_message_sizes_double_from_min_to_max() -> None:
-    assert cb.message_sizes(8 * 1024, 64 * 1024) == [8192, 16384, 32768, 65536]
-    assert cb.message_sizes(8 * 1024, 100 * 1024) == [8192, 16384, 32768, 65536]
-    assert cb.message_sizes(4096, 4096) == [4096]
-    assert len(cb.message_sizes(8 * 1024, 1 << 30)) == 18  # 2^13 .. 2^30
+    assert comm_sizes.message_sizes(8 * 1024, 64 * 1024) == [8192, 16384, 32768, 65536]
+    assert comm_sizes.message_sizes(8 * 1024, 100 * 1024) == [8192, 16384, 32768, 65536]
+    assert comm_sizes.message_sizes(4096, 4096) == [4096]
+    assert len(comm_sizes.message_sizes(8 * 1024, 1 << 30)) == 18  # 2^13 .. 2^30
 
 
 def test_buffers_per_rank() -> None:
-    assert cb.buffer_bytes("all_reduce", 1 << 30, 8) == 1 << 30                    # in place
-    assert cb.buffer_bytes("all_gather", 1 << 30, 8) == (1 << 30) + (1 << 27)     # S/n in, S out
-    assert cb.buffer_bytes("all_to_all", 1 << 20, 8) == 2 << 20
-    assert cb.buffer_bytes("send_recv", 1 << 20, 2) == 2 << 20
+    assert comm_sizes.buffer_bytes("all_reduce", 1 << 30, 8) == 1 << 30                    # in place
+    assert comm_sizes.buffer_bytes("all_gather", 1 << 30, 8) == (1 << 30) + (1 << 27)     # S/n in, S out
+    assert comm_sizes.buffer_bytes("all_to_all", 1 << 20, 8) == 2 << 20
+    assert comm_sizes.buffer_bytes("send_recv", 1 << 20, 2) == 2 << 20
 
 
 def test_latency_steps_are_the_models() -> None:
-    assert [cb.latency_steps(n) for n in (2, 3, 4, 8, 9, 16)] == [1, 2, 2, 3, 4, 4]
+    assert [comm_sizes.latency_steps(n) for n in (2, 3, 4, 8, 9, 16)] == [1, 2, 2, 3, 4, 4]
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -98,15 +98,16 @@ def _op(op, n, times_us, group="world"):
     rows = []
     for i, t in enumerate(times_us):
         size = 8192 << i
-        a, b = cb.bandwidths(op, size, t * 1e-6, n)
-        rows.append(cb.Row(size, size // 4, t * 1e-6, t * 1e-6, t * 1e-6, a, b))
-    return cb.OpResult(op, group, n, bus_factor(op, n), tuple(rows))
+        a, b = comm_sizes.bandwidths(op, size, t * 1e-6, n)
+        rows.append(comm_result.Row(size, size // 4, t * 1e-6, t * 1e-6, t * 1e-6, a, b))
+    return comm_result.OpResult(op, group, n, bus_factor(op, n), tuple(rows))
 
 
 def _result(ops, intra=None, nnodes=1, world=2, local=2):
-    return cb.CommBenchResult(world_size=world, nnodes=nnodes, local_world_size=local, backend="gloo", device="cpu",
-                              dtype="fp32", iters=5, warmup=2, ops=ops, intra_node=intra, intra_node_note=None,
-                              fit=cb.fit_network(ops, intra, nnodes=nnodes), torch_version="x", date="2025-01-01")
+    return comm_result.CommBenchResult(world_size=world, nnodes=nnodes, local_world_size=local, backend="gloo",
+                                       device="cpu", dtype="fp32", iters=5, warmup=2, ops=ops, intra_node=intra,
+                                       intra_node_note=None, fit=comm_result.fit_network(ops, intra, nnodes=nnodes),
+                                       torch_version="x", date="2025-01-01")
 
 
 def test_peak_is_best_of_three_largest_and_latency_is_smallest_over_log_steps() -> None:
@@ -115,12 +116,12 @@ def test_peak_is_best_of_three_largest_and_latency_is_smallest_over_log_steps() 
     # three largest: 64 KiB / 10 us, 128 KiB / 40 us, 256 KiB / 60 us -> 64 KiB wins: 65536 / 10e-6 / 1e9 x 1.75
     assert o.peak_busbw_gb_s == pytest.approx(65536 / 10e-6 / 1e9 * 1.75)
     assert o.latency_us == pytest.approx(30.0 / 3)  # ceil(log2 8) = 3 steps
-    assert cb.OpResult("all_reduce", "world", 8, 1.75, ()).peak_busbw_gb_s is None
+    assert comm_result.OpResult("all_reduce", "world", 8, 1.75, ()).peak_busbw_gb_s is None
 
 
 def test_one_node_fills_the_intra_node_level() -> None:
     ar = _op("all_reduce", 2, [100.0, 120.0, 150.0])
-    fit = cb.fit_network((ar,), None, nnodes=1)
+    fit = comm_result.fit_network((ar,), None, nnodes=1)
     assert fit.intra_node_busbw_gb_s == ar.peak_busbw_gb_s
     assert fit.intra_node_latency_us == pytest.approx(100.0)
     assert fit.inter_node_busbw_gb_s is None and fit.inter_node_latency_us is None
@@ -130,20 +131,20 @@ def test_one_node_fills_the_intra_node_level() -> None:
 def test_several_nodes_split_world_and_per_node_all_reduce() -> None:
     world = _op("all_reduce", 16, [50.0, 60.0, 80.0])
     intra = _op("all_reduce", 8, [20.0, 22.0, 25.0], group="intra_node")
-    fit = cb.fit_network((world,), intra, nnodes=2)
+    fit = comm_result.fit_network((world,), intra, nnodes=2)
     assert fit.inter_node_busbw_gb_s == world.peak_busbw_gb_s
     assert fit.intra_node_busbw_gb_s == intra.peak_busbw_gb_s
     assert fit.inter_node_latency_us == pytest.approx(50.0 / 4)
     assert fit.intra_node_latency_us == pytest.approx(20.0 / 3)
-    alone = cb.fit_network((world,), None, nnodes=2, intra_note="one rank per node")
+    alone = comm_result.fit_network((world,), None, nnodes=2, intra_note="one rank per node")
     assert alone.intra_node_busbw_gb_s is None and "one rank per node" in " ".join(alone.how)
-    none = cb.fit_network((_op("all_gather", 2, [10.0]),), None, nnodes=1)
+    none = comm_result.fit_network((_op("all_gather", 2, [10.0]),), None, nnodes=1)
     assert none.network() == {}
 
 
 def test_profile_loads_and_slows_the_prediction(tmp_path) -> None:
     res = _result((_op("all_reduce", 2, [200.0, 250.0, 400.0]),))  # ~0.1 GB/s: a slow network
-    path = cr.save(res, tmp_path / "net.json")
+    path = comm_profile.save(res, tmp_path / "net.json")
     doc = json.loads(Path(path).read_text())
     assert doc["kind"] == "gpuwise-network-profile" and doc["measured"]["backend"] == "gloo"
     net = network_overrides(path)
@@ -160,7 +161,7 @@ def test_save_merges_into_an_existing_profile(tmp_path) -> None:
     p = tmp_path / "h100.json"
     p.write_text(json.dumps({"measured": {"by": "gpuwise calibrate"}, "matmul_efficiency": {"bf16": 0.7},
                              "network": {"inter_node_busbw_gb_s": 40.0, "intra_node_busbw_gb_s": 999.0}}))
-    cr.save(_result((_op("all_reduce", 2, [200.0, 250.0, 400.0]),)), p)
+    comm_profile.save(_result((_op("all_reduce", 2, [200.0, 250.0, 400.0]),)), p)
     doc = json.loads(p.read_text())
     assert doc["matmul_efficiency"] == {"bf16": 0.7} and doc["measured"] == {"by": "gpuwise calibrate"}
     assert doc["network"]["inter_node_busbw_gb_s"] == 40.0          # not measured here: kept
@@ -174,10 +175,10 @@ def test_save_refuses_non_profiles_and_unwritable_paths(tmp_path) -> None:
     bad = tmp_path / "notes.txt"
     bad.write_text("not json")
     with pytest.raises(GpuwiseError, match="not a readable JSON"):
-        cr.save(res, bad)
+        comm_profile.save(res, bad)
     assert bad.read_text() == "not json"
     with pytest.raises(GpuwiseError, match="cannot write"):
-        cr.save(res, tmp_path / "missing-dir" / "net.json")
+        comm_profile.save(res, tmp_path / "missing-dir" / "net.json")
 
 
 def test_render_and_json_say_unknown_as_null() -> None:
@@ -209,21 +210,21 @@ class _Args:
 ])
 def test_bad_input_is_one_line(kw, message) -> None:
     with pytest.raises(InvalidArgument, match=message):
-        cb.make_plan(_Args(**kw))
+        comm_plan.make_plan(_Args(**kw))
 
 
 def test_plan_defaults() -> None:
-    assert cb.make_plan(_Args(device="cpu")).sizes[-1] == 64 << 20
-    assert cb.make_plan(_Args()).sizes[-1] == 1 << 30
-    quick = cb.make_plan(_Args(quick=True, device="cpu", save=""))
+    assert comm_plan.make_plan(_Args(device="cpu")).sizes[-1] == 64 << 20
+    assert comm_plan.make_plan(_Args()).sizes[-1] == 1 << 30
+    quick = comm_plan.make_plan(_Args(quick=True, device="cpu", save=""))
     assert (quick.sizes[0], quick.sizes[-1], quick.iters, quick.save) == (8 << 10, 4 << 20, 5, "gpuwise-network.json")
-    assert cb.make_plan(_Args(ops="send-recv,all_reduce,send_recv")).ops == ("send_recv", "all_reduce")
+    assert comm_plan.make_plan(_Args(ops="send-recv,all_reduce,send_recv")).ops == ("send_recv", "all_reduce")
 
 
 def _clean_env() -> dict:
     env = {k: v for k, v in os.environ.items()
            if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
-    env["PYTHONPATH"] = os.pathsep.join([str(Path(cb.__file__).parents[2]), env.get("PYTHONPATH", "")])
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(comm_run.__file__).parents[2]), env.get("PYTHONPATH", "")])
     return env
 
 
@@ -311,11 +312,11 @@ def _run_fake(op: str, error: str = "Backend gloo does not support reduce_scatte
     torch = pytest.importorskip("torch")
     from gpuwise.measure.dist import DistEnv
 
-    plan = cb.make_plan(_Args(ops=op, device="cpu", min_bytes=8192, max_bytes=32768, iters=3, warmup=1))
+    plan = comm_plan.make_plan(_Args(ops=op, device="cpu", min_bytes=8192, max_bytes=32768, iters=3, warmup=1))
     dev = torch.device("cpu")
     fits = {(0, s): True for s in plan.sizes}
-    return cb._run_op(torch, _FakeDist(error), dev, torch.Generator(), op, None, 2, DistEnv(0, 2, 0, 2), plan, fits,
-                      lambda text: None)
+    return comm_run._run_op(torch, _FakeDist(error), dev, torch.Generator(), op, None, 2, DistEnv(0, 2, 0, 2), plan,
+                            fits, lambda text: None)
 
 
 def test_run_op_measures_every_size() -> None:
@@ -333,9 +334,9 @@ def test_unsupported_collective_is_skipped_with_its_reason() -> None:
 
 
 def test_save_target_checked_before_measuring(tmp_path) -> None:
-    cr.check_save_target(tmp_path / "net.json")
+    comm_profile.check_save_target(tmp_path / "net.json")
     with pytest.raises(GpuwiseError, match="does not exist"):
-        cr.check_save_target(tmp_path / "nope" / "net.json")
+        comm_profile.check_save_target(tmp_path / "nope" / "net.json")
     (tmp_path / "list.json").write_text("[1, 2]")
     with pytest.raises(GpuwiseError, match="JSON object"):
-        cr.check_save_target(tmp_path / "list.json")
+        comm_profile.check_save_target(tmp_path / "list.json")

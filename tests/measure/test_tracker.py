@@ -14,7 +14,7 @@ from gpuwise.catalog.gpus import get_gpu
 from gpuwise.catalog.models import load_model
 from gpuwise.errors import InvalidArgument, UnknownGPUError
 from gpuwise.estimate.flops import step_flops
-from gpuwise.measure import tracker as tracker_mod
+from gpuwise.measure import _deps
 from gpuwise.measure.tracker import Tracker
 
 TINY = str(Path(__file__).parents[1] / "fixtures" / "configs" / "tiny-llama.json")
@@ -238,7 +238,7 @@ class FakeCuda:
 
 
 def test_unknown_device_mfu_is_none_with_the_reason(monkeypatch) -> None:
-    monkeypatch.setattr(tracker_mod, "_cuda", lambda: FakeCuda("NVIDIA Imaginary X1"))
+    monkeypatch.setattr(_deps, "cuda_if_imported", lambda: FakeCuda("NVIDIA Imaginary X1"))
     clock = FakeClock()
     t = Tracker.for_model(TINY, seq=128, batch=4, clock=clock, nvml=False)
     run(t, clock, [1.0] * 3)
@@ -251,7 +251,7 @@ def test_unknown_device_mfu_is_none_with_the_reason(monkeypatch) -> None:
 
 
 def test_detected_device_in_the_catalog(monkeypatch) -> None:
-    monkeypatch.setattr(tracker_mod, "_cuda", lambda: FakeCuda("NVIDIA H100 80GB HBM3"))
+    monkeypatch.setattr(_deps, "cuda_if_imported", lambda: FakeCuda("NVIDIA H100 80GB HBM3"))
     t = Tracker.for_model(TINY, seq=128, batch=4, nvml=False)
     assert t.peak_flops == get_gpu("h100-sxm").peak_flops["bf16"]
     assert t.peak_label.endswith("(h100-sxm) bf16 dense") and not t.notes
@@ -262,7 +262,7 @@ def test_detected_device_in_the_catalog(monkeypatch) -> None:
 
 
 def test_no_device_no_gpu_given(monkeypatch) -> None:
-    monkeypatch.setattr(tracker_mod, "_cuda", lambda: None)
+    monkeypatch.setattr(_deps, "cuda_if_imported", lambda: None)
     t = Tracker.for_model(TINY, seq=128, batch=4)
     assert t.peak_flops is None and "no gpu= given" in t.unknown_peak_reason
     assert any("NVML not sampled" in n for n in t.notes)
@@ -271,7 +271,7 @@ def test_no_device_no_gpu_given(monkeypatch) -> None:
 
 
 def test_for_model_uses_step_flops_and_the_catalog_peak(monkeypatch) -> None:
-    monkeypatch.setattr(tracker_mod, "_cuda", lambda: None)
+    monkeypatch.setattr(_deps, "cuda_if_imported", lambda: None)
     t = Tracker.for_model(TINY, seq=512, batch=4, world_size=8, gpu="h100-sxm", recompute="full")
     expected = step_flops(load_model(TINY).spec, seq=512, global_batch=4 * 8, recompute="full")
     assert t.flops_per_step == expected.model
@@ -288,7 +288,7 @@ def test_for_model_uses_step_flops_and_the_catalog_peak(monkeypatch) -> None:
 
 
 def test_for_model_with_a_layout_predicts_memory_and_step(monkeypatch) -> None:
-    monkeypatch.setattr(tracker_mod, "_cuda", lambda: None)
+    monkeypatch.setattr(_deps, "cuda_if_imported", lambda: None)
     t = Tracker.for_model(TINY, seq=512, batch=4, world_size=8, gpu="h100-sxm", layout={"tp": 2})
     assert t.tokens_per_step == 512 * 4 * 4  # data parallel = 8 / tp 2
     assert t.predicted_peak_memory_bytes > 0
@@ -334,7 +334,7 @@ def test_with_the_real_nvml_sampler_over_a_fake_nvml() -> None:
 def test_nvml_auto_is_optional_and_says_why(monkeypatch) -> None:
     from gpuwise.measure._deps import MeasureUnavailable
 
-    monkeypatch.setattr(tracker_mod, "_cuda", lambda: FakeCuda("NVIDIA H100 80GB HBM3"))
+    monkeypatch.setattr(_deps, "cuda_if_imported", lambda: FakeCuda("NVIDIA H100 80GB HBM3"))
     monkeypatch.setitem(sys.modules, "pynvml", None)  # `import pynvml` raises ImportError
     t = Tracker.for_model(TINY, seq=128, batch=4)
     assert t.sampler is None and any("NVML not sampled" in n and "nvidia-ml-py" in n for n in t.notes)

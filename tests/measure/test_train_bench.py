@@ -16,7 +16,7 @@ from gpuwise.catalog.models import load_model
 from gpuwise.cli import main, parser
 from gpuwise.errors import InvalidArgument
 from gpuwise.measure.dist import DistEnv
-from gpuwise.measure.train_bench import configure
+from gpuwise.measure.train_config import configure
 from gpuwise.model.params import param_counts
 
 FIXTURE = "tests/fixtures/configs/tiny-llama.json"

@@ -13,8 +13,9 @@ from fake_nvml import GIB, FakeGpu, FakeNvml, proc
 
 from gpuwise.cli import main
 from gpuwise.measure._deps import MeasureUnavailable
+from gpuwise.measure.commands import watch
 from gpuwise.measure.nvml import snapshot
-from gpuwise.measure.watch import CLEAR, NOTE, cli_main, render, to_dict
+from gpuwise.measure.watch_view import CLEAR, NOTE, render, to_dict
 
 NOW = datetime(2025, 1, 2, 3, 4, 5)
 NO_ENV: dict[str, str] = {}
@@ -79,14 +80,14 @@ def test_to_dict_keys_units_and_nulls():
 
 def test_once_prints_one_frame():
     out = io.StringIO()
-    assert cli_main(args(once=True), nvml=FakeNvml(), out=out, env=NO_ENV) is None
+    assert watch(args(once=True), nvml=FakeNvml(), out=out, env=NO_ENV) is None
     text = out.getvalue()
     assert text.count(NOTE) == 1 and CLEAR not in text
 
 
 def test_count_frames_blank_line_apart_when_not_a_tty():
     out, slept = io.StringIO(), []
-    cli_main(args(count=3, interval=0.5), nvml=FakeNvml(), out=out, sleep=slept.append, env=NO_ENV)
+    watch(args(count=3, interval=0.5), nvml=FakeNvml(), out=out, sleep=slept.append, env=NO_ENV)
     text = out.getvalue()
     assert text.count(NOTE) == 3 and CLEAR not in text
     assert text.count(NOTE + "\n\ngpuwise watch") == 2
@@ -95,13 +96,13 @@ def test_count_frames_blank_line_apart_when_not_a_tty():
 
 def test_tty_redraws_in_place():
     out = Tty()
-    cli_main(args(count=2), nvml=FakeNvml(), out=out, sleep=lambda s: None, env=NO_ENV)
+    watch(args(count=2), nvml=FakeNvml(), out=out, sleep=lambda s: None, env=NO_ENV)
     assert out.getvalue().count(CLEAR) == 2
 
 
 def test_json_lines():
     out = io.StringIO()
-    cli_main(args(count=2, json=True), nvml=two_gpus(), out=out, sleep=lambda s: None, env=NO_ENV)
+    watch(args(count=2, json=True), nvml=two_gpus(), out=out, sleep=lambda s: None, env=NO_ENV)
     lines = out.getvalue().splitlines()
     assert len(lines) == 2
     docs = [json.loads(line) for line in lines]
@@ -113,17 +114,17 @@ def test_ctrl_c_ends_cleanly():
         raise KeyboardInterrupt
 
     out = io.StringIO()
-    assert cli_main(args(), nvml=FakeNvml(), out=out, sleep=interrupt, env=NO_ENV) is None
+    assert watch(args(), nvml=FakeNvml(), out=out, sleep=interrupt, env=NO_ENV) is None
     assert out.getvalue().count(NOTE) == 1
 
 
 def test_no_gpu_visible():
     with pytest.raises(MeasureUnavailable, match="CUDA_VISIBLE_DEVICES='' hides all"):
-        cli_main(args(once=True), nvml=FakeNvml(), out=io.StringIO(), env={"CUDA_VISIBLE_DEVICES": ""})
+        watch(args(once=True), nvml=FakeNvml(), out=io.StringIO(), env={"CUDA_VISIBLE_DEVICES": ""})
     with pytest.raises(MeasureUnavailable, match="MIG instances"):
-        cli_main(args(once=True), nvml=FakeNvml(), out=io.StringIO(), env={"CUDA_VISIBLE_DEVICES": "MIG-abc"})
+        watch(args(once=True), nvml=FakeNvml(), out=io.StringIO(), env={"CUDA_VISIBLE_DEVICES": "MIG-abc"})
     with pytest.raises(MeasureUnavailable, match="sees no NVIDIA GPU"):
-        cli_main(args(once=True), nvml=FakeNvml([]), out=io.StringIO(), env=NO_ENV)
+        watch(args(once=True), nvml=FakeNvml([]), out=io.StringIO(), env=NO_ENV)
 
 
 # --- through the CLI ----------------------------------------------------------------------------------------------

@@ -70,23 +70,21 @@ def _watch_options(p: argparse.ArgumentParser) -> None:
 
 
 def _calibrate(args: argparse.Namespace) -> str:
-    from ..measure.calibrate import cli_main
+    from ..measure.commands import calibrate
 
-    return cli_main(args)
+    return calibrate(args)
 
 
 def _bench(args: argparse.Namespace) -> str | None:
-    if args.bench == "comm":
-        from ..measure.comm_bench import cli_main
-    else:
-        from ..measure.train_bench import cli_main
-    return cli_main(args)
+    from ..measure.commands import bench_comm, bench_train
+
+    return (bench_comm if args.bench == "comm" else bench_train)(args)
 
 
 def _watch(args: argparse.Namespace) -> str | None:
-    from ..measure.watch import cli_main
+    from ..measure.commands import watch
 
-    return cli_main(args)
+    return watch(args)
 
 
 MEASURE: dict[str, Command] = {

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import sys
 
 from ..errors import GpuwiseError
 
@@ -20,6 +21,15 @@ def require_torch(what: str):
         return importlib.import_module("torch")
     except ImportError:
         raise MeasureUnavailable(f"{what} needs PyTorch, which is not installed: {EXTRA_HINT}") from None
+
+
+def cuda_if_imported():
+    """torch.cuda if torch is already imported and sees a GPU, else None (never imports torch: the tracker must
+    not pull torch into a process that has not loaded it)."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_available():
+        return None
+    return torch.cuda
 
 
 def resolve_device(torch, name: str | None, what: str):

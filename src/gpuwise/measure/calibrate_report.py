@@ -1,15 +1,21 @@
-"""`gpuwise calibrate`'s report: the measured figures next to the datasheet, as text and as JSON."""
+"""`gpuwise calibrate`'s report: the measured figures next to the datasheet, as text and as JSON.
+
+Reads the result types (calibrate_result.py) and the profile document (calibrate_profile.py); nothing measuring
+imports this module.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from .calibrate import Calibration, GemmPoint, profile_doc
+from ..catalog.devices import pcie_x16_bytes_per_s
+from ..schema import SCHEMA_VERSION
+from ..units import GB, MiB
+from .calibrate_profile import profile_doc
+from .calibrate_result import Calibration, GemmPoint
 
 
 def to_dict(c: Calibration) -> dict:
-    from ..schema import SCHEMA_VERSION
-
     def point(p: GemmPoint) -> dict:
         return {"m": p.m, "n": p.n, "k": p.k, "tflops": p.tflops, **p.stats.to_dict(), "predicted_s": p.predicted_s}
 
@@ -34,11 +40,9 @@ def _reference_gb_s(c: Calibration, kind: str) -> float | None:
     if c.gpu is None:
         return None
     if kind in ("copy", "read"):
-        return c.gpu.memory_bandwidth_bytes_per_s / 1e9 if c.gpu.memory_bandwidth_bytes_per_s else None
-    from ..catalog.devices import pcie_x16_bytes_per_s
-
+        return c.gpu.memory_bandwidth_bytes_per_s / GB if c.gpu.memory_bandwidth_bytes_per_s else None
     rate = pcie_x16_bytes_per_s(c.gpu)
-    return rate / 1e9 if rate is not None else None
+    return rate / GB if rate is not None else None
 
 
 def _pct(x: float | None) -> str:
@@ -63,7 +67,7 @@ def render(c: Calibration, saved: Path | None = None) -> str:
     rows = [("transfer", "size", "GB/s", "spread", "datasheet GB/s", "achieved")]
     for t in c.transfers:
         ref = _reference_gb_s(c, t.kind)
-        rows.append((t.kind.replace("_", " "), f"{t.size_bytes >> 20} MiB", f"{t.gb_s:,.1f}", f"{t.stats.spread:.1%}",
+        rows.append((t.kind.replace("_", " "), f"{t.size_bytes // MiB} MiB", f"{t.gb_s:,.1f}", f"{t.stats.spread:.1%}",
                      "unknown" if ref is None else f"{ref:,.1f}", "unknown" if ref is None else f"{t.gb_s / ref:.1%}"))
     lines += _table(rows)
     lines += ["", f"kernel launch overhead: {c.kernel_overhead_us:.2f} us per kernel (back-to-back tiny kernels)"]

@@ -1,14 +1,14 @@
-"""`gpuwise bench comm`'s report (nccl-tests style tables, JSON) and the network profile it saves."""
+"""`gpuwise bench comm`'s report: nccl-tests style tables and the JSON document.
+
+Reads the result types (comm_result.py); nothing measuring imports this module. The profile file is comm_profile.py.
+"""
 
 from __future__ import annotations
 
-import json
-import os
-from pathlib import Path
-
-from ..errors import GpuwiseError
+from ..schema import SCHEMA_VERSION
 from ..units import MiB
-from .comm_bench import ELT_BYTES, FACTOR_TEXT, PEAK_OVER_LARGEST, PROFILE_KIND, CommBenchResult, OpResult, Row, _human
+from .comm_result import PEAK_OVER_LARGEST, CommBenchResult, OpResult, Row
+from .comm_sizes import ELT_BYTES, FACTOR_TEXT, human_bytes
 
 
 def _time_us(t_s: float) -> str:
@@ -51,7 +51,7 @@ def render(result: CommBenchResult, saved: str | None = None) -> str:
     lines += [f"  ({h})" for h in f.how]
     world = next((o for o in r.ops if o.op == "all_reduce"), None)
     if world and world.rows and r.device != "cpu" and world.rows[-1].size_bytes < 256 * MiB:
-        lines.append(f"  note: largest message {_human(world.rows[-1].size_bytes)}; NCCL busbw keeps rising up to "
+        lines.append(f"  note: largest message {human_bytes(world.rows[-1].size_bytes)}; NCCL busbw keeps rising up to "
                      "hundreds of MiB, so these figures understate the plateau (use --max-bytes 1073741824)")
     if r.device == "cpu":
         lines.append("  note: measured with gloo on CPU, not a GPU interconnect; fine for testing the pipeline")
@@ -75,8 +75,6 @@ def _op_dict(o: OpResult) -> dict:
 
 
 def to_dict(result: CommBenchResult, saved: str | None = None) -> dict:
-    from ..schema import SCHEMA_VERSION
-
     r = result
     return {
         "schema_version": SCHEMA_VERSION,
@@ -96,71 +94,3 @@ def to_dict(result: CommBenchResult, saved: str | None = None) -> dict:
         "network_how": list(r.fit.how),
         "profile_path": saved,
     }
-
-
-def network_profile(result: CommBenchResult) -> dict:
-    """The file `--save` writes: provenance, and the `network` keys `catalog.devices.network_overrides` reads."""
-    from ..version import __version__
-
-    r = result
-    largest = max((row.size_bytes for o in r.ops if o.op == "all_reduce" for row in o.rows), default=None)
-    return {"kind": PROFILE_KIND,
-            "measured": {"by": "gpuwise bench comm", "date": r.date, "world_size": r.world_size, "nnodes": r.nnodes,
-                         "local_world_size": r.local_world_size, "backend": r.backend, "device": r.device,
-                         "dtype": r.dtype, "largest_all_reduce_bytes": largest, "torch_version": r.torch_version,
-                         "gpuwise_version": __version__, "how": list(r.fit.how)},
-            "network": r.fit.network()}
-
-
-def _existing_profile(p: Path) -> dict | None:
-    """The JSON object already at `p` (None when there is no file); a file that is not one is an error, never
-    overwritten."""
-    if not p.exists():
-        return None
-    try:
-        old = json.loads(p.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise GpuwiseError(f"--save: {p} exists and is not a readable JSON profile "
-                           f"({getattr(exc, 'msg', None) or exc}); choose another file") from None
-    if not isinstance(old, dict):
-        raise GpuwiseError(f"--save: {p} exists and does not hold a JSON object; choose another file")
-    return old
-
-
-def check_save_target(path: str | os.PathLike) -> None:
-    """Before measuring: the file `save` will write can be written (a mistake found after the run wastes it)."""
-    p = Path(path)
-    _existing_profile(p)
-    folder = p.parent if str(p.parent) else Path(".")
-    if not folder.is_dir():
-        raise GpuwiseError(f"--save: folder {folder} does not exist")
-    if not os.access(folder, os.W_OK):
-        raise GpuwiseError(f"--save: folder {folder} is not writable")
-
-
-def save(result: CommBenchResult, path: str | os.PathLike) -> str:
-    """Write the network profile; into an existing profile JSON object (say `gpuwise calibrate`'s) merge it: the
-    measured `network` keys replace those keys, everything else stays, and the provenance goes to
-    `network_measured` (the file's own `measured` belongs to whoever wrote it). Returns the path written."""
-    p = Path(path)
-    prof = network_profile(result)
-    doc = prof
-    old = _existing_profile(p)
-    if old is not None:
-        if old.get("kind") != PROFILE_KIND:
-            net = old.get("network") if isinstance(old.get("network"), dict) else {}
-            doc = {**old, "network": {**net, **prof["network"]}, "network_measured": prof["measured"]}
-        else:
-            net = old.get("network") if isinstance(old.get("network"), dict) else {}
-            doc = {**old, **prof, "network": {**net, **prof["network"]}}
-    tmp = p.with_name(f".{p.name}.tmp{os.getpid()}")
-    try:
-        tmp.write_text(json.dumps(doc, indent=2) + "\n")
-        os.replace(tmp, p)
-    except OSError as exc:
-        try:
-            tmp.unlink(missing_ok=True)
-        except OSError:
-            pass
-        raise GpuwiseError(f"--save: cannot write {p}: {exc.strerror or exc}") from None
-    return str(p)

@@ -72,6 +72,19 @@ def time_op(torch, device, fn: Callable[[int], object], *, warmup: int, reps: in
     return summarize(samples)
 
 
+TARGET_S_PER_POINT = 0.4
+"""Time budget per measured point: repetitions are cut to about this much GPU time (at least MIN_REPS)."""
+MIN_REPS = 5
+
+
+def budget_reps(torch, device, fn: Callable[[int], object], quick: bool) -> tuple[int, int]:
+    """(warmup, reps) for `time_op` sized so that one point takes about TARGET_S_PER_POINT."""
+    fn(0)  # first call: cuBLAS handle, heuristics, lazy loading
+    one = time_op(torch, device, fn, warmup=0, reps=2).median_s
+    cap = 10 if quick else 50
+    reps = int(max(MIN_REPS, min(cap, TARGET_S_PER_POINT / max(one, 1e-9))))
+    return max(2, reps // 5), reps
+
 HOLD_CYCLES = 20_000_000
 """GPU clock cycles to spin before a timed batch (~10 ms at 2 GHz): longer than the host takes to queue the batch."""
 

@@ -1,13 +1,18 @@
-"""What a tracker reports: one record per step and the summary over a window (text and JSON).
+"""What a tracker reports: one record per step, a window of steps aggregated, and the summary (text and JSON).
 
-Split from tracker.py, which measures; this module only holds and presents the numbers (no torch, no clock).
+Split from tracker.py, which measures; this module only holds, aggregates and presents the numbers (no torch, no
+clock). MFU/HFU go through `estimate.flops.utilization`, the one formula every MFU in gpuwise uses.
 """
 
 from __future__ import annotations
 
+import math
+import statistics
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
+from ..estimate.flops import utilization
+from ..schema import SCHEMA_VERSION
 from ..units import GiB
 from .rules import Finding, RuleContext
 
@@ -39,6 +44,34 @@ class StepRecord:
     memory_reserved_peak_bytes: int | None = None
     gpu: Any = None
     """The NVML sampler's summary of this step's window (only with nvml_per_step=True)."""
+
+
+def window_figures(window: Sequence[StepRecord], *, world_size: int, model_flops_per_step: float | None,
+                   hardware_flops_per_step: float | None, peak_flops_per_gpu: float | None) -> dict[str, Any]:
+    """The TrackerSummary fields a non-empty window gives: step-time statistics, data wait, tokens and MFU/HFU.
+    Rates are totals over the window (total tokens / total time) and MFU/HFU use the mean step time; tokens are
+    None when a step has no token count."""
+    n = len(window)
+    times = [r.step_time_s for r in window]
+    total = math.fsum(times)
+    mean = total / n
+    waits = math.fsum(r.data_wait_s for r in window)
+    tokens = [r.tokens for r in window]
+    if all(t is not None for t in tokens):
+        total_tokens = sum(tokens)
+        tokens_per_step = total_tokens / n
+        tps = total_tokens / total if total > 0 else None
+    else:
+        tokens_per_step = tps = None
+
+    def util(flops: float | None) -> float | None:
+        return utilization(flops, mean, world_size, peak_flops_per_gpu) if flops is not None else None
+
+    return dict(steps=n, step_time_median_s=statistics.median(times), step_time_mean_s=mean,
+                step_time_min_s=min(times), step_time_max_s=max(times), data_wait_mean_s=waits / n,
+                data_wait_share=waits / total if total > 0 else None, tokens_per_step=tokens_per_step,
+                tokens_per_s=tps, tokens_per_s_per_gpu=tps / world_size if tps is not None else None,
+                mfu=util(model_flops_per_step), hfu=util(hardware_flops_per_step))
 
 
 def _num(x: float | None, fmt: str = ",.0f") -> str:
@@ -164,8 +197,6 @@ class TrackerSummary:
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
-        from ..schema import SCHEMA_VERSION
-
         nvml = None if self.nvml_samples is None else {dst: getattr(self, dst) for _, dst in SAMPLER_FIELDS}
         return {
             "schema_version": SCHEMA_VERSION,

@@ -34,12 +34,13 @@ loops do: a logged loss), and an upper bound on it otherwise.
 Overhead: the per-step path is two clock reads, a few float operations and one small frozen record (benchmarks/
 tracker_overhead.py); no torch call unless `sync`, `memory_per_step` or `nvml_per_step` is on. Peak memory is a
 running maximum in torch's allocator, so it is read once, at summary time.
+
+Here: the Tracker class and its per-step path. `Tracker.for_model` is built in tracker_for_model.py, the records and
+the summary are track_summary.py, the findings rules.py.
 """
 
 from __future__ import annotations
 
-import math
-import statistics
 import sys
 import time
 from collections import deque
@@ -47,9 +48,13 @@ from dataclasses import replace
 from typing import Any, Callable, Iterable, Iterator
 
 from ..errors import InvalidArgument, require_positive_int, require_positive_number
+from ..estimate.flops import utilization
+from . import _deps  # through the module: tests replace _deps.cuda_if_imported
 from ._deps import float32_matmul_precision
 from .rules import RuleContext
 from .rules import findings as run_rules
+from .track_summary import SAMPLER_FIELDS, StepRecord, TrackerSummary, window_figures  # records: also the API here
+from .tracker_for_model import for_model
 
 DEFAULT_HISTORY = 10_000
 """Steps kept for summaries (~250 bytes each, ~2.5 MB): hours of training at a step per second; older steps drop
@@ -57,8 +62,6 @@ out of the window (the count of steps keeps going)."""
 
 _MAX_FLOPS = 1e30
 _MAX_TOKENS = 1 << 50
-
-from .track_summary import SAMPLER_FIELDS, StepRecord, TrackerSummary  # noqa: F401 (the API)
 
 
 class _StepScope:
@@ -97,46 +100,6 @@ class _WaitScope:
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         self.tracker.add_data_wait(self.tracker.clock() - self.t0)
-        return False
-
-
-def _cuda():
-    """torch.cuda if torch is already imported and sees a GPU, else None (never imports torch)."""
-    torch = sys.modules.get("torch")
-    if torch is None or not torch.cuda.is_available():
-        return None
-    return torch.cuda
-
-
-def _resolve_gpu(gpu: Any) -> tuple[Any, int | None, str | None, str | None]:
-    """(catalog GPU or None, index of the current CUDA device when torch sees one, why the peak is unknown, that
-    device's name)."""
-    from ..catalog.gpus import GPU, get_gpu
-    from ..errors import UnknownGPUError
-
-    cuda = _cuda()
-    index = cuda.current_device() if cuda is not None else None
-    name = cuda.get_device_name(index) if cuda is not None else None
-    if isinstance(gpu, GPU):
-        return gpu, index, None, name
-    if gpu is not None:
-        return get_gpu(gpu), index, None, name  # a name the user typed: unknown raises UnknownGPUError
-    if cuda is None:
-        return None, None, ("MFU unknown: no gpu= given and torch sees no CUDA device (or torch is not imported "
-                            "yet); pass gpu=..."), None
-    try:
-        return get_gpu(name), index, None, name
-    except UnknownGPUError:
-        return None, index, f"MFU unknown: {name} is not in the catalog; pass gpu=... (see `gpuwise gpus`)", name
-
-
-def _same_gpu(g: Any, device_name: str) -> bool:
-    from ..catalog.gpus import get_gpu
-    from ..errors import UnknownGPUError
-
-    try:
-        return get_gpu(device_name).id == g.id
-    except UnknownGPUError:
         return False
 
 
@@ -204,16 +167,10 @@ class Tracker:
         self._nvml_per_step = nvml_per_step and sampler is not None
         self._sync: Callable[[], Any] | None = None
         if sync:
-            from ._deps import require_torch
-
-            torch = require_torch("Tracker(sync=True)")
+            torch = _deps.require_torch("Tracker(sync=True)")
             if torch.cuda.is_available():  # on CPU, work is synchronous: nothing to wait for
                 self._sync = torch.cuda.synchronize
         self.synced = sync
-        # Seconds at 100% of the job's peak: MFU = ideal / step time (one division per step).
-        denom = peak_flops * world_size if peak_flops else None
-        self._ideal_model_s = flops_per_step / denom if (denom and flops_per_step) else None
-        self._ideal_hw_s = hardware_flops_per_step / denom if (denom and hardware_flops_per_step) else None
         self._records: deque[StepRecord] = deque(maxlen=history)
         self._marks: deque[int] | None = deque(maxlen=history) if sampler is not None else None
         self._scope = _StepScope(self)
@@ -227,116 +184,8 @@ class Tracker:
         self._sampler_started = False
         self._sampler_optional = False
 
-    # --- construction from a model ---------------------------------------------------------------------------
-
-    @classmethod
-    def for_model(cls, model: Any, *, seq: int, batch: int, world_size: int = 1, precision: str = "bf16",
-                  recompute: str = "none", gpu: Any = None, micro_batch: int | None = None,
-                  data_parallel: int | None = None, layout: dict | None = None, flops_convention: str = "causal",
-                  nvml: bool | None = None, **kw: Any) -> Tracker:
-        """A tracker whose FLOPs, tokens, peak and label come from gpuwise's model and GPU catalogs.
-
-        model: catalog name, Hugging Face id, config.json path, or a catalog.models.LoadedModel.
-        seq: tokens per sequence; batch: sequences per optimizer step per data-parallel rank;
-        micro_batch: sequences per forward/backward (None: batch, no gradient accumulation);
-        data_parallel: ranks that see different data (None: world_size, or world_size / (tp x pp x cp) of `layout`).
-        precision / recompute: as in `gpuwise train` (the peak is the dense peak of the GEMM dtype; recompute adds
-            hardware FLOPs, HFU's numerator).
-        gpu: catalog id or name, or a catalog GPU; None: the current CUDA device's name (when torch is imported and
-            sees one) looked up in the catalog; not found: MFU unknown, with the reason in the summary.
-        layout: options of `gpuwise.api.train` for the job's parallel layout ({} for plain DDP, {"fsdp": "full"},
-            {"tp": 8, "pp": 2}, ...): when given and the GPU is known, the predicted peak memory and step time
-            (for the memory comparison and the communication rule). None: no prediction.
-        nvml: sample the GPU with NVML in a background thread: None = when a CUDA device is visible and NVML
-            works (else a note says why not), True = required, False = never.
-        kw: the other Tracker options (clock, sync, sampler, history, ...).
-        """
-        from ..catalog.models import LoadedModel, load_model
-        from ..estimate.flops import gemm_dtype, step_flops
-        from ..estimate.job import CONVENTIONS, PRECISIONS, RECOMPUTE
-
-        require_positive_int("seq", seq, 1 << 24)
-        require_positive_int("batch", batch, 1 << 24)
-        require_positive_int("world_size", world_size, 1 << 24)
-        for name, value, valid in (("precision", precision, PRECISIONS), ("recompute", recompute, RECOMPUTE),
-                                   ("flops_convention", flops_convention, CONVENTIONS)):
-            if value not in valid:
-                raise InvalidArgument(f"{name}: unknown value '{value}'; valid: {', '.join(valid)}")
-        mb = batch if micro_batch is None else micro_batch
-        require_positive_int("micro_batch", mb, batch)
-        if batch % mb:
-            raise InvalidArgument(f"micro_batch {mb} does not divide batch {batch}")
-        if data_parallel is None:
-            opts = layout or {}
-            model_parallel = opts.get("tp", 1) * opts.get("pp", 1) * opts.get("cp", 1)
-            if world_size % model_parallel:
-                raise InvalidArgument(f"world_size {world_size} is not a multiple of tp x pp x cp = {model_parallel}")
-            data_parallel = world_size // model_parallel
-        require_positive_int("data_parallel", data_parallel, world_size)
-        loaded = model if isinstance(model, LoadedModel) else load_model(model)
-        global_batch = batch * data_parallel
-        flops = step_flops(loaded.spec, seq=seq, global_batch=global_batch, convention=flops_convention,
-                           recompute=recompute)
-
-        g, cuda_index, reason, device_name = _resolve_gpu(gpu)
-        peak = label = None
-        if g is not None:
-            dtype = gemm_dtype(g.peak_flops, precision)
-            peak = g.peak(dtype)
-            label = f"{g.name} ({g.id}) {dtype} dense"
-            if peak is None:
-                reason = f"MFU unknown: the catalog has no dense {dtype} peak for {g.name}"
-
-        capacity = kw.pop("memory_capacity_bytes", None)
-        if capacity is None and cuda_index is not None:
-            capacity = _cuda().get_device_properties(cuda_index).total_memory  # the real device (MIG slices too)
-        elif capacity is None and g is not None:
-            capacity = g.memory_bytes
-        predicted_mem = kw.pop("predicted_peak_memory_bytes", None)
-        predicted_step = predicted_comm = None
-        if layout is not None and g is not None:
-            from ..api import train
-
-            r = train(loaded, gpu=g, num_gpus=world_size, seq=seq, global_batch=global_batch, micro_batch=mb,
-                      precision=precision, recompute=recompute, flops_convention=flops_convention, **layout)
-            if predicted_mem is None:  # less the CUDA context, cuBLAS workspace and NCCL buffers torch does not see
-                predicted_mem = int(r.memory.torch_reserved)
-            predicted_step = r.perf.step.step_time_s
-            predicted_comm = sum(v for k, v in r.perf.step.breakdown.items() if k.endswith("_comm"))
-
-        context = kw.pop("context", None) or RuleContext(
-            world_size=world_size, precision=precision, recompute=recompute,
-            gpu_name=g.name if g is not None else None,
-            memory_bandwidth_bytes_per_s=g.memory_bandwidth_bytes_per_s if g is not None else None,
-            fp32_peak_flops_per_gpu=g.peak("fp32") if g is not None else None,
-            bf16_peak_flops_per_gpu=g.peak("bf16") if g is not None else None,
-            tokens_per_microbatch_per_gpu=seq * mb, predicted_step_time_s=predicted_step,
-            predicted_comm_s=predicted_comm)
-
-        notes = []
-        if gpu is not None and device_name is not None and g is not None and not _same_gpu(g, device_name):
-            notes.append(f"the MFU peak is for gpu={g.id}, but this process runs on {device_name}")
-        sampler = kw.pop("sampler", None)
-        optional = False
-        if sampler is None and (nvml or (nvml is None and cuda_index is not None)):
-            try:
-                from .sampler import NvmlSampler
-
-                sampler = NvmlSampler(cuda_index=cuda_index if cuda_index is not None else 0)
-                optional = not nvml
-            except Exception as e:  # noqa: BLE001 - any NVML failure; reported in the summary, not hidden
-                if nvml:
-                    raise
-                notes.append(f"NVML not sampled: {' '.join(str(e).split()) or type(e).__name__}")
-        elif sampler is None and nvml is None:
-            notes.append("NVML not sampled: no CUDA device visible to torch")
-        t = cls(flops_per_step=flops.model, hardware_flops_per_step=flops.hardware, tokens_per_step=flops.tokens,
-                peak_flops=peak, peak_label=label, unknown_peak_reason=reason, world_size=world_size,
-                sampler=sampler, memory_capacity_bytes=capacity, predicted_peak_memory_bytes=predicted_mem,
-                context=context, **kw)
-        t._sampler_optional = optional
-        t.notes.extend(notes)
-        return t
+    # Construction from a model (tracker_for_model.py): FLOPs, tokens, peak and label from gpuwise's catalogs.
+    for_model = classmethod(for_model)
 
     # --- the per-step path (keep it a few microseconds) --------------------------------------------------------
 
@@ -420,10 +269,11 @@ class Tracker:
         self._wait_before = self._wait_inside = 0.0
         if tokens is None:
             tokens = self.tokens_per_step
-        ok = step_s > 0
-        tps = tokens / step_s if (tokens is not None and ok) else None
-        mfu = self._ideal_model_s / step_s if (self._ideal_model_s is not None and ok) else None
-        hfu = self._ideal_hw_s / step_s if (self._ideal_hw_s is not None and ok) else None
+        tps = tokens / step_s if (tokens is not None and step_s > 0) else None
+        # utilization() is the one MFU formula (None without a peak or for a zero step time).
+        flops, hw_flops = self.flops_per_step, self.hardware_flops_per_step
+        mfu = utilization(flops, step_s, self.world_size, self.peak_flops) if flops is not None else None
+        hfu = utilization(hw_flops, step_s, self.world_size, self.peak_flops) if hw_flops is not None else None
         alloc = reserved = gpu = None
         if self._memory_per_step:
             alloc, reserved = self._read_memory()
@@ -491,7 +341,7 @@ class Tracker:
 
     def _read_memory(self) -> tuple[int | None, int | None]:
         if not self._probe_resolved:
-            cuda = _cuda()
+            cuda = _deps.cuda_if_imported()
             self._probe = (lambda: (cuda.max_memory_allocated(), cuda.max_memory_reserved())) if cuda else None
             self._probe_resolved = True
         got = self._probe() if self._probe is not None else None
@@ -499,7 +349,7 @@ class Tracker:
 
     def _capacity(self) -> int | None:
         if self.memory_capacity_bytes is None:
-            cuda = _cuda()
+            cuda = _deps.cuda_if_imported()
             if cuda is not None:
                 self.memory_capacity_bytes = cuda.get_device_properties(cuda.current_device()).total_memory
         return self.memory_capacity_bytes
@@ -549,31 +399,14 @@ class Tracker:
         if not window:
             notes.append(f"no steps measured after skipping the first {skip_first}")
             return TrackerSummary(steps=0, mfu_note=mfu_note, notes=tuple(notes), **base)
-        n = len(window)
-        times = [r.step_time_s for r in window]
-        total = math.fsum(times)
-        mean = total / n
-        waits = math.fsum(r.data_wait_s for r in window)
-        tokens = [r.tokens for r in window]
-        if all(t is not None for t in tokens):
-            total_tokens = sum(tokens)
-            tokens_per_step = total_tokens / n
-            tps = total_tokens / total if total > 0 else None
-        else:
-            tokens_per_step = tps = None
+        figures = window_figures(window, world_size=self.world_size, model_flops_per_step=self.flops_per_step,
+                                 hardware_flops_per_step=self.hardware_flops_per_step,
+                                 peak_flops_per_gpu=self.peak_flops)
+        if figures["tokens_per_step"] is None:
             notes.append("tokens unknown for some steps: pass tokens= to each step or tokens_per_step=")
-        ok = mean > 0
         nvml = {}
         if self._marks is not None and self._sampler_started:
             s = self.sampler.summary(since=self._marks[start])
             nvml = {dst: getattr(s, src, None) for src, dst in SAMPLER_FIELDS}
-        summary = TrackerSummary(
-            steps=n, step_time_median_s=statistics.median(times), step_time_mean_s=mean, step_time_min_s=min(times),
-            step_time_max_s=max(times), data_wait_mean_s=waits / n,
-            data_wait_share=waits / total if total > 0 else None,
-            tokens_per_step=tokens_per_step, tokens_per_s=tps,
-            tokens_per_s_per_gpu=tps / self.world_size if tps is not None else None,
-            mfu=self._ideal_model_s / mean if (self._ideal_model_s is not None and ok) else None,
-            hfu=self._ideal_hw_s / mean if (self._ideal_hw_s is not None and ok) else None,
-            mfu_note=mfu_note, notes=tuple(notes), **nvml, **base)
+        summary = TrackerSummary(**figures, mfu_note=mfu_note, notes=tuple(notes), **nvml, **base)
         return replace(summary, findings=tuple(run_rules(summary, ctx)))

@@ -1,9 +1,14 @@
-"""`gpuwise bench train`'s report: measured next to predicted, with the errors, as text and as JSON."""
+"""`gpuwise bench train`'s report: measured next to predicted, with the errors, as text and as JSON.
+
+Reads the result types (train_result.py, train_config.py); nothing measuring imports this module.
+"""
 
 from __future__ import annotations
 
+from ..schema import SCHEMA_VERSION
 from ..units import GiB
-from .train_bench import BenchConfig, BenchResult
+from .train_config import BenchConfig
+from .train_result import BenchResult
 
 
 def _rows(r: BenchResult) -> list[tuple[str, float | None, float | None, str]]:
@@ -85,8 +90,6 @@ def _flags(cfg: BenchConfig) -> str:
 
 
 def to_dict(r: BenchResult) -> dict:
-    from ..schema import SCHEMA_VERSION
-
     cfg = r.config
     comparison = {}
     for name, meas, pred, unit in _rows(r):

@@ -1,21 +1,17 @@
-"""`gpuwise watch`: the live per-GPU view (the text table, the JSON lines, the refresh loop) over nvml.snapshot.
+"""`gpuwise watch`'s view of one refresh: the per-GPU text table and the JSON document, over nvml.snapshot.
 
 Unknown values print as "n/a" and are null in JSON, never 0. The view repeats that GPU-Util is not MFU, because
-a busy-looking GPU is the most common way to miss a slow training run.
+a busy-looking GPU is the most common way to miss a slow training run. The refresh loop is commands.watch.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import sys
-import time
 from datetime import datetime
-from typing import Any, Callable, Mapping, Sequence, TextIO
+from typing import Any, Sequence
 
+from ..schema import SCHEMA_VERSION
 from ..units import GiB
-from ._deps import MeasureUnavailable
-from .nvml import GpuSnapshot, load_nvml, snapshot
+from .nvml import GpuSnapshot
 
 NOTE = ("GPU-Util is the share of time at least one kernel was running, not how busy the SMs are: "
         "100% can still be a few % of peak FLOP/s (MFU). See `gpuwise explain mfu`.")
@@ -71,8 +67,6 @@ def render(snapshots: Sequence[GpuSnapshot], *, now: datetime | None = None) -> 
 
 def to_dict(snapshots: Sequence[GpuSnapshot], *, now: datetime | None = None) -> dict[str, Any]:
     """One refresh as a JSON document: nvml.GpuSnapshot's fields (units in the keys), null when unknown."""
-    from ..schema import SCHEMA_VERSION
-
     gpus = []
     for s in snapshots:
         d = {k: getattr(s, k) for k in s.__dataclass_fields__ if k != "processes"}
@@ -82,47 +76,3 @@ def to_dict(snapshots: Sequence[GpuSnapshot], *, now: datetime | None = None) ->
     return {"schema_version": SCHEMA_VERSION, "command": "watch",
             "time": (now or datetime.now()).isoformat(timespec="seconds"), "gpus": gpus}
 
-
-def _nothing_visible(nvml: Any, env: Mapping[str, str]) -> MeasureUnavailable:
-    var = env.get("CUDA_VISIBLE_DEVICES") or ""
-    try:
-        count = nvml.nvmlDeviceGetCount()
-    except nvml.NVMLError:
-        count = None
-    if not count:
-        return MeasureUnavailable("watch: NVML sees no NVIDIA GPU on this machine")
-    hint = " (MIG instances are not resolved: unset it to watch the whole GPUs)" if var.startswith("MIG-") else ""
-    return MeasureUnavailable(f"watch: NVML sees {count} GPU(s) but CUDA_VISIBLE_DEVICES='{var}' hides all of "
-                              f"them{hint}")
-
-
-def cli_main(args: Any, *, nvml: Any = None, out: TextIO | None = None, sleep: Callable[[float], None] = time.sleep,
-             env: Mapping[str, str] = os.environ) -> None:
-    """`gpuwise watch`: args.interval (s), args.count (None: until Ctrl-C), args.once, args.json.
-
-    Writes its own output and returns None; MeasureUnavailable (no NVML, no GPU visible) becomes one line on
-    stderr and exit status 2 in the CLI."""
-    out = out or sys.stdout
-    try:
-        nvml = load_nvml(nvml)
-    except MeasureUnavailable as exc:
-        raise MeasureUnavailable(f"watch: {exc}") from None
-    count = 1 if args.once else args.count
-    redraw = not args.json and count != 1 and out.isatty()
-    frame = 0
-    try:
-        while True:
-            snaps = snapshot(nvml, env)
-            if not snaps:
-                raise _nothing_visible(nvml, env)
-            if args.json:
-                out.write(json.dumps(to_dict(snaps), separators=(",", ":")) + "\n")
-            else:
-                out.write((CLEAR if redraw else "\n" if frame else "") + render(snaps) + "\n")
-            out.flush()
-            frame += 1
-            if count is not None and frame >= count:
-                return None
-            sleep(args.interval)
-    except (KeyboardInterrupt, BrokenPipeError):  # Ctrl-C is how a live view ends; `| head` closes the pipe
-        return None

@@ -1,0 +1,49 @@
+"""Fitting the performance model's GEMM curve to `gpuwise calibrate`'s sweep (no torch: arithmetic on the points).
+
+The model (estimate/kernels.py: tile and wave quantization at one large-GEMM efficiency, a roofline against DRAM,
+a fixed per-kernel time) is fitted per dtype: the efficiency that minimizes the squared log error over all shapes.
+The device profile stores that fitted efficiency; the best single shape (the "maximum achievable matmul FLOPS") is
+reported next to it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from ..catalog.devices import default_profile
+from ..catalog.gpus import GPU
+from .calibrate_gemm import OPERAND_BYTES
+from .calibrate_result import DtypeResult, GemmPoint
+
+
+def fit_gemm(gpu: GPU | None, dtype: str, points: list[GemmPoint], copy_bytes_per_s: float,
+             overhead_s: float) -> DtypeResult:
+    """The sweep of one dtype with the fitted efficiency and each point's predicted time (None without a peak)."""
+    peak = gpu.peak_flops.get(dtype) if gpu else None  # the measured dtypes are the catalog's peak keys
+    if gpu is None or peak is None or not gpu.memory_bandwidth_bytes_per_s:
+        return DtypeResult(dtype, tuple(points), peak / 1e12 if peak else None, None, None)
+    from ..estimate.kernels import matmul_s
+
+    base = default_profile(gpu)
+    mem_eff = min(1.0, copy_bytes_per_s / gpu.memory_bandwidth_bytes_per_s)
+
+    def model(eff: float):
+        prof = replace(base, matmul_efficiency={**base.matmul_efficiency, dtype: eff}, memory_efficiency=mem_eff,
+                       kernel_overhead_s=overhead_s)
+        return [matmul_s(prof, p.m, p.n, p.k, dtype, OPERAND_BYTES[dtype]) for p in points]
+
+    def loss(eff: float) -> float:
+        return sum(math.log(t / p.stats.median_s) ** 2 for t, p in zip(model(eff), points))
+
+    grid = [i / 200 for i in range(2, 201)]
+    best = min(grid, key=loss)
+    lo, hi = max(0.005, best - 0.005), min(1.0, best + 0.005)
+    for _ in range(30):  # golden-section refinement around the best grid point
+        a, b = lo + (hi - lo) * 0.382, lo + (hi - lo) * 0.618
+        lo, hi = (lo, b) if loss(a) < loss(b) else (a, hi)
+    eff = round((lo + hi) / 2, 4)
+    predicted = model(eff)
+    errors = sorted(abs(t - p.stats.median_s) / p.stats.median_s for t, p in zip(predicted, points))
+    fitted = tuple(replace(p, predicted_s=t) for p, t in zip(points, predicted))
+    return DtypeResult(dtype, fitted, peak / 1e12, eff, errors[len(errors) // 2])

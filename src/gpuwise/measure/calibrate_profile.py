@@ -1,0 +1,73 @@
+"""The device profile `gpuwise calibrate` writes for `--profile`: its JSON document, its default name, the file.
+
+The document is what `catalog.devices.load_profile` reads; an existing file's `network` section (written by
+`gpuwise bench comm`, comm_profile.py) is kept when calibrate rewrites it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from ..catalog.devices import PROFILE_KIND
+from ..errors import GpuwiseError
+from ..units import GB
+from ..version import __version__
+from .calibrate_result import Calibration
+
+
+def profile_doc(c: Calibration) -> dict:
+    """The device profile `load_profile` reads (catalog/devices.py), with what was measured and how."""
+    doc: dict = {"kind": PROFILE_KIND, "gpu": c.gpu.id if c.gpu else None, "device_name": c.device_name}
+    eff = {d.dtype: d.fitted_efficiency for d in c.dtypes if d.fitted_efficiency is not None}
+    if eff:
+        doc["matmul_efficiency"] = eff
+    absolute = {d.dtype: round(d.best.tflops, 4) for d in c.dtypes if d.fitted_efficiency is None}
+    if absolute:  # no datasheet peak to divide by: absolute figures (load_profile divides by the --gpu's peak)
+        doc["matmul_tflops"] = absolute
+    copy = c.transfer("copy")
+    datasheet = c.gpu.memory_bandwidth_bytes_per_s / GB if c.gpu and c.gpu.memory_bandwidth_bytes_per_s else None
+    # A copy can beat the datasheet a little (rounded figures, boost clocks): the model's fraction stays <= 1.
+    doc["memory_bandwidth_gb_s"] = round(min(copy.gb_s, datasheet) if datasheet else copy.gb_s, 3)
+    doc["kernel_overhead_us"] = round(c.kernel_overhead_us, 3)
+    h2d = c.transfer("h2d_pinned")
+    if h2d is not None:
+        doc["host_to_device_gb_s"] = round(h2d.gb_s, 3)
+    doc["measured"] = {
+        "by": f"gpuwise {__version__} calibrate{' --quick' if c.quick else ''}", "at": c.measured_at,
+        "device": c.device, "environment": c.environment, "state_before": c.state_before,
+        "state_after": c.state_after, "duration_s": round(c.duration_s, 2),
+        "best_tflops": {d.dtype: round(d.best.tflops, 4) for d in c.dtypes},
+        "fit_median_error": {d.dtype: d.fit_median_error for d in c.dtypes},
+        "transfers_gb_s": {t.kind: round(t.gb_s, 3) for t in c.transfers},
+        "skipped": c.skipped, "notes": list(c.notes),
+    }
+    return doc
+
+
+def default_path(c: Calibration) -> str:
+    slug = c.gpu.id if c.gpu else "".join(ch if ch.isalnum() else "-" for ch in c.device_name.lower()).strip("-")
+    return f"gpuwise-profile-{slug or 'device'}.json"
+
+
+def save_profile(c: Calibration, path: str) -> Path:
+    """Write the profile; an existing profile's `network` section (from `bench comm`) is kept."""
+    p = Path(path)
+    doc = profile_doc(c)
+    try:
+        if p.exists():
+            old = json.loads(p.read_text())
+            if isinstance(old, dict) and isinstance(old.get("network"), dict):
+                doc["network"] = old["network"]
+        p.write_text(json.dumps(doc, indent=2) + "\n")
+    except (OSError, ValueError) as exc:
+        raise GpuwiseError(f"--save: cannot write {p}: {getattr(exc, 'strerror', None) or exc}") from None
+    return p
+
+
+def check_writable(path: str) -> None:
+    """Before minutes of measuring: the folder of --save FILE must exist and be writable."""
+    folder = Path(path).resolve().parent
+    if not folder.is_dir() or not os.access(folder, os.W_OK):
+        raise GpuwiseError(f"--save: cannot write into {folder}")
