@@ -19,7 +19,6 @@ from __future__ import annotations
 from ..errors import InvalidArgument, require_positive_int
 from ..model.spec import ModelSpec
 from .layout import SCHEDULES, SHARDINGS, Layout, divisors, multiples_near, nearby
-from .pipeline import stage_layers
 
 
 def tp_conflict(spec: ModelSpec, tp: int) -> tuple[str, int] | None:
@@ -75,6 +74,8 @@ def _require_divides(name: str, degree: int, what: str, total: int) -> None:
 
 def validate_layout(layout: Layout, spec: ModelSpec, *, seq: int, global_batch: int, micro_batch: int) -> None:
     """Check every constraint of the layout against the model and the batch (InvalidArgument on the first)."""
+    from .pipeline import stage_layers  # local: `gpuwise fit` asks the TP rules above without the pipeline module
+
     for name in ("num_gpus", "tp", "pp", "vpp", "cp", "ep"):
         require_positive_int("--" + name.replace("_", "-"), getattr(layout, name), 1 << 20)
     if layout.sharding not in SHARDINGS:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 
 from ..catalog.models import LoadedModel, load_model
 from ..errors import InvalidArgument, require_positive_int
+from ..estimate.parallel import tp_conflict
 from ..jsonfile import read_json_object
 from .dist import DistEnv
 from .torch_model import check_supported
@@ -137,9 +138,9 @@ def configure(args, env: DistEnv) -> BenchConfig:
     spec = full.spec
     check_supported(spec)
     if tp > 1:
-        if spec.num_heads % tp or spec.num_kv_heads % tp:
-            raise InvalidArgument(f"--tp {tp} must divide the {spec.num_heads} attention heads and "
-                                  f"{spec.num_kv_heads} KV heads")
+        conflict = tp_conflict(spec, tp)  # the rule `gpuwise train` and the planner apply
+        if conflict is not None:
+            raise InvalidArgument(f"--tp {tp} does not divide {conflict[0]} ({conflict[1]})")
         if spec.qk_norm == "full":
             raise InvalidArgument("tensor parallelism of full-width q/k norms (OLMo 2) is not supported")
         if sp and spec.learned_positions:

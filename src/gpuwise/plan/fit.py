@@ -17,7 +17,6 @@ from ..estimate import engines
 from ..estimate.engines import DEFAULT_CONTEXT, MemoryEngine  # noqa: F401 (DEFAULT_CONTEXT: the context help)
 from ..estimate.inference_memory import InferenceMemory, inference_memory
 from ..estimate.kv_cache import kv_bytes_per_token
-from ..estimate.parallel import serving_tp_conflict
 from ..model.params import ParamCounts, param_counts
 from ..quant.formats import WeightFormat, default_weight_format, get_weight_format, to_gguf
 from ..units import GiB
@@ -154,6 +153,8 @@ def _largest(predicate, lo: int, hi: int) -> int:
 
 
 def _valid_gpu_counts(req: FitRequest) -> list[int]:
+    from ..estimate.parallel import serving_tp_conflict  # local: the layout rules load the pipeline module
+
     spec = req.model.spec
     if req.engine == "vllm":
         return [tp for tp in TP_SIZES if serving_tp_conflict(spec, tp) is None]
@@ -161,6 +162,8 @@ def _valid_gpu_counts(req: FitRequest) -> list[int]:
 
 
 def check_tensor_parallel(req: FitRequest) -> None:
+    from ..estimate.parallel import serving_tp_conflict
+
     spec = req.model.spec
     conflict = serving_tp_conflict(spec, req.num_gpus) if req.engine == "vllm" and req.num_gpus > 1 else None
     if conflict is not None:

@@ -7,16 +7,18 @@ Unknown values are null, never 0. Bump SCHEMA_VERSION on any incompatible change
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..catalog.gpus import GPU
 from ..catalog.models import CatalogEntry
 from ..model.params import param_counts
-from ..plan.fit import FitResult
-from ..plan.train import TrainPerf, TrainResult
 from ..schema import SCHEMA_VERSION, dumps  # noqa: F401 (dumps: the presenters' import)
 from ..schema import num as _num
 from ..schema import rounded as _round
+
+if TYPE_CHECKING:  # types only: `gpuwise fit` must not load the training estimators
+    from ..plan.fit import FitResult
+    from ..plan.train import TrainPerf, TrainResult
 
 
 def fit_to_dict(r: FitResult) -> dict[str, Any]:

@@ -4,13 +4,16 @@ always with its unit; unknown shown as 'unknown'."""
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 from ..catalog.gpus import GPU
 from ..catalog.models import CatalogEntry, entry_spec
 from ..model.params import param_counts
-from ..plan.fit import FitResult
-from ..plan.train import TrainResult
 from ..units import GiB, fmt_bytes, fmt_count, fmt_gib
+
+if TYPE_CHECKING:  # types only: `gpuwise fit` must not load the training estimators
+    from ..plan.fit import FitResult
+    from ..plan.train import TrainResult
 
 
 def _unicode_ok() -> bool:
