@@ -82,14 +82,18 @@ def torch_dtype_to_name(value: str | None) -> str | None:
     return key if key in _DTYPES else None
 
 
-PEAK_OPERAND_BYTES = {"fp32": 4.0, "tf32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "fp4": 0.5}
-"""Bytes of one GEMM operand element at each tensor-core peak of the GPU catalog (`GPU.peak_flops` keys): tf32 reads
-fp32 storage; fp4 (e2m1) packs two values per byte (block scales not counted)."""
+PEAK_OPERAND_BYTES = {"fp64": 8.0, "fp32": 4.0, "tf32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0,
+                      "fp4": 0.5}
+"""Bytes of one GEMM operand element at each peak of the GPU catalog (`GPU.peak_flops` keys, whose suffix names the
+accumulator or the unit: fp16_fp16acc, fp64_tensor): tf32 reads fp32 storage; fp4 (e2m1) packs two values per byte
+(block scales not counted)."""
 
 
 def peak_operand_bytes(peak: str) -> float:
-    """Bytes per operand element for a GPU catalog peak key (bf16, fp8, ...): what a GEMM at that peak reads."""
-    if peak not in PEAK_OPERAND_BYTES:
+    """Bytes per operand element for a GPU catalog peak key (bf16, fp8, fp16_fp16acc ...): what a GEMM at that peak
+    reads."""
+    base = peak.split("_", 1)[0]
+    if base not in PEAK_OPERAND_BYTES:
         raise UnknownFormatError(f"unknown peak dtype '{peak}'; known: {', '.join(PEAK_OPERAND_BYTES)}")
-    return PEAK_OPERAND_BYTES[peak]
+    return PEAK_OPERAND_BYTES[base]
 
