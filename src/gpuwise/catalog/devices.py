@@ -18,6 +18,7 @@ from pathlib import Path
 
 from ..errors import InvalidArgument, require_positive_number
 from ..jsonfile import read_json_object
+from ..units import GB
 from ._toml import load_toml
 from .gpus import GPU
 
@@ -152,7 +153,7 @@ def load_profile(path: str | Path, gpu: GPU) -> DeviceProfile:
         if not gpu.memory_bandwidth_bytes_per_s:
             raise InvalidArgument(f"--profile: {gpu.name} has no datasheet bandwidth to compare with")
         changes["memory_efficiency"] = _fraction("memory_bandwidth_gb_s / datasheet",
-                                                 float(doc["memory_bandwidth_gb_s"]) * 1e9
+                                                 float(doc["memory_bandwidth_gb_s"]) * GB
                                                  / gpu.memory_bandwidth_bytes_per_s)
     for key in ("memory_efficiency", "attention_forward_efficiency", "attention_backward_efficiency"):
         if key in doc:
@@ -164,7 +165,7 @@ def load_profile(path: str | Path, gpu: GPU) -> DeviceProfile:
         changes["kernel_overhead_s"] = us * 1e-6
     if "host_to_device_gb_s" in doc:
         require_positive_number("--profile: host_to_device_gb_s", doc["host_to_device_gb_s"], 1e4)
-        changes["host_copy_bytes_per_s"] = float(doc["host_to_device_gb_s"]) * 1e9
+        changes["host_copy_bytes_per_s"] = float(doc["host_to_device_gb_s"]) * GB
     for key in changes:
         if key != "matmul_efficiency":
             sources[key] = origin
@@ -206,7 +207,7 @@ def pcie_x16_bytes_per_s(gpu: GPU, *, assume: bool = False) -> float | None:
     gen = gpu.pcie_gen if gpu.pcie_gen is not None and str(gpu.pcie_gen) in table else None
     if gen is None and assume:
         gen = ASSUMED_PCIE_GEN
-    return float(table[str(gen)]) * 1e9 if gen is not None else None
+    return float(table[str(gen)]) * GB if gen is not None else None
 
 
 def host_copy_bytes_per_s(profile: DeviceProfile) -> float:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from ..errors import UnknownGPUError, suggest
-from ..units import GiB, MiB
+from ..units import GB, GiB, MiB
 from ._toml import load_toml
 
 
@@ -105,7 +105,7 @@ def _gpu_from_row(row: dict) -> GPU:
         memory_gb=float(row["memory_gb"]),
         memory_bytes=mem_bytes,
         memory_bytes_source=mem_src,
-        memory_bandwidth_bytes_per_s=float(bw) * 1e9 if bw else None,
+        memory_bandwidth_bytes_per_s=float(bw) * GB if bw else None,
         peak_flops={k: float(v) * 1e12 for k, v in tflops.items() if v},
         architecture=row.get("architecture"),
         form_factor=row.get("form_factor"),
@@ -114,7 +114,7 @@ def _gpu_from_row(row: dict) -> GPU:
         l2_cache_bytes=int(float(l2) * 1e6) if l2 else None,
         sm_count=row.get("sm_count"),
         interconnect=row.get("interconnect"),
-        interconnect_bytes_per_s=float(ic) * 1e9 if ic else None,
+        interconnect_bytes_per_s=float(ic) * GB if ic else None,
         nvlink=bool(row.get("nvlink", False)),
         pcie_gen=row.get("pcie_gen"),
         tdp_w=row.get("tdp_w"),

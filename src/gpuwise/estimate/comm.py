@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from ..catalog.devices import ASSUMED_PCIE_GEN, network_defaults, pcie_x16_bytes_per_s
 from ..catalog.gpus import GPU
 from ..errors import InvalidArgument, require_positive_number
+from ..units import GB
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
 
@@ -96,7 +97,7 @@ def topology(gpu: GPU, *, num_gpus: int, gpus_per_node: int | None = None, inter
     intra = _measured(intra, over, "intra_node")
     gbps = inter_node_gbps or float(net["inter_node_gbps"].get(_arch(gpu), net["inter_node_gbps"]["default"]))
     eff = float(net["nic_busbw_efficiency"])
-    inter = Level(f"{gbps:g} Gb/s per GPU", gbps / 8 * 1e9 * eff, float(net["inter_node_latency_us"]) * 1e-6,
+    inter = Level(f"{gbps:g} Gb/s per GPU", gbps / 8 * GB * eff, float(net["inter_node_latency_us"]) * 1e-6,
                   net["nic_source"])
     inter = _measured(inter, over, "inter_node")
     return Topology(per_node, intra, inter)
@@ -107,7 +108,7 @@ def _measured(level: Level, over: dict, prefix: str) -> Level:
     bw, lat = over.get(f"{prefix}_busbw_gb_s"), over.get(f"{prefix}_latency_us")
     if bw is None and lat is None:
         return level
-    return Level(level.name + " (profile)", float(bw) * 1e9 if bw is not None else level.busbw_bytes_per_s,
+    return Level(level.name + " (profile)", float(bw) * GB if bw is not None else level.busbw_bytes_per_s,
                  float(lat) * 1e-6 if lat is not None else level.latency_s, "profile")
 
 

@@ -21,6 +21,7 @@ from ..catalog._toml import load_toml
 from ..catalog.devices import DeviceProfile
 from ..errors import InvalidArgument
 from ..model.spec import ModelSpec
+from ..units import GB
 from .comm import Topology
 from .engines import SERVING_ENGINES as ENGINES
 from .kernels import attention_s, matmul_s, memory_s
@@ -53,7 +54,7 @@ def engine_perf(name: str) -> EnginePerf:
     r = rows[name]
     return EnginePerf(name, r["multi_gpu"], bool(r["cuda_graphs"]), r["host_us_per_kernel"] * 1e-6,
                       r["launch_gap_us"] * 1e-6, r["step_overhead_us"] * 1e-6, int(r["kernels_per_block"]), r["kernel_style"],
-                      float(r["gemv_gb_s_per_sm"]) * 1e9, float(r["gemm_efficiency"]),
+                      float(r["gemv_gb_s_per_sm"]) * GB, float(r["gemm_efficiency"]),
                       float(r["hopper_mma_factor"]), float(r["quantized_gemm_factor"]), int(r["prefill_chunk"]),
                       r["source"])
 

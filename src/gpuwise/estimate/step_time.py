@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from ..catalog.devices import DeviceProfile, host_copy_bytes_per_s, network_defaults
 from ..memo import remember
 from ..model.spec import ModelSpec
+from ..units import GB
 from .comm import Topology
 from .flops import gemm_dtype
 from .job import TrainJob
@@ -167,7 +168,7 @@ def _offload_s(profile: DeviceProfile, offload: frozenset[str], trained: float, 
     come to the GPU for the forward and again for the backward, prefetched behind that compute.
     """
     pcie = host_copy_bytes_per_s(profile)
-    host = float(network_defaults()["host_memory_gb_s_per_gpu"]) * 1e9
+    host = float(network_defaults()["host_memory_gb_s_per_gpu"]) * GB
     t = 0.0
     if "optimizer" in offload:
         down = trained * grad_bytes / pcie

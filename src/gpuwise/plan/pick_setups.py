@@ -11,7 +11,7 @@ from ..catalog.gpus import GPU
 from ..errors import GpuwiseError, InvalidArgument
 from ..estimate.comm import topology
 from ..estimate.layout import divisors
-from ..units import GiB
+from ..units import GB, GiB
 from .pick_request import Candidate, PickRequest
 
 
@@ -19,7 +19,7 @@ def _link(topo) -> str:
     """The level the GPUs of one node talk over, with its bandwidth, and a warning when it is PCIe."""
     lv = topo.intra
     slow = "pcie" in lv.name.lower()
-    return (f"{lv.name}, {lv.busbw_bytes_per_s / 1e9:.0f} GB/s bus bandwidth"
+    return (f"{lv.name}, {lv.busbw_bytes_per_s / GB:.0f} GB/s bus bandwidth"
             + (" (no NVLink between these cards: tensor parallel over PCIe is slow)" if slow else ""))
 
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from ..catalog.gpus import GPU
 from ..catalog.models import CatalogEntry, entry_spec
 from ..model.params import param_counts
-from ..units import GiB, fmt_bytes, fmt_count, fmt_gib
+from ..units import GB, GiB, fmt_bytes, fmt_count, fmt_gib
 
 if TYPE_CHECKING:  # types only: `gpuwise fit` must not load the training estimators
     from ..plan.fit import FitResult
@@ -119,7 +119,7 @@ def render_gpus(gpus: list[GPU]) -> str:
         bf16 = g.peak("bf16") or g.peak("fp16")
         fp8 = g.peak("fp8")
         rows.append([
-            g.id, g.name, f"{g.memory_bytes / GiB:.1f}", f"{bw / 1e9:,.0f}" if bw else "unknown",
+            g.id, g.name, f"{g.memory_bytes / GiB:.1f}", f"{bw / GB:,.0f}" if bw else "unknown",
             f"{bf16 / 1e12:,.1f}" if bf16 else "unknown", f"{fp8 / 1e12:,.0f}" if fp8 else "-",
             g.interconnect or "unknown", f"{g.tdp_w:.0f}" if g.tdp_w else "unknown",
             f"${g.price_usd:,.0f}" if g.price_usd else "unknown",
@@ -219,8 +219,8 @@ def render_train_perf(r) -> str:
                      f"{st.num_microbatches} micro-batches)")
     t = p.topology
     lines.append(f"  network: {t.gpus_per_node} GPUs per node over {t.intra.name} "
-                 f"({t.intra.busbw_bytes_per_s / 1e9:.0f} GB/s bus bandwidth), {t.inter.name} across nodes "
-                 f"({t.inter.busbw_bytes_per_s / 1e9:.0f} GB/s)")
+                 f"({t.intra.busbw_bytes_per_s / GB:.0f} GB/s bus bandwidth), {t.inter.name} across nodes "
+                 f"({t.inter.busbw_bytes_per_s / GB:.0f} GB/s)")
     if p.train_tokens:
         cost = f"${p.cost_usd:,.0f}" if p.cost_usd is not None else "unknown"
         price = f"${p.usd_per_gpu_hour}/GPU-hour ({p.usd_source})" if p.usd_per_gpu_hour else p.usd_source
