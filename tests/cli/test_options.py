@@ -50,6 +50,15 @@ def test_every_request_field_is_an_option_with_its_doc_choices_and_default(comma
         default = f.default
         if default is not MISSING and not isinstance(default, (bool, tuple)):
             assert a.default == default, f"{command} --{f.name}: {a.default!r} != {default!r}"
+        assert a.required == (default is MISSING and f.default_factory is MISSING), f"{command} --{f.name}"
+
+
+def test_a_missing_required_option_is_one_line(capsys):
+    from gpuwise.cli import main
+
+    assert main(["plan", "llama-3.1-8b", "--gpu", "h100", "--num-gpus", "8", "--seq", "4096"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--global-batch" in err
 
 
 def test_no_option_is_declared_twice_within_a_command():

@@ -28,7 +28,8 @@ from .args import comma_list, finite_float, positive_int
 MODEL_HELP = "catalog name, Hugging Face id, or path to a config.json (or its folder)"
 GPU_HELP = "GPU id or name, e.g. h100-sxm, rtx-4090, 'NVIDIA A100-SXM4-80GB'"
 FLAG_ALIASES = {"prices": ("--price",)}
-"""Other spellings an option keeps accepting (the flag it was first published under)."""
+"""The flag an option was first published under, where it differs from its field's name: listed first, so that it
+stays the option's name in the HTTP API and its help; the field's own flag is accepted too."""
 
 
 def _is_literal(tp: Any) -> bool:
@@ -55,13 +56,13 @@ def add_request_options(parser: argparse.ArgumentParser, cls: type, *, skip: fro
         if _type_name(tp) == "GPU":
             parser.add_argument(flag(f.name), required=True, help=GPU_HELP)
             continue
-        kw: dict[str, Any] = {}
-        names = [flag(f.name), *FLAG_ALIASES.get(f.name, ())]
+        kw: dict[str, Any] = {"dest": f.name}
+        names = [*FLAG_ALIASES.get(f.name, ()), flag(f.name)]
         shown = default
         if tp is bool:
             if default is True:
                 names = ["--no-" + f.name.replace("_", "-")]
-                kw.update(action="store_false", dest=f.name)
+                kw.update(action="store_false")
             else:
                 kw.update(action="store_true")
             shown = None
@@ -84,8 +85,10 @@ def add_request_options(parser: argparse.ArgumentParser, cls: type, *, skip: fro
         if kw.get("type") is None:
             kw.pop("type", None)
         if "action" not in kw:
-            # The request's default, read from it (collections as None: the request fills them in).
+            # The request's default, read from it (collections as None: the request fills them in); a field
+            # without one is a required option.
             kw["default"] = None if default is MISSING or isinstance(default, (tuple, dict)) else default
+            kw["required"] = default is MISSING
         if shown not in (None, MISSING, "", ()) and "default" not in doc:
             doc = f"{doc} (default {shown})" if doc else f"default {shown}"
         parser.add_argument(*names, help=(help_prefix + doc).replace("%", "%%"), **kw)
@@ -110,15 +113,16 @@ def _numbers_by_id(name: str, text: str) -> dict[str, float]:
     """'ID=X,ID=X' -> {catalog id: X}: prices in USD per GPU-hour (a MIG slice as GPU:PROFILE)."""
     from ..catalog.gpus import get_gpu
 
+    option = (*FLAG_ALIASES.get(name, ()), flag(name))[0]
     out = {}
     for item in comma_list(text):
         key, _, value = item.partition("=")
         try:
             number = float(value)
         except ValueError:
-            raise InvalidArgument(f"{flag(name)}: '{item}' is not ID=USD") from None
+            raise InvalidArgument(f"{option}: '{item}' is not ID=USD") from None
         if not 0 < number < 1e4:
-            raise InvalidArgument(f"{flag(name)}: {number} USD per GPU-hour is not a price")
+            raise InvalidArgument(f"{option}: {number} USD per GPU-hour is not a price")
         base, _, profile = key.strip().partition(":")
         out[get_gpu(base).id + (":" + profile if profile else "")] = number
     return out

@@ -31,7 +31,7 @@ TRUE, FALSE = frozenset({"true", "1", "yes", "on"}), frozenset({"false", "0", "n
 @dataclass(frozen=True, slots=True)
 class Option:
     name: str
-    """Query parameter name (argparse dest: underscores)."""
+    """Query parameter name: the option's first flag with underscores (a positional's argparse dest)."""
     flag: str | None
     """'--num-gpus', or None for a positional argument."""
     is_switch: bool
@@ -54,7 +54,7 @@ def _subparsers() -> dict[str, argparse.ArgumentParser]:
 
 
 def _kind(action: argparse.Action) -> str:
-    if isinstance(action, argparse._StoreTrueAction):
+    if isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction)):
         return "boolean"
     t = getattr(action.type, "__name__", "")
     if action.type is int or "int" in t:
@@ -67,7 +67,7 @@ def _kind(action: argparse.Action) -> str:
 def _usable_default(a: argparse.Action) -> object:
     """The option's default where a client could also send it (not None, and accepted by the option's type:
     `--reserve-gib` defaults to 0.0, which it refuses when given)."""
-    if a.default in (None, argparse.SUPPRESS) or isinstance(a, argparse._StoreTrueAction):
+    if a.default in (None, argparse.SUPPRESS) or isinstance(a, (argparse._StoreTrueAction, argparse._StoreFalseAction)):
         return None
     if a.type is not None:
         try:
@@ -90,8 +90,11 @@ def options(command: str) -> tuple[Option, ...]:
             if a.dest in HIDDEN or a.help == argparse.SUPPRESS:
                 continue
             positional = not a.option_strings
-            out.append(Option(name=a.dest, flag=None if positional else a.option_strings[0],
-                              is_switch=isinstance(a, argparse._StoreTrueAction),
+            # A parameter is named after the option's first flag (`--no-mig` -> no_mig), its argparse dest for a
+            # positional: the names the API has always had, whatever the request field is called.
+            out.append(Option(name=a.dest if positional else a.option_strings[0][2:].replace("-", "_"),
+                              flag=None if positional else a.option_strings[0],
+                              is_switch=isinstance(a, (argparse._StoreTrueAction, argparse._StoreFalseAction)),
                               required=bool(a.required) if not positional else a.nargs not in ("?", "*"),
                               choices=tuple(a.choices) if a.choices else None,
                               default=None if positional else _usable_default(a),
