@@ -57,9 +57,11 @@ def roofline(model: str | LoadedModel, *, gpu: str | GPU, plot: str | None = Non
 
     result = _roofline(RooflineRequest(model=_model(model), gpu=_gpu(gpu), **options))
     if plot:
+        from dataclasses import replace
+
         from .report.plot import save_roofline
 
-        save_roofline(result, plot)
+        result = replace(result, plot=str(save_roofline(result, plot)))
     return result
 
 

@@ -112,7 +112,8 @@ def flag(name: str) -> str:
 
 def to_argv(cls: type, values: dict[str, Any], *, keep: tuple[str, ...] = ()) -> list[str]:
     """The command-line flags that give a `cls` request these field values (positional model and GPU excluded;
-    values equal to the field's default left out, but for the fields named in `keep`)."""
+    values equal to the field's default left out, but for the fields named in `keep`). Scalars, switches and tuples
+    of scalars only (what a `TrainRequest` holds): GPUs and price tables have no flags written for them here."""
     by_name = {f.name: f for f in option_fields(cls)}
     hints = type_hints(cls)
     out: list[str] = []
@@ -125,6 +126,8 @@ def to_argv(cls: type, values: dict[str, Any], *, keep: tuple[str, ...] = ()) ->
             out.append(flag(name) if value else "--no-" + name.replace("_", "-"))
         elif get_origin(tp) is tuple:
             out += [flag(name), ",".join(map(str, value))]
+        elif isinstance(value, float):
+            out += [flag(name), f"{value:g}"]
         else:
             out += [flag(name), str(value)]
     return out

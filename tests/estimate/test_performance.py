@@ -177,3 +177,9 @@ def test_roofline_plot_files(tmp_path):
         assert (tmp_path / name).stat().st_size > 1000
     with pytest.raises(InvalidArgument):
         gpuwise.roofline("llama-3.1-8b", gpu="h100-sxm", plot=str(tmp_path / "r.gif"))
+
+
+def test_the_python_api_says_where_the_plot_went(tmp_path):
+    pytest.importorskip("matplotlib")
+    r = gpuwise.roofline("llama-3.1-8b", gpu="h100-sxm", plot=str(tmp_path / "r.png"))
+    assert r.plot == str(tmp_path / "r.png")

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
+import gpuwise
 from gpuwise.catalog.gpus import get_gpu
 from gpuwise.catalog.models import load_model
 from gpuwise.errors import InvalidArgument, UnknownGPUError
@@ -385,3 +386,10 @@ print('OK')
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip().endswith("OK")
+
+
+def test_for_model_counts_the_jobs_flops_as_train_does():
+    # LoRA's frozen base has no weight-gradient GEMMs: the MFU numerator is train's, not full training's.
+    t = Tracker.for_model("llama-3-8b", seq=2048, batch=8, gpu="h100-sxm", layout={"finetune": "lora"}, nvml=False)
+    r = gpuwise.train("llama-3-8b", gpu="h100-sxm", seq=2048, global_batch=8, finetune="lora")
+    assert t.flops_per_step == r.flops.model

@@ -121,3 +121,12 @@ def test_cli_json(capsys):
     assert doc["command"] == "pick" and doc["ranked"]
     assert {c["rule"] for c in doc["rejected"]} <= set(RULES)
     assert all(c["usd_per_hour"] <= 3 for c in doc["ranked"])
+
+
+def test_train_tokens_must_be_positive_and_an_empty_gpu_list_means_the_catalog(capsys):
+    assert main(["pick", "llama-3-8b", "--task", "train", "--train-tokens=-1e12", "--gpus", "h100-sxm"]) == 2
+    assert "--train-tokens" in capsys.readouterr().err
+    whole = gpuwise.pick("llama-3-8b", top=100)
+    assert main(["pick", "llama-3-8b", "--gpus", "", "--top", "100", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert len(doc["ranked"]) == len(whole.ranked) > 1

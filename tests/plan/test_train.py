@@ -186,3 +186,9 @@ def test_autocast_casts_are_gone_at_the_optimizer_step() -> None:
 def test_expert_parallel_buckets_hold_bf16_gradients() -> None:
     r = _run(model=MOE, num_gpus=8, ep=8, global_batch=8, zero=2, framework="deepspeed")
     assert r.memory.buffer_parts["reduce_bucket"] == 2 * 500_000_000
+
+
+def test_sequence_parallelism_needs_the_tokens_per_cp_rank_to_divide_by_tp():
+    with pytest.raises(InvalidArgument, match="--sp"):
+        gpuwise.train("llama-3.1-8b", gpu="h100-sxm", num_gpus=2, tp=2, sp=True, seq=4095)
+    gpuwise.train("llama-3.1-8b", gpu="h100-sxm", num_gpus=2, tp=2, sp=True, seq=4096)

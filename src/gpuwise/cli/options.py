@@ -138,6 +138,8 @@ def request_options(args: argparse.Namespace, cls: type, *, skip: frozenset[str]
         value = getattr(args, f.name)
         if value is None or (value == default_value(f) and isinstance(value, bool)):
             continue
+        if value == () and default_value(f) is None:  # an empty list (`--gpus ""`): the request's default
+            continue
         tp = strip_optional(hints[f.name])
         if get_origin(tp) is tuple and get_args(tp) and _type_name(get_args(tp)[0]) == "GPU":
             value = _gpus(value)

@@ -47,7 +47,9 @@ def _gpus(args: argparse.Namespace) -> str:
 def _explain_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("term", nargs="?", help="e.g. mfu, zero, bubble, ridge, nvlink, mig, fp8 (none: list the terms)")
     p.add_argument("--model", help="show the numbers for this model too (catalog name, HF id or config.json)")
-    p.add_argument("--gpu", help="GPU for the numbers (default h100-sxm)")
+    from ..plan.explain.examples import DEFAULT_GPU
+
+    p.add_argument("--gpu", help=f"GPU for the numbers (default {DEFAULT_GPU})")
     p.add_argument("--list", action="store_true", help="list the terms")
     p.add_argument("--json", action="store_true", help="machine-readable output")
 

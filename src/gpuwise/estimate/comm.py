@@ -125,7 +125,7 @@ def _intra_level(gpu: GPU, per_node: int, net: dict) -> Level:
                      net["nvlink_source"])
     x16 = pcie_x16_bytes_per_s(gpu, assume=True)
     eff = float(net["pcie_busbw_efficiency"])
-    name = f"PCIe {gpu.pcie_gen}.0 x16" if pcie_x16_bytes_per_s(gpu) else f"PCIe {ASSUMED_PCIE_GEN}.0 x16 (generation assumed)"
+    name = f"PCIe {gpu.pcie_gen}.0 x16" if pcie_x16_bytes_per_s(gpu) else f"PCIe {ASSUMED_PCIE_GEN}.0 x16, generation assumed"
     return Level(name, x16 * eff, latency * 2, net["pcie_source"])
 
 

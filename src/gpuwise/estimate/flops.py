@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from ..dtypes import peak_operand_bytes
 from ..memo import remember
 from ..model.spec import SLIDING, ModelSpec
 from .job import CONVENTIONS, RECOMPUTE, TrainJob
@@ -204,6 +205,15 @@ def gemm_dtype(peaks: dict[str, float], precision: str) -> str:
     if precision == "fp16":
         return "fp16"
     return "bf16" if "bf16" in peaks else "fp16"
+
+
+_EVERY_PEAK = dict.fromkeys(("tf32", "bf16", "fp16", "fp8"), 1.0)
+
+
+def gemm_operand_bytes(precision: str) -> float:
+    """Bytes per GEMM operand element of a training precision on a GPU with every tensor-core format: fp8 casts to
+    1 byte, fp32 reads 4 even as TF32, the 16-bit precisions 2."""
+    return peak_operand_bytes(gemm_dtype(_EVERY_PEAK, precision))
 
 
 def utilization(flops_per_step: float, step_time_s: float, num_gpus: int,

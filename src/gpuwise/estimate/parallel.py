@@ -8,7 +8,8 @@ serves with). Each check raises `InvalidArgument` naming the constraint and the 
   ranks, in training (`tp_conflict`: Megatron-Core divides num_query_groups by the TP size in its attention layer,
   torchtitan shards wk/wv by heads). vLLM instead replicates key/value heads when TP exceeds them
   (`serving_tp_conflict`).
-- Context parallelism splits the sequence into 2 x cp chunks (the load-balanced causal split): `cp_splits`.
+- Context parallelism splits the sequence into 2 x cp chunks (the load-balanced causal split): `cp_splits`; sequence
+  parallelism splits each CP rank's tokens over the TP ranks: `sp_splits`.
 - Expert parallelism is carved out of the data-parallel x context-parallel ranks that hold the same dense weights
   (Megatron-Core's expert-data-parallel group, torchtitan's EP borrowing dp_shard x cp), and divides the experts.
 - HSDP shard groups divide the data-parallel x context-parallel ranks and hold whole expert groups.
@@ -52,6 +53,12 @@ def cp_splits(seq: int, cp: int) -> bool:
     """Whether context parallelism `cp` splits `seq` tokens into 2 x cp equal chunks (the load-balanced causal
     split of Megatron-Core and torchtitan); cp = 1 always does."""
     return cp == 1 or seq % (2 * cp) == 0
+
+
+def sp_splits(seq: int, cp: int, tp: int) -> bool:
+    """Whether sequence parallelism with TP `tp` splits each context-parallel rank's seq / cp tokens evenly over
+    the TP ranks (Megatron-LM requires the sequence to divide by the TP size with --sequence-parallel)."""
+    return tp == 1 or (seq // cp) % tp == 0
 
 
 def ep_fits(spec: ModelSpec, ep: int, dp: int, cp: int) -> bool:
@@ -115,6 +122,9 @@ def validate_layout(layout: Layout, spec: ModelSpec, *, seq: int, global_batch: 
         valid = [c for c in divisors(seq) if cp_splits(seq, c)]
         raise InvalidArgument(f"--cp {layout.cp}: the sequence ({seq}) must split into 2 x cp equal chunks "
                               f"(load-balanced causal attention); valid --cp values nearby: {nearby(layout.cp, valid)}")
+    if layout.sp and not sp_splits(seq, layout.cp, layout.tp):
+        raise InvalidArgument(f"--sp: the {seq // layout.cp} tokens per context-parallel rank do not divide by --tp "
+                              f"{layout.tp} (sequence parallelism splits them over the TP ranks)")
     dp = layout.dp
     if layout.ep > 1:
         if not spec.is_moe:

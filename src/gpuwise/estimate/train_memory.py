@@ -15,6 +15,7 @@ from operator import attrgetter
 
 from ..memo import remember
 from ..model.spec import ModelSpec
+from ..units import MiB
 from .activations import StageActivationTerms, stage_activation_terms
 from .engines import CUBLAS_WORKSPACE_BYTES, CUDA_CONTEXT_BYTES
 from .job import TrainJob
@@ -32,7 +33,7 @@ FRAGMENTATION_RISK = 0.15
 DEEPSPEED_REDUCE_BUCKET = 500_000_000
 DEEPSPEED_PREFETCH_BUCKET = 50_000_000
 # NCCL's communicator buffers: NCCL_BUFFSIZE 4 MiB per channel and peer direction; budget 32 channels x 2.
-NCCL_BUFFER_BYTES = 32 * 2 * 4 * 2**20
+NCCL_BUFFER_BYTES = 32 * 2 * 4 * MiB
 
 
 @dataclass(slots=True)  # not frozen: built per configuration, and frozen __init__ costs 3x

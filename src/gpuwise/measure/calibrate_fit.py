@@ -13,7 +13,7 @@ from dataclasses import replace
 
 from ..catalog.devices import default_profile
 from ..catalog.gpus import GPU
-from .calibrate_gemm import OPERAND_BYTES
+from ..dtypes import peak_operand_bytes
 from .calibrate_result import DtypeResult, GemmPoint
 
 
@@ -31,7 +31,7 @@ def fit_gemm(gpu: GPU | None, dtype: str, points: list[GemmPoint], copy_bytes_pe
     def model(eff: float):
         prof = replace(base, matmul_efficiency={**base.matmul_efficiency, dtype: eff}, memory_efficiency=mem_eff,
                        kernel_overhead_s=overhead_s)
-        return [matmul_s(prof, p.m, p.n, p.k, dtype, OPERAND_BYTES[dtype]) for p in points]
+        return [matmul_s(prof, p.m, p.n, p.k, dtype, peak_operand_bytes(dtype)) for p in points]
 
     def loss(eff: float) -> float:
         return sum(math.log(t / p.stats.median_s) ** 2 for t, p in zip(model(eff), points))

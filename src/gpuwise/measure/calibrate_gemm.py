@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from ..errors import InvalidArgument
 from ..units import MiB
+from ..dtypes import peak_operand_bytes
 from .timing import Stats, budget_reps, buffers_to_rotate, time_op
 
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
-OPERAND_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 
 # (m, n, k): square sweeps, and the GEMMs of a Llama-3.1-8B / 70B layer at 8,192 tokens per micro-batch
 # (QKV, attention output, gate+up, down), which is where training time goes.
@@ -77,7 +77,7 @@ def time_gemm(torch, dev, dtype: str, m: int, n: int, k: int, quick: bool) -> St
     """One m x n x k GEMM in `dtype` (the caller sets TF32 on or off for fp32/tf32), timed over rotated inputs."""
     tdt = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16,
            "fp8": torch.float32}[dtype]
-    set_bytes = (m * k + k * n) * OPERAND_BYTES[dtype]
+    set_bytes = int((m * k + k * n) * peak_operand_bytes(dtype))
     count = buffers_to_rotate(set_bytes, _cache_bytes(torch, dev))
     if dev.type == "cuda":  # never let the rotation itself take more than a quarter of the free memory
         free, _ = torch.cuda.mem_get_info(dev)

@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from ..estimate.flops import gemm_operand_bytes
+
 # --- thresholds (one place each, with the reason) --------------------------------------------------------------
 
 MIN_STEPS = 3
@@ -49,9 +51,6 @@ otherwise the unexplained time has no reason to be communication."""
 
 LOW_MFU = 0.30
 """REFERENCE.md section 1: 30%+ MFU is good, 40%+ excellent (Llama 3 405B: high 30s to low 40s)."""
-
-GEMM_BYTES = {"fp32": 4.0, "bf16": 2.0, "bf16-pure": 2.0, "fp16": 2.0, "fp8": 1.0}
-"""Bytes per GEMM operand element by training precision (fp32 with TF32 still reads 4-byte operands)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -137,7 +136,7 @@ def input_bound(s: SummaryLike, ctx: RuleContext) -> Finding | None:
 def small_batch(s: SummaryLike, ctx: RuleContext) -> Finding | None:
     m = ctx.tokens_per_microbatch_per_gpu
     peak, bw = s.peak_flops_per_gpu, ctx.memory_bandwidth_bytes_per_s
-    e = GEMM_BYTES.get(ctx.precision) if ctx.precision is not None else None
+    e = gemm_operand_bytes(ctx.precision) if ctx.precision is not None else None
     if m is None or not peak or not bw or e is None:
         return None
     ridge = peak / bw

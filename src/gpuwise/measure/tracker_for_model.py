@@ -13,8 +13,8 @@ from typing import Any, TypeVar
 from ..catalog.gpus import GPU, get_gpu
 from ..catalog.models import LoadedModel, load_model
 from ..errors import InvalidArgument, UnknownGPUError, require_positive_int
-from ..estimate.flops import gemm_dtype, step_flops
-from ..estimate.job import CONVENTIONS, PRECISIONS, RECOMPUTE
+from ..estimate.flops import gemm_dtype, job_flops
+from ..estimate.job import TrainJob, job_default
 from ..plan.train import TrainRequest, train
 from . import _deps
 from .rules import RuleContext
@@ -48,10 +48,10 @@ def _same_gpu(g: Any, device_name: str) -> bool:
         return False
 
 
-def for_model(cls: type[T], model: Any, *, seq: int, batch: int, world_size: int = 1, precision: str = "bf16",
-              recompute: str = "none", gpu: Any = None, micro_batch: int | None = None,
-              data_parallel: int | None = None, layout: dict | None = None, flops_convention: str = "causal",
-              nvml: bool | None = None, **kw: Any) -> T:
+def for_model(cls: type[T], model: Any, *, seq: int, batch: int, world_size: int = 1,
+              precision: str = job_default("precision"), recompute: str = job_default("recompute"), gpu: Any = None,
+              micro_batch: int | None = None, data_parallel: int | None = None, layout: dict | None = None,
+              flops_convention: str = job_default("flops_convention"), nvml: bool | None = None, **kw: Any) -> T:
     """A tracker whose FLOPs, tokens, peak and label come from gpuwise's model and GPU catalogs.
 
     model: catalog name, Hugging Face id, config.json path, or a catalog.models.LoadedModel.
@@ -62,7 +62,7 @@ def for_model(cls: type[T], model: Any, *, seq: int, batch: int, world_size: int
         hardware FLOPs, HFU's numerator).
     gpu: catalog id or name, or a catalog GPU; None: the current CUDA device's name (when torch is imported and
         sees one) looked up in the catalog; not found: MFU unknown, with the reason in the summary.
-    layout: options of `gpuwise.api.train` for the job's parallel layout ({} for plain DDP, {"fsdp": "full"},
+    layout: options of `gpuwise train` (TrainRequest fields) for the job's parallel layout ({} for plain DDP, {"fsdp": "full"},
         {"tp": 8, "pp": 2}, ...): when given and the GPU is known, the predicted peak memory and step time
         (for the memory comparison and the communication rule). None: no prediction.
     nvml: sample the GPU with NVML in a background thread: None = when a CUDA device is visible and NVML
@@ -72,16 +72,16 @@ def for_model(cls: type[T], model: Any, *, seq: int, batch: int, world_size: int
     require_positive_int("seq", seq, 1 << 24)
     require_positive_int("batch", batch, 1 << 24)
     require_positive_int("world_size", world_size, 1 << 24)
-    for name, value, valid in (("precision", precision, PRECISIONS), ("recompute", recompute, RECOMPUTE),
-                               ("flops_convention", flops_convention, CONVENTIONS)):
-        if value not in valid:
-            raise InvalidArgument(f"{name}: unknown value '{value}'; valid: {', '.join(valid)}")
+    opts = layout or {}
+    # The job's FLOPs (MFU's numerator) as `gpuwise train` counts them: LoRA's frozen base included; the framework
+    # does not change a FLOP count. TrainJob checks the vocabulary.
+    job = TrainJob(framework=opts.get("framework") or "fsdp", precision=precision, seq=seq, recompute=recompute,
+                   flops_convention=flops_convention, finetune=opts.get("finetune", job_default("finetune")))
     mb = batch if micro_batch is None else micro_batch
     require_positive_int("micro_batch", mb, batch)
     if batch % mb:
         raise InvalidArgument(f"micro_batch {mb} does not divide batch {batch}")
     if data_parallel is None:
-        opts = layout or {}
         model_parallel = opts.get("tp", 1) * opts.get("pp", 1) * opts.get("cp", 1)
         if world_size % model_parallel:
             raise InvalidArgument(f"world_size {world_size} is not a multiple of tp x pp x cp = {model_parallel}")
@@ -89,8 +89,7 @@ def for_model(cls: type[T], model: Any, *, seq: int, batch: int, world_size: int
     require_positive_int("data_parallel", data_parallel, world_size)
     loaded = model if isinstance(model, LoadedModel) else load_model(model)
     global_batch = batch * data_parallel
-    flops = step_flops(loaded.spec, seq=seq, global_batch=global_batch, convention=flops_convention,
-                       recompute=recompute)
+    flops = job_flops(loaded.spec, job, global_batch=global_batch)
 
     g, cuda_index, reason, device_name = _resolve_gpu(gpu)
     peak = label = None

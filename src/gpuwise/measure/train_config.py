@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 
 from ..catalog.models import LoadedModel, load_model
 from ..errors import InvalidArgument, require_positive_int
-from ..estimate.parallel import tp_conflict
+from ..estimate.parallel import sp_splits, tp_conflict
 from ..jsonfile import read_json_object
 from .dist import DistEnv
 from .torch_model import check_supported
@@ -145,7 +145,7 @@ def configure(args, env: DistEnv) -> BenchConfig:
             raise InvalidArgument("tensor parallelism of full-width q/k norms (OLMo 2) is not supported")
         if sp and spec.learned_positions:
             raise InvalidArgument("--sp with a learned position table (GPT-2 style) is not supported; use --tp alone")
-        if sp and seq % tp:
+        if sp and not sp_splits(seq, 1, tp):  # the rule `gpuwise train` applies
             raise InvalidArgument(f"--sp: the sequence ({seq}) must divide by --tp {tp}")
     layers = args.layers or spec.num_layers
     if layers > spec.num_layers:

@@ -19,8 +19,9 @@ from typing import Literal, get_args
 from ..catalog.gpus import GPU, all_gpus
 from ..errors import GpuwiseError, InvalidArgument, require_positive_number
 from ..estimate.layout import PARAM_OFFLOAD_SHARDINGS, divisors
+from ..estimate.parallel import cp_splits
 from ..estimate.train_memory import FRAGMENTATION_RISK
-from ..units import GiB
+from ..units import GiB, MiB
 from .train import TrainRequest, TrainResult, train
 
 RECOMPUTE_LADDER = ("none", "selective", "full")
@@ -137,7 +138,7 @@ def doctor(req: TrainRequest, *, oom_at_gib: float | None = None) -> DoctorResul
                       mem <= r.request.gpu.memory_bytes, changes_job, r.request.gpu.memory_bytes, note)
 
     found = [x for x in _single_changes(req, base, remedy) if x is not None
-             and (x.memory_bytes < predicted + offset - 0.5 * GiB / 1024 or x.name == "bigger-gpu")]
+             and (x.memory_bytes < predicted + offset - 0.5 * MiB or x.name == "bigger-gpu")]
     ranked = sorted(found, key=lambda x: (not x.fits, x.changes_job, x.slowdown if x.fits else -x.saved_bytes(
         predicted + offset)))
     combo = _combination(req, base, remedy)
@@ -179,7 +180,7 @@ def _single_changes(req: TrainRequest, base: TrainResult, remedy):
     seq = req.seq
     for _ in range(3):
         seq //= 2
-        if seq < 256 or seq % lay.cp:
+        if seq < 256 or not cp_splits(seq, lay.cp):
             break
         r = remedy("context", f"sequence length {req.seq} -> {seq} (same sequences per step, fewer tokens)", changes_job=True, seq=seq)
         if r is not None:

@@ -19,6 +19,7 @@ from ..estimate.comm import Topology, topology
 from ..estimate.engines import Engine
 from ..estimate.infer_time import ENGINES, EnginePerf, PassTime, engine_perf, forward_pass_s
 from ..estimate.inference_memory import inference_memory
+from ..fields import field_default
 from ..quant.formats import tensor_bytes
 from .fit import FitRequest, FitResult, fit
 
@@ -46,7 +47,7 @@ class InferRequest:
     """Output tokens per sequence."""
     samples: int = 1
     """Completions per prompt (shared prefill, n-fold decode)."""
-    engine: Engine = "vllm"
+    engine: Engine = field_default(FitRequest, "engine")
     """Serving engine."""
     profile: str | None = None
     """Measured device profile (JSON, from `gpuwise calibrate`) overriding the defaults."""

@@ -9,11 +9,14 @@ from ..catalog.gpus import GPU
 from ..catalog.models import LoadedModel
 from ..errors import InvalidArgument, require_positive_int, require_positive_number
 from ..estimate.engines import Engine
-from ..estimate.job import Finetune, Precision, job_default
+from ..estimate.job import Finetune, job_default
 from ..fields import field_default
 from .infer import InferRequest
 
 Task = Literal["infer", "train", "finetune"]
+PickPrecision = Literal["bf16", "fp16", "fp8", "fp32"]
+"""The precisions pick costs GPUs with (bf16 falls back to fp16 on GPUs without bf16; pure bf16 has no such
+fallback, so it is `gpuwise train`'s alone)."""
 PickObjective = Literal["cost", "speed"]
 TASKS: tuple[str, ...] = get_args(Task)
 OBJECTIVES: tuple[str, ...] = get_args(PickObjective)
@@ -23,6 +26,8 @@ FINETUNE_SEQ = 2048
 """Tokens per sequence for --task finetune unless --seq is given (instruction data is mostly shorter)."""
 TRAIN_BATCH = 256
 """Sequences per step for --task train unless --global-batch is given (1M tokens at 4,096 tokens)."""
+FINETUNE_METHOD = "lora"
+"""Fine-tuning method for --task finetune unless --finetune is given (what most people fine-tune with)."""
 FINETUNE_BATCH = 16
 """Sequences per step for --task finetune unless --global-batch is given (PEFT examples' order of magnitude)."""
 RULES = ("memory", "communication", "budget", "headroom")
@@ -71,10 +76,10 @@ class PickRequest:
     """train/finetune: tokens per sequence (default {TRAIN_SEQ} for train, {FINETUNE_SEQ} for finetune)."""
     global_batch: int | None = None
     """train/finetune: sequences per step (default {TRAIN_BATCH} for train, {FINETUNE_BATCH} for finetune)."""
-    precision: Precision = job_default("precision")
-    """train/finetune: training precision."""
+    precision: PickPrecision = job_default("precision")
+    """train/finetune: training precision (fp16 where a GPU has no bf16 tensor cores)."""
     finetune: Finetune | None = None
-    """finetune: method (default lora)."""
+    """finetune: method (default {FINETUNE_METHOD})."""
     train_tokens: float | None = None
     """train/finetune: token budget of the run (its time and cost)."""
 
@@ -87,6 +92,8 @@ class PickRequest:
             raise InvalidArgument(f"--engine: unknown value '{self.engine}'; valid: {', '.join(ENGINE_VENDORS)}")
         require_positive_int("--max-gpus", self.max_gpus, 1 << 16)
         require_positive_int("--top", self.top, 1 << 16)
+        if self.train_tokens is not None:
+            require_positive_number("--train-tokens", self.train_tokens, 1e16)
         if self.budget_usd_per_hour is not None:
             require_positive_number("--budget-usd-per-hour", self.budget_usd_per_hour, 1e7)
         if not 0 <= self.headroom < 1:

@@ -12,7 +12,7 @@ from ..errors import GpuwiseError, InvalidArgument
 from ..estimate.comm import topology
 from ..estimate.layout import divisors
 from ..units import GB, GiB
-from .pick_request import Candidate, PickRequest
+from .pick_request import FINETUNE_METHOD, Candidate, PickRequest
 
 
 def _link(topo) -> str:
@@ -95,7 +95,7 @@ def _train(req: PickRequest, gpu: GPU, n: int, price: float | None, source: str)
 
 def _train_setup(req: PickRequest, gpu: GPU, n: int, reserve: float) -> tuple[float, float, str, int] | None:
     """(step time, memory per GPU, setup, TP degree) of the fastest setup within memory - reserve, or None."""
-    finetune = req.finetune or ("lora" if req.task == "finetune" else "full")
+    finetune = req.finetune or (FINETUNE_METHOD if req.task == "finetune" else "full")
     precision = req.precision
     if precision == "bf16" and not gpu.peak("bf16") and gpu.peak("fp16"):
         precision = "fp16"  # what people run on GPUs without bf16 tensor cores (V100, T4)

@@ -35,7 +35,7 @@ from ..estimate.flops import gemm_dtype, job_flops, utilization
 from ..estimate.job import RECOMPUTE, Optimizer, Precision, TrainJob, job_default
 from ..estimate.layout import PARAM_OFFLOAD_SHARDINGS, Layout, divisors
 from ..estimate.model_states import ModelStates
-from ..estimate.parallel import cp_splits, ep_fits, hsdp_holds_experts, valid_tp_degrees
+from ..estimate.parallel import cp_splits, ep_fits, hsdp_holds_experts, sp_splits, valid_tp_degrees
 from ..estimate.pipeline import pp_splits
 from ..estimate.step_time import StepTime, step_time
 from ..estimate.train_memory import layout_memory
@@ -166,7 +166,8 @@ class Plan:
         out: dict = dict(num_gpus=lay.num_gpus, seq=req.seq, global_batch=req.global_batch,
                          micro_batch=self.micro_batch, tp=lay.tp, pp=lay.pp, vpp=lay.vpp, cp=lay.cp, ep=lay.ep,
                          sp=lay.sp, pp_first_layers=lay.pp_first_layers, pp_last_layers=lay.pp_last_layers,
-                         schedule=lay.schedule, recompute=self.recompute, offload=tuple(self.offload),
+                         schedule=None if lay.schedule == ("interleaved" if lay.vpp > 1 else "1f1b") else lay.schedule,
+                         recompute=self.recompute, offload=tuple(self.offload),
                          optimizer=req.optimizer, precision=req.precision, framework=req.framework,
                          gpus_per_node=req.gpus_per_node, inter_node_gbps=req.inter_node_gbps, profile=req.profile)
         out.update(TRAIN_SHARDING[lay.sharding])
@@ -249,7 +250,7 @@ def _layouts(req: PlanRequest, per_node: int) -> Iterator[Layout]:
                 middle = (layers - (first or 0) - (last or 0)) // max(1, pp - (first is not None) - (last is not None))
                 for vpp in _vpp_options(middle, pp):
                     for cp in _cp_options(req):
-                        if n % (tp * pp * cp):
+                        if n % (tp * pp * cp) or not sp_splits(req.seq, cp, tp):  # SP is on with TP
                             continue
                         dp = n // (tp * pp * cp)
                         if req.global_batch % dp:

@@ -47,6 +47,8 @@ class RooflineResult:
     batch: int
     seq: int
     roofline: Roofline
+    plot: str | None = None
+    """The plot file written for this result (by a presenter: `gpuwise roofline --plot`, `gpuwise.roofline(plot=)`)."""
 
     @property
     def title(self) -> str:

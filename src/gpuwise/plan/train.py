@@ -51,7 +51,7 @@ class TrainRequest:
     seq: int = job_default("seq")
     global_batch: int | None = None
     """Sequences per optimizer step over all data-parallel ranks (default: one micro-batch per data-parallel
-    rank, dp x micro-batch)."""
+    rank, dp x micro-batch; filled in when the request is made, so `replace` keeps it)."""
     micro_batch: int = 1
     """Sequences per forward/backward on one rank."""
     tp: int = field_default(Layout, "tp")

@@ -238,7 +238,7 @@ def roofline_to_dict(r, plot: str | None = None) -> dict[str, Any]:
                  "intensity_flops_per_byte": _round(op.intensity, 4) if op.bytes else None,
                  "bound": rf.bound(op), "time_s": _round(op.time_s)} for op in rf.ops],
         "total_time_s": _round(sum(op.time_s for op in rf.ops)),
-        "plot": plot,
+        "plot": plot if plot is not None else r.plot,
     }
 
 

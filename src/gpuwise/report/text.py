@@ -272,6 +272,7 @@ def render_roofline(r, plot: str | None = None) -> str:
     lines.append(_table(rows, ["operation", "GFLOP", "MB moved", "FLOP/byte", "bound", "time"],
                         right={1, 2, 3, 5}))
     lines.append(f"total {_dur(sum(op.time_s for op in rf.ops))} at the achievable roofline")
+    plot = plot if plot is not None else r.plot
     if plot:
         lines.append(f"plot written to {plot}")
     return "\n".join(lines)
@@ -356,12 +357,12 @@ def _usd(x: float | None, fmt: str = ".2f") -> str:
 
 
 def render_pick(r) -> str:
-    from ..plan.pick import RULES
+    from ..plan.pick_request import FINETUNE_METHOD, RULES
 
     req = r.request
     what = {"infer": f"inference with {req.engine}, batch {req.batch}, {req.prompt_tokens} + {req.output_tokens} "
                      "tokens", "train": f"training, seq {req.train_seq}, {req.train_batch} sequences per step",
-            "finetune": f"fine-tuning ({req.finetune or 'lora'}), seq {req.train_seq}, {req.train_batch} sequences "
+            "finetune": f"fine-tuning ({req.finetune or FINETUNE_METHOD}), seq {req.train_seq}, {req.train_batch} sequences "
                         "per step"}[req.task]
     gib = GiB
     lines = [f"{req.model.id}: {what}; ranked by {'cost per million tokens' if req.objective == 'cost' else 'speed'}"]

@@ -19,11 +19,12 @@ from pathlib import Path
 from urllib.parse import parse_qs
 
 from ..errors import GpuwiseError, InvalidArgument
+from ..units import KiB, MiB
 
 COMMANDS = ("fit", "train", "infer", "plan", "pick", "doctor", "roofline", "models", "gpus", "explain")
 """The commands the API offers: the questions (not the measurement commands, which need the machine's GPUs)."""
 HIDDEN = frozenset({"help", "json", "plot", "emit", "list", "version"})
-MAX_BODY_BYTES = 1 << 20
+MAX_BODY_BYTES = MiB
 """A config.json is a few KB; a MiB is generous."""
 TRUE, FALSE = frozenset({"true", "1", "yes", "on"}), frozenset({"false", "0", "no", "off"})
 
@@ -167,7 +168,7 @@ PASTED = "./config.json"
 def _config_file(body: bytes, folder: str) -> str:
     """Write a posted {"config": {...}} to FOLDER/config.json and return its path (the model argument)."""
     if len(body) > MAX_BODY_BYTES:
-        raise InvalidArgument(f"request body over {MAX_BODY_BYTES // 1024} KiB")
+        raise InvalidArgument(f"request body over {MAX_BODY_BYTES // KiB} KiB")
     try:
         doc = json.loads(body or b"{}")
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:

@@ -62,10 +62,12 @@ def weight_bytes(m: LoadedModel, fmt: str) -> int:
 def state_bytes_per_param(framework: str, sharding: str, num_gpus: int, shard_group: int | None = None) -> float:
     """Model-state bytes per parameter on one GPU (bf16 mixed precision, AdamW), from the memory model."""
     from ...estimate.layout import Layout
+    from ...estimate.job import job_default
     from ...estimate.model_states import bytes_per_param
 
     layout = Layout(num_gpus=num_gpus, sharding=sharding, shard_group=shard_group)
-    return sum(bytes_per_param(framework=framework, precision="bf16", optimizer="adamw", layout=layout).values())
+    return sum(bytes_per_param(framework=framework, precision=job_default("precision"),
+                               optimizer=job_default("optimizer"), layout=layout).values())
 
 
 def layer_activation_bytes(m: LoadedModel, *, seq: int, t: int = 1, sp: bool = False, recompute: str) -> float:

@@ -142,9 +142,11 @@ def _offload(g: GPU, m: LoadedModel | None) -> list[Fact]:
     if m is None:
         return out + [need_model("how much host memory and PCIe traffic offloading it takes")]
     from ...estimate.layout import Layout
+    from ...estimate.job import job_default
     from ...estimate.model_states import bytes_per_param
 
-    d = bytes_per_param(framework="deepspeed", precision="bf16", optimizer="adamw", layout=Layout(num_gpus=1))
+    d = bytes_per_param(framework="deepspeed", precision=job_default("precision"), optimizer=job_default("optimizer"),
+                        layout=Layout(num_gpus=1))
     n = params(m)
     host = (d["master_weights"] + d["optimizer"]) * n
     each_way = d["grads"] * n  # bf16 gradients down, updated bf16 weights back up

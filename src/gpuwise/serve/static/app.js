@@ -27,7 +27,7 @@ const TRAIN = ["model", "gpu", "num_gpus", "seq", "global_batch", "micro_batch",
   "offload", "optimizer", "precision"];
 const PICK_INFER = ["model", "weights", "kv_dtype", "batch", "prompt_tokens", "output_tokens", "engine"];
 const PICK_PRECISIONS = ["bf16", "fp16", "fp8", "fp32"];
-const PLAN_PRECISIONS = ["fp32", "bf16", "fp16", "fp8"];
+const PLAN_PRECISIONS = ["fp32", "bf16", "fp16", "bf16-pure", "fp8"];  // gpuwise plan --precision: train's
 const PICK_TOP = 10, PLAN_TOP = 5;
 
 const $ = (sel) => document.querySelector(sel);
@@ -342,7 +342,8 @@ function trainView(st, opts, live, primaryError) {
     const jobs = [rooflineJob(st, opts, live, { phase: st.phase || "prefill", batch: t.micro_batch, seq: t.seq })];
     if (st.task === "train" || st.finetune === "full") {
       const planParams = pickParams(st, ["model", "gpu"], { num_gpus: t.num_gpus, seq: t.seq, global_batch: t.global_batch,
-        precision: PLAN_PRECISIONS.includes(t.precision) ? t.precision : "", top: PLAN_TOP });
+        precision: PLAN_PRECISIONS.includes(t.precision) ? t.precision : "", optimizer: t.optimizer || "",
+        top: PLAN_TOP });
       jobs.push(call("plan", planParams, opts)
         .then((doc) => live() && fill("plan", $("#plan"), render.plan(doc)))
         .catch((err) => live() && failed("plan", $("#plan"), err)));
