@@ -61,12 +61,6 @@ def test_a_missing_required_option_is_one_line(capsys):
     assert err.count("\n") == 1 and "--global-batch" in err
 
 
-def test_no_option_is_declared_twice_within_a_command():
-    for command in _QUESTIONS:
-        strings = [s for a in _subparser(command)._actions for s in a.option_strings]
-        assert len(strings) == len(set(strings)), command
-
-
 OPTIONAL = dict(tp=st.sampled_from([1, 2, 8]), pp=st.sampled_from([1, 4]), micro_batch=st.integers(1, 8),
                 seq=st.sampled_from([1024, 4096, 8192]), sp=st.booleans(), recompute=st.sampled_from(["none", "full"]),
                 offload=st.sampled_from([(), ("optimizer",), ("optimizer", "params")]),

@@ -85,19 +85,14 @@ def _answer(api: str, part: Part, to_dict: str, render: str) -> Callable[[argpar
 def _roofline(args: argparse.Namespace) -> str:
     from ..api import roofline
 
-    result = roofline(args.model, gpu=args.gpu, **_options(args, ROOFLINE))
-    plot = None
-    if args.plot:
-        from ..report.plot import save_roofline
-
-        plot = str(save_roofline(result, args.plot))
+    result = roofline(args.model, gpu=args.gpu, plot=args.plot, **_options(args, ROOFLINE))
     if args.json:
         from ..report.json_out import dumps, roofline_to_dict
 
-        return dumps(roofline_to_dict(result, plot))
+        return dumps(roofline_to_dict(result))
     from ..report.text import render_roofline
 
-    return render_roofline(result, plot)
+    return render_roofline(result)
 
 
 def _plot_option(p: argparse.ArgumentParser) -> None:

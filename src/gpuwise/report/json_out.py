@@ -219,8 +219,8 @@ def infer_to_dict(r) -> dict[str, Any]:
     }
 
 
-def roofline_to_dict(r, plot: str | None = None) -> dict[str, Any]:
-    """`gpuwise roofline --json`; `plot`: the file `--plot` wrote, if any."""
+def roofline_to_dict(r) -> dict[str, Any]:
+    """`gpuwise roofline --json` (`plot`: the file `--plot` wrote, or null)."""
     rf = r.roofline
     return {
         "schema_version": SCHEMA_VERSION,
@@ -238,7 +238,7 @@ def roofline_to_dict(r, plot: str | None = None) -> dict[str, Any]:
                  "intensity_flops_per_byte": _round(op.intensity, 4) if op.bytes else None,
                  "bound": rf.bound(op), "time_s": _round(op.time_s)} for op in rf.ops],
         "total_time_s": _round(sum(op.time_s for op in rf.ops)),
-        "plot": plot if plot is not None else r.plot,
+        "plot": r.plot,
     }
 
 

@@ -262,7 +262,7 @@ def render_infer(r) -> str:
     return "\n".join(lines)
 
 
-def render_roofline(r, plot: str | None = None) -> str:
+def render_roofline(r) -> str:
     rf = r.roofline
     lines = [f"{r.model.id} on {r.gpu.name}: {r.phase}, batch {r.batch}, {r.seq:,} tokens, {rf.dtype}",
              f"peak {rf.peak_flops / 1e12:.0f} TFLOP/s, bandwidth {rf.bandwidth_bytes_per_s / 1e12:.2f} TB/s: ridge "
@@ -272,9 +272,8 @@ def render_roofline(r, plot: str | None = None) -> str:
     lines.append(_table(rows, ["operation", "GFLOP", "MB moved", "FLOP/byte", "bound", "time"],
                         right={1, 2, 3, 5}))
     lines.append(f"total {_dur(sum(op.time_s for op in rf.ops))} at the achievable roofline")
-    plot = plot if plot is not None else r.plot
-    if plot:
-        lines.append(f"plot written to {plot}")
+    if r.plot:
+        lines.append(f"plot written to {r.plot}")
     return "\n".join(lines)
 
 
