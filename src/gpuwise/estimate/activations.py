@@ -15,8 +15,13 @@ Profiles (`framework`):
 - `hf` and `deepspeed` (a transformers model, SDPA attention that runs the flash kernel on a GPU): RMSNorm
   keeps an fp32 copy of its input and the normalized 16-bit tensor; a gated MLP keeps gate, act, up and
   product. Checked against the bytes the real model saves (tests/estimate/test_activations_hf_oracle.py).
-- `torchtitan` / `fsdp`: PyTorch-native Llama-style blocks with flash SDPA: like `hf` (same op-level
+- `torchtitan` / `fsdp` / `torchtune`: PyTorch-native Llama-style blocks with flash SDPA: like `hf` (same op-level
   decomposition in eager PyTorch).
+- `compile` (torch.compile on the blocks): AOTAutograd's min-cut partitioner saves matmul and attention tensors and
+  recomputes the pointwise ops from them in the backward: a norm keeps its input and its fp32 rstd (the normalized
+  tensor, the matmuls' input, is recomputed), a gated MLP keeps its gate and up outputs (SiLU and the product are
+  recomputed), an ungated one its first matmul's output.
+- Checkpointing modes (none, selective, full, op, layer:N, block:K, uniform:K): estimate/recompute.py.
 """
 
 from __future__ import annotations
@@ -26,10 +31,11 @@ from dataclasses import dataclass
 from ..errors import InvalidArgument
 from ..memo import remember
 from ..model.spec import ModelSpec
-from .job import RECOMPUTE, TrainJob
+from .job import TrainJob
 from .layer_ops import block_signature
 from .layout import Layout
 from .pipeline import in_flight_microbatches, stage_blocks, stage_layers
+from .recompute import op_saved_per_token, recompute_plan
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,8 +64,10 @@ def _dims(spec: ModelSpec) -> tuple[int, int, int, int, int]:
     return a * spec.head_dim, kv, kv, a * spec.head_dim, a
 
 
-def _mlp_terms(spec: ModelSpec, width: int, e: float, lin_in: float, framework: str) -> float:
+def _mlp_terms(spec: ModelSpec, width: int, e: float, lin_in: float, framework: str, compiled: bool = False) -> float:
     """Bytes per token a dense MLP of `width` keeps beyond its input."""
+    if compiled and framework != "megatron":  # matmul outputs only: the activation and product are recomputed
+        return e * (2 if spec.gated_mlp else 1) * width
     if spec.gated_mlp:
         if framework == "megatron":  # fused SwiGLU: fc1 output (gate and up) and the fc2 input
             return e * 2 * width + lin_in * width
@@ -72,8 +80,10 @@ def _mlp_terms(spec: ModelSpec, width: int, e: float, lin_in: float, framework: 
     return e * width + lin_in * width  # activation input, activation output = fc2 input
 
 
-def _norm_bytes(spec: ModelSpec, dim: int, e: float, framework: str) -> float:
+def _norm_bytes(spec: ModelSpec, dim: int, e: float, framework: str, compiled: bool = False) -> float:
     """Bytes per token one normalization over `dim` keeps (its output is counted by whoever reads it)."""
+    if compiled and framework != "megatron":
+        return e * dim + (8 if spec.norm == "layernorm" else 4)  # its input and fp32 statistics
     if framework == "megatron" or spec.norm == "layernorm":
         return e * dim + (0 if framework == "megatron" else 8)  # input (+ fp32 mean and rstd per token)
     if spec.family.startswith("gemma") or spec.family == "olmo2":
@@ -82,27 +92,31 @@ def _norm_bytes(spec: ModelSpec, dim: int, e: float, framework: str) -> float:
 
 
 def layer_terms(spec: ModelSpec, layer: int, *, framework: str, e: float = 2.0, fp8: bool = False,
-                flash: bool = True) -> LayerTerms:
-    """What layer `layer` saves per token, by term (bytes, 16-bit activations when e = 2)."""
+                flash: bool = True, compiled: bool = False) -> LayerTerms:
+    """What layer `layer` saves per token, by term (bytes, 16-bit activations when e = 2); `fp8`: Transformer
+    Engine's fp8 saved linear inputs; `compiled`: torch.compile's partitioner (module docstring)."""
     h = spec.hidden_size
     q, k, v, out, a = _dims(spec)
     lin_in = 1.0 if fp8 else e  # Transformer Engine saves fp8 copies of linear inputs
     megatron = framework == "megatron"
+    compiled = compiled and not megatron
     rep: dict[str, float] = {}
     split: dict[str, float] = {}
-    rep["norm_inputs"] = spec.norms_per_layer * _norm_bytes(spec, h, e, framework)
+    rep["norm_inputs"] = spec.norms_per_layer * _norm_bytes(spec, h, e, framework, compiled)
     block_inputs = 1 if spec.norms_per_layer == 1 else 2
-    rep["linear_inputs"] = block_inputs * lin_in * h  # QKV input and MLP input (one for a parallel block)
+    if not compiled:  # compiled: recomputed from the saved norm input
+        rep["linear_inputs"] = block_inputs * lin_in * h  # QKV input and MLP input (one for a parallel block)
     if spec.hidden_dropout > 0:
         rep["dropout_masks"] = 2 * h  # one byte per element, after attention and after the MLP
     if spec.qk_norm == "head":
-        split["qk_norm"] = _norm_bytes(spec, q, e, framework) + _norm_bytes(spec, k, e, framework) + 4 * (a + spec.num_kv_heads)
+        split["qk_norm"] = (_norm_bytes(spec, q, e, framework, compiled) + _norm_bytes(spec, k, e, framework, compiled)
+                            + (0 if compiled else 4 * (a + spec.num_kv_heads)))
     elif spec.qk_norm == "full":
-        split["qk_norm"] = _norm_bytes(spec, q, e, framework) + _norm_bytes(spec, k, e, framework)
+        split["qk_norm"] = _norm_bytes(spec, q, e, framework, compiled) + _norm_bytes(spec, k, e, framework, compiled)
     if spec.mla is not None:
         m = spec.mla
         lat = (m.q_lora_rank or 0) + m.kv_lora_rank
-        split["mla_latents"] = _norm_bytes(spec, lat, e, framework) + lin_in * lat
+        split["mla_latents"] = _norm_bytes(spec, lat, e, framework, compiled) + (0 if compiled else lin_in * lat)
     split["qkv"] = e * (q + k + v)
     split["attention_output"] = lin_in * out  # the output projection's input (flash output shares it)
     score = 0.0
@@ -115,11 +129,12 @@ def layer_terms(spec: ModelSpec, layer: int, *, framework: str, e: float = 2.0, 
         rep["router"] = 4 * moe.num_experts + (0 if megatron else e * moe.num_experts)
         # tokens permuted to top_k experts: their input copies and the experts' MLP activations
         rep["expert_inputs"] = moe.top_k * lin_in * h
-        split["routed_experts"] = moe.top_k * _mlp_terms(spec, moe.expert_intermediate_size, e, lin_in, framework)
+        split["routed_experts"] = moe.top_k * _mlp_terms(spec, moe.expert_intermediate_size, e, lin_in, framework,
+                                                         compiled)
         if moe.shared_intermediate_size:
-            split["shared_experts"] = _mlp_terms(spec, moe.shared_intermediate_size, e, lin_in, framework)
+            split["shared_experts"] = _mlp_terms(spec, moe.shared_intermediate_size, e, lin_in, framework, compiled)
     else:
-        split["mlp"] = _mlp_terms(spec, spec.intermediate_size, e, lin_in, framework)
+        split["mlp"] = _mlp_terms(spec, spec.intermediate_size, e, lin_in, framework, compiled)
     return LayerTerms(replicated=rep, split=split, score_per_key=score)
 
 
@@ -157,35 +172,43 @@ class Activations:
         return self.layers + self.outside_layers + self.recompute_working
 
 
-def logits_bytes_per_element(framework: str, e: float) -> tuple[float, float]:
+def logits_bytes_per_element(framework: str, e: float, chunks: int = 1) -> tuple[float, float]:
     """(saved, peak) bytes per logit element on the last stage.
 
     All keep the fp32 log-softmax for the backward (4 B). At the start of the backward: transformers also holds
     the returned 16-bit logits (CausalLMOutput.logits) and the fp32 gradients of the log-probabilities and of the
     logits (4 + 4 B); torchtitan deletes `pred` before `loss.backward()`; Megatron's fused vocab-parallel
-    cross-entropy writes the gradient into its saved fp32 buffer and hands back a 16-bit one.
+    cross-entropy writes the gradient into its saved fp32 buffer and hands back a 16-bit one. A loss over `chunks`
+    chunks (torchtune's CEWithChunkedOutputLoss) holds the backward's temporaries of one chunk at a time.
     """
     if framework == "megatron":
-        return 4.0, 4.0 + e
-    if framework in ("torchtitan", "fsdp"):
-        return 4.0, 12.0
-    return 4.0, 4.0 + 8.0 + e
+        saved, peak = 4.0, 4.0 + e
+    elif framework in ("torchtitan", "fsdp", "torchtune"):
+        saved, peak = 4.0, 12.0
+    else:
+        saved, peak = 4.0, 4.0 + 8.0 + e
+    return saved, saved + (peak - saved) / chunks
 
 
 _PER_TOKEN: dict = {}
 
 
-def _per_token(spec: ModelSpec, layer: int, framework: str, e: float, fp8: bool, flash: bool, selective: bool,
-               tp: int, sp: bool, keys: float) -> float:
-    """Bytes per token saved by blocks of the kind of `layer` (cached per block kind)."""
-    key = (id(spec), block_signature(spec, layer), framework, e, fp8, flash, selective, tp, sp, keys)
+def _per_token(spec: ModelSpec, layer: int, framework: str, e: float, fp8: bool, flash: bool, compiled: bool,
+               mode: str, tp: int, sp: bool, keys: float) -> float:
+    """Bytes per token saved by blocks of the kind of `layer` with nothing recomputed (`mode` none), the attention
+    core recomputed (selective) or torchtitan's per-op policy (op); cached per block kind."""
+    key = (id(spec), block_signature(spec, layer), framework, e, fp8, flash, compiled, mode, tp, sp, keys)
     hit = _PER_TOKEN.get(key)
     if hit is not None:
         return hit[0]
-    terms = layer_terms(spec, layer, framework=framework, e=e, fp8=fp8, flash=flash)
-    if selective:
-        terms = LayerTerms(terms.replicated, terms.split, 0.0)
-    return remember(_PER_TOKEN, key, terms.per_token(tp, sp, keys), spec)
+    if mode == "op":
+        value = op_saved_per_token(spec, layer, e=e, tp=tp, sp=sp)
+    else:
+        terms = layer_terms(spec, layer, framework=framework, e=e, fp8=fp8, flash=flash, compiled=compiled)
+        if mode == "selective":
+            terms = LayerTerms(terms.replicated, terms.split, 0.0)
+        value = terms.per_token(tp, sp, keys)
+    return remember(_PER_TOKEN, key, value, spec)
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,6 +227,8 @@ class StageActivationTerms:
     """(bytes per token, block count) of each block kind on the stage, nothing recomputed."""
     per_kind_selective: tuple[tuple[float, int], ...]
     """The same with the attention core recomputed (selective)."""
+    per_kind_op: tuple[tuple[float, int], ...]
+    """The same under torchtitan's per-op policy (op)."""
     num_layers: int
     seq_split: int
     """What sequence parallelism divides the replicated terms by (tp with SP, else 1)."""
@@ -228,23 +253,37 @@ class StageActivationTerms:
     def parts(self, micro_batch: int, in_flight: float, recompute: str,
               offload_activations: bool) -> tuple[float, float, float, float, float, float]:
         """`Activations`' fields in order (layers, outside layers, recompute working set, logits, micro-batches in
-        flight, largest layer), as a tuple: the memory model's inner loop reads them without building one."""
-        if recompute not in RECOMPUTE:
-            raise InvalidArgument(f"unknown recompute mode '{recompute}'; valid: {', '.join(RECOMPUTE)}")
+        flight, largest layer), as a tuple: the memory model's inner loop reads them without building one.
+
+        Blocks checkpointed whole keep their input (`stored_per_token`); in the backward one of them (a group of K
+        under uniform:K) is rebuilt in full at a time, the working set. Offloaded activations (torchtune's
+        activation offloading, with or without checkpointing) leave the GPU as they are saved: what stays is the
+        block computing and the one in transfer.
+        """
+        plan = recompute_plan(recompute)
         tokens = micro_batch * self.seq / self.cp
         full_layer = 0.0  # the largest block kind's bytes for one micro-batch
-        all_layers = 0  # all the stage's blocks, one micro-batch
-        for i, (b, c) in enumerate(self.per_kind_selective if recompute == "selective" else self.per_kind):
+        all_layers = 0.0  # all the stage's blocks, one micro-batch
+        for i, (b, c) in enumerate(self.per_kind_selective if plan.kind == "selective" else self.per_kind):
             b *= tokens
             if i == 0 or b > full_layer:
                 full_layer = b
             all_layers += b * c
-        if recompute == "full":
-            layers, working = self.stored_per_token * tokens * self.num_layers * in_flight, full_layer
-        elif offload_activations:
-            layers, working = 0.0, 2 * full_layer  # the layer computing and the one in transfer
+        stored = self.stored_per_token * tokens
+        whole = plan.full_blocks(self.num_layers)
+        if plan.kind == "op":
+            kept = sum(b * c for b, c in self.per_kind_op) * tokens
+            working = full_layer
+        elif whole:
+            groups = -(-self.num_layers // plan.n) if plan.kind == "uniform" else whole
+            kept = all_layers * (1 - whole / self.num_layers) + stored * groups
+            working = full_layer * (plan.n if plan.kind == "uniform" else 1)
         else:
-            layers, working = all_layers * in_flight, 0.0
+            kept, working = all_layers, 0.0
+        if offload_activations:
+            layers, working = 0.0, working + 2 * (full_layer if kept == all_layers else stored)
+        else:
+            layers = kept * in_flight
         outside = 0.0
         if self.dropout_mask:
             outside += tokens * self.hidden / self.seq_split * in_flight  # embedding dropout mask
@@ -264,34 +303,37 @@ _STAGE_TERMS: dict = {}
 
 def stage_activation_terms(spec: ModelSpec, layout: Layout, stage: int, job: TrainJob) -> StageActivationTerms:
     """The per-token terms of pipeline stage `stage`, cached by the spec's id, the layers per stage, the stage, TP,
-    SP, CP, and the job's sequence, framework, precision and attention kernel (what they depend on)."""
+    SP, CP, and the job's sequence, framework, precision, attention kernel, compile and loss chunks (what they
+    depend on)."""
     per_stage = stage_layers(layout, spec.num_layers)
     sp = layout.sp and layout.tp > 1
-    framework, seq, flash = job.framework, job.seq, job.flash
-    key = (id(spec), per_stage, stage, layout.tp, sp, layout.cp, seq, framework, job.precision, flash)
+    framework, seq, flash, compiled = job.framework, job.seq, job.flash, job.compile
+    key = (id(spec), per_stage, stage, layout.tp, sp, layout.cp, seq, framework, job.precision, flash, compiled,
+           job.loss_chunks)
     hit = _STAGE_TERMS.get(key)
     if hit is not None:
         return hit[0]
     e = job.element_bytes
-    fp8 = job.precision == "fp8"
+    fp8 = job.te_fp8
     tp = layout.tp
     keys = seq / layout.cp  # materialized scores: local queries against local keys
     blocks = stage_blocks(spec, per_stage, stage)
 
-    def kinds(selective: bool) -> tuple[tuple[float, int], ...]:
-        return tuple((_per_token(spec, layer, framework, e, fp8, flash, selective, tp, sp, keys), count)
+    def kinds(mode: str) -> tuple[tuple[float, int], ...]:
+        return tuple((_per_token(spec, layer, framework, e, fp8, flash, compiled, mode, tp, sp, keys), count)
                      for layer, count in blocks)
 
     h = spec.hidden_size
     split = tp if sp else 1
     last = stage == layout.pp - 1
     return remember(_STAGE_TERMS, key, StageActivationTerms(
-        seq=seq, cp=layout.cp, tp=tp, e=e, per_kind=kinds(False), per_kind_selective=kinds(True),
-        num_layers=sum(c for _, c in blocks), seq_split=split, stored_per_token=e * h / split,
+        seq=seq, cp=layout.cp, tp=tp, e=e, per_kind=kinds("none"), per_kind_selective=kinds("selective"),
+        per_kind_op=kinds("op"), num_layers=sum(c for _, c in blocks), seq_split=split, stored_per_token=e * h / split,
         dropout_mask=stage == 0 and spec.hidden_dropout > 0,
         rope_dim=spec.head_dim if spec.position == "rope" else 0,
         head_per_token=(_norm_bytes(spec, h, e, framework) + e * h) if last else 0.0,
-        logit_bytes=logits_bytes_per_element(framework, e) if last else None, hidden=h, vocab=spec.vocab_size), spec)
+        logit_bytes=logits_bytes_per_element(framework, e, job.loss_chunks) if last else None, hidden=h,
+        vocab=spec.vocab_size), spec)
 
 
 def stage_activations(spec: ModelSpec, layout: Layout, stage: int, job: TrainJob, *, micro_batch: int,

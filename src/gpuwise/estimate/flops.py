@@ -23,7 +23,8 @@ from dataclasses import dataclass, field, replace
 from ..dtypes import peak_operand_bytes
 from ..memo import remember
 from ..model.spec import SLIDING, ModelSpec
-from .job import CONVENTIONS, RECOMPUTE, TrainJob
+from .job import CONVENTIONS, TrainJob
+from .recompute import recompute_plan, recomputed_flops
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,16 +160,15 @@ def forward_flops(spec: ModelSpec, seq: int, *, convention: str = "causal", lm_h
 
 
 def step_flops(spec: ModelSpec, *, seq: int, global_batch: int, convention: str = "causal",
-               recompute: str = "none", frozen_base: bool = False) -> StepFlops:
+               recompute: str = "none", frozen_base: bool = False, pp: int = 1) -> StepFlops:
     """FLOPs of one training step over `global_batch` sequences of `seq` tokens (cached); `frozen_base` for
-    LoRA / QLoRA (see StepFlops.model)."""
-    if recompute not in RECOMPUTE:
-        raise ValueError(f"recompute must be one of {RECOMPUTE}")
-    key = (id(spec), seq, global_batch, convention, recompute, frozen_base)
+    LoRA / QLoRA (see StepFlops.model); `pp` for recompute modes counted per pipeline stage (block:K)."""
+    recompute_plan(recompute)  # raises on an unknown mode
+    key = (id(spec), seq, global_batch, convention, recompute, frozen_base, pp)
     hit = _STEP_FLOPS.get(key)
     if hit is not None:
         return hit[0]
-    flops = _step_flops(spec, seq, global_batch, convention, recompute)
+    flops = _step_flops(spec, seq, global_batch, convention, recompute, pp)
     if frozen_base:
         flops = replace(flops, frozen_base=True)
     return remember(_STEP_FLOPS, key, flops, spec)
@@ -177,22 +177,20 @@ def step_flops(spec: ModelSpec, *, seq: int, global_batch: int, convention: str 
 _STEP_FLOPS: dict = {}
 
 
-def _step_flops(spec: ModelSpec, seq: int, global_batch: int, convention: str, recompute: str) -> StepFlops:
+def _step_flops(spec: ModelSpec, seq: int, global_batch: int, convention: str, recompute: str,
+                pp: int = 1) -> StepFlops:
     one = forward_flops(spec, seq, convention=convention)
     fwd = FlopsBreakdown(**{k: v * global_batch for k, v in one.as_dict().items()})
-    if recompute == "full":
-        extra = fwd.total - fwd.lm_head  # every block's forward runs again; the head is not checkpointed
-    elif recompute == "selective":
-        extra = fwd.attention_core
-    else:
-        extra = 0.0
+    # the LM head is never checkpointed; the blocks' share follows the mode (estimate/recompute.py)
+    extra = recomputed_flops(spec, recompute, blocks_forward=fwd.total - fwd.lm_head,
+                             attention_core=fwd.attention_core, tokens=seq * global_batch, pp=pp)
     return StepFlops(forward=fwd, tokens=seq * global_batch, recompute=extra)
 
 
-def job_flops(spec: ModelSpec, job: TrainJob, *, global_batch: int) -> StepFlops:
+def job_flops(spec: ModelSpec, job: TrainJob, *, global_batch: int, pp: int = 1) -> StepFlops:
     """The FLOPs of one optimizer step of a training job: what `gpuwise train` and the planner count for MFU/HFU."""
     return step_flops(spec, seq=job.seq, global_batch=global_batch, convention=job.flops_convention,
-                      recompute=job.recompute, frozen_base=job.frozen_base)
+                      recompute=job.recompute, frozen_base=job.frozen_base, pp=pp)
 
 
 def gemm_dtype(peaks: dict[str, float], precision: str) -> str:

@@ -18,12 +18,14 @@ from typing import Literal, get_args
 from ..errors import InvalidArgument
 from ..fields import field_default
 
-Framework = Literal["megatron", "torchtitan", "fsdp", "hf", "deepspeed"]
-"""Implementation profiles: Megatron-LM / Megatron-Core, torchtitan, PyTorch FSDP2 or DDP, transformers (+ PEFT),
-DeepSpeed ZeRO (docs/training-memory.md)."""
+Framework = Literal["megatron", "torchtitan", "fsdp", "torchtune", "hf", "deepspeed"]
+"""Implementation profiles: Megatron-LM / Megatron-Core, torchtitan, PyTorch FSDP2 or DDP, torchtune, transformers
+(+ PEFT / TRL), DeepSpeed ZeRO (docs/training-memory.md)."""
 Precision = Literal["fp32", "bf16", "fp16", "bf16-pure", "fp8"]
 Optimizer = Literal["adamw", "adamw-8bit", "sgd", "adafactor", "none"]
-Recompute = Literal["none", "selective", "full"]
+Recompute = str
+"""none | selective | full | op | layer:N | block:K | uniform:K (estimate/recompute.py; each framework's own
+spellings resolve to these in plan/train.py)."""
 Finetune = Literal["full", "lora", "qlora"]
 Attention = Literal["flash", "unfused"]
 FlopsConvention = Literal["causal", "full"]
@@ -32,8 +34,13 @@ OffloadTarget = Literal["optimizer", "params", "activations"]
 FRAMEWORKS: tuple[str, ...] = get_args(Framework)
 PRECISIONS: tuple[str, ...] = get_args(Precision)
 OPTIMIZERS: tuple[str, ...] = get_args(Optimizer)
-RECOMPUTE: tuple[str, ...] = get_args(Recompute)
-"""Cheapest in time first: recomputation only adds work (the planner's pruning relies on the order)."""
+RECOMPUTE: tuple[str, ...] = ("none", "selective", "full")
+"""The modes the planner and doctor try, cheapest in time first: recomputation only adds work (the planner's pruning
+relies on the order). Where the framework has per-op selective checkpointing (torchtitan), "selective" is it."""
+PYTORCH_NATIVE: tuple[str, ...] = ("torchtitan", "fsdp", "torchtune")
+"""Frameworks built on FSDP2 / DDP and eager PyTorch modules: fp32 sharded masters, torchao float8."""
+TE_FP8: tuple[str, ...] = ("megatron", "deepspeed", "hf")
+"""Frameworks whose fp8 training is Transformer Engine's (fp8 weight caches, fp8 saved linear inputs)."""
 FINETUNE: tuple[str, ...] = get_args(Finetune)
 ATTENTION: tuple[str, ...] = get_args(Attention)
 CONVENTIONS: tuple[str, ...] = get_args(FlopsConvention)
@@ -54,7 +61,11 @@ class TrainJob:
     seq: int = 4096
     """Tokens per sequence."""
     recompute: Recompute = "none"
-    """Activation checkpointing: none, selective (the attention core) or full (every block's forward again)."""
+    """Activation checkpointing: none; selective (Megatron: the attention core; torchtitan: per-op, as op); full
+    (every block: its input kept, its forward run again); op (torchtitan's per-op policy: block input, every other
+    matmul output and the attention output kept); layer:N (every N-th block full, torchtitan's
+    selective_ac_option=N); block:K (the first K blocks of each stage full, Megatron --recompute-method block);
+    uniform:K (groups of K blocks, Megatron --recompute-method uniform)."""
     finetune: Finetune = "full"
     """full: every weight trained; lora/qlora: adapters on a frozen base (qlora: an NF4 base)."""
     lora_rank: int = 16
@@ -71,14 +82,28 @@ class TrainJob:
     """Tensor-parallel collectives overlapped with the split GEMMs (Megatron-LM --tp-comm-overlap)."""
     flops_convention: FlopsConvention = "causal"
     """Attention FLOPs: causal (half the score matrix) or full (what FlopCounterMode counts)."""
+    compile: bool = False
+    """torch.compile on the blocks (torchtitan training.compile, torchtune compile): the partitioner recomputes
+    pointwise ops in the backward instead of saving their outputs."""
+    loss_chunks: int = 1
+    """Cross-entropy over this many chunks of the sequence, each upcast to fp32 in turn (torchtune's
+    CEWithChunkedOutputLoss uses 8); 1: the whole fp32 logits at once."""
+    optimizer_in_backward: bool = False
+    """Each parameter's optimizer step runs as soon as its gradient is ready, which is then freed (torchtune
+    optimizer_in_bwd): no step-wide gradients."""
 
     def __post_init__(self) -> None:
         for name, value, valid in (("--framework", self.framework, FRAMEWORKS), ("--precision", self.precision, PRECISIONS),
-                                   ("--optimizer", self.optimizer, OPTIMIZERS), ("--recompute", self.recompute, RECOMPUTE),
+                                   ("--optimizer", self.optimizer, OPTIMIZERS),
                                    ("--finetune", self.finetune, FINETUNE), ("--attention", self.attention, ATTENTION),
                                    ("--flops-convention", self.flops_convention, CONVENTIONS)):
             if value not in valid:
                 raise InvalidArgument(f"{name}: unknown value '{value}'; valid: {', '.join(valid)}")
+        from .recompute import recompute_plan
+
+        recompute_plan(self.recompute)  # raises on an unknown mode
+        if not isinstance(self.loss_chunks, int) or not 1 <= self.loss_chunks <= 1 << 16:
+            raise InvalidArgument(f"--loss-chunks must be a whole number from 1 to 65536, got {self.loss_chunks!r}")
         bad = sorted(o for o in self.offload if o not in OFFLOAD_TARGETS)
         if bad:
             raise InvalidArgument(f"--offload: unknown target '{bad[0]}'; valid: {', '.join(OFFLOAD_TARGETS)}")
@@ -93,6 +118,12 @@ class TrainJob:
     def frozen_base(self) -> bool:
         """LoRA / QLoRA: the base weights get no gradients (no weight-gradient GEMMs, no optimizer states)."""
         return self.finetune != "full"
+
+    @property
+    def te_fp8(self) -> bool:
+        """fp8 training as Transformer Engine does it (cached fp8 weights, fp8 saved linear inputs); torchao's float8
+        (torchtitan, FSDP2, torchtune) keeps bf16 weights and saves bf16 inputs."""
+        return self.precision == "fp8" and self.framework in TE_FP8
 
     @property
     def flash(self) -> bool:

@@ -16,7 +16,7 @@ from ..errors import InvalidArgument
 from ..memo import remember
 from ..model.params import Tensor, tensor_inventory
 from ..model.spec import ModelSpec
-from .job import FRAMEWORKS, OPTIMIZERS, TrainJob
+from .job import FRAMEWORKS, OPTIMIZERS, PYTORCH_NATIVE, TE_FP8, TrainJob
 from .layout import Layout
 from .pipeline import stage_blocks, stage_layers
 
@@ -61,22 +61,24 @@ def precision_layout(framework: str, precision: str) -> PrecisionLayout:
       parameters are the master, fp32 gradients, fp32 states; the bf16 copy is all-gathered per layer (or,
       without sharded parameters, torch.autocast's cached casts hold it through the step).
     - hf (Trainer with bf16=True: fp32 weights under torch.autocast): 4 master + 2 cached bf16 casts + 4 + 8.
-    - fp8: the framework's bf16 layout plus Transformer Engine's cached fp8 weight and transpose (2 B per matrix
-      element; TE docs, performance_considerations).
+    - fp8: the framework's bf16 layout, plus Transformer Engine's cached fp8 weight and transpose (2 B per matrix
+      element; TE docs, performance_considerations) where fp8 is TE's (megatron, deepspeed, hf). torchao's float8
+      (torchtitan, FSDP2, torchtune) casts per matmul and keeps no copy: float8 all-gather sends fp8 shards
+      and the unsharded fp8 weight lives only while its block runs.
     """
     if precision == "fp32":
         return PrecisionLayout(working=4, master=0, grad=4, state=4)
     if precision == "bf16-pure":
         return PrecisionLayout(working=2, master=0, grad=2, state=2)
     fp16 = precision == "fp16"
-    fp8 = 2.0 if precision == "fp8" else 0.0
+    fp8 = 2.0 if precision == "fp8" and framework in TE_FP8 else 0.0
     if framework == "megatron":
         return PrecisionLayout(working=2, master=4, grad=2 if fp16 else 4, state=4, grad_copy=4 if fp16 else 0,
                                fp8_cache=fp8)
     if framework == "deepspeed":
         return PrecisionLayout(working=2, master=4, grad=2, state=4, fp8_cache=fp8)
-    if framework in ("torchtitan", "fsdp"):
-        return PrecisionLayout(working=2, master=4, grad=4, state=4, fp8_cache=fp8, persistent_working=False)
+    if framework in PYTORCH_NATIVE:
+        return PrecisionLayout(working=2, master=4, grad=4, state=4, persistent_working=False)
     if framework == "hf":
         return PrecisionLayout(working=2, master=4, grad=4, state=4, fp8_cache=fp8, persistent_working=False)
     raise InvalidArgument(f"unknown framework '{framework}'; valid: {', '.join(FRAMEWORKS)}")
@@ -241,7 +243,7 @@ def model_states(spec: ModelSpec, layout: Layout, stage: int, job: TrainJob) -> 
     """Model-state bytes on one rank of pipeline stage `stage` (cached: the planner asks for the same often)."""
     key = (id(spec), layout.tp, layout.ep, stage_layers(layout, spec.num_layers), stage, layout.shard_size,
            layout.sharding, job.framework, job.precision, job.optimizer, job.finetune, job.lora_rank, job.lora_targets,
-           job.offload)
+           job.offload, job.optimizer_in_backward)
     hit = _STATES_CACHE.get(key)
     if hit is not None:
         return hit[0]
@@ -293,6 +295,13 @@ def _model_states(spec: ModelSpec, layout: Layout, stage: int, job: TrainJob) ->
         trainable += count * n
         for k, v in parts.items():
             acc[k] += count * v
+    if job.optimizer_in_backward and held.params:
+        # Each gradient is stepped and freed as soon as it is ready: about one block's gradients live at a time.
+        acc["grads"] *= min(1.0, held.largest_layer / held.params)
+    if "optimizer" in offload and job.framework == "deepspeed":
+        # ZeRO-Offload reduces each gradient bucket straight into host memory, where the optimizer runs.
+        acc["cpu"] += acc["grads"]
+        acc["grads"] = 0.0
     return ModelStates(params=acc["params"], master_weights=acc["master"], grads=acc["grads"],
                        optimizer=acc["optimizer"], cpu=acc["cpu"], trainable_params=trainable,
                        params_on_rank=held.params, layer_params=held.largest_layer,

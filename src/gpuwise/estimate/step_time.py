@@ -40,6 +40,7 @@ from .layer_ops import block_ops, block_signature, head_gemm, keys_per_query, un
 from .layout import Layout
 from .model_states import ModelStates
 from .pipeline import bubble_fraction, bubble_time_s, distinct_stages, stage_blocks, stage_layers
+from .recompute import op_saved_matmul_share, recompute_plan
 
 LOSS_BYTES_PER_LOGIT = 12.0
 """Cross-entropy streams each logit about three times: the forward reads 16-bit logits and writes fp32
@@ -145,7 +146,15 @@ def _time_block(profile: DeviceProfile, spec: ModelSpec, layer: int, tokens: int
         stream += memory_s(profile, 2 * tokens * spec.hidden_size * (2 * e + 1))
     forward = fwd_gemm + attn_f + stream
     backward = bwd_gemm + attn_b + 2 * stream
-    rec = forward if recompute == "full" else (attn_f if recompute == "selective" else 0.0)
+    kind = recompute_plan(recompute).kind
+    if kind == "none":
+        rec = 0.0
+    elif kind == "selective":
+        rec = attn_f
+    elif kind == "op":  # everything but the attention core and the kept matmuls runs again
+        rec = max(0.0, forward - attn_f - fwd_gemm * op_saved_matmul_share(spec, layer))
+    else:  # a whole block again (the stage scales it by the share of blocks checkpointed whole)
+        rec = forward
     return _BlockTime(forward, backward, rec, attn_f, attn_b, fwd_gemm, bwd_gemm)
 
 
@@ -191,6 +200,7 @@ def step_time(spec: ModelSpec, layout: Layout, job: TrainJob, *, profile: Device
     (offload), which the CPU optimizer step streams.
     """
     framework, recompute, offload, attention = job.framework, job.recompute, job.offload, job.attention
+    plan = recompute_plan(recompute)
     frozen_base, tp_overlap = job.frozen_base, job.tp_comm_overlap
     params_on_rank, trainable_params = states.params_on_rank, states.trainable_params
     working_bytes, grad_bytes = states.working_bytes_per_param, states.grad_bytes_per_param
@@ -219,24 +229,27 @@ def step_time(spec: ModelSpec, layout: Layout, job: TrainJob, *, profile: Device
     stage_fb: dict[int, tuple[float, dict[str, float]]] = {}
     for stage in distinct_stages(spec, layers):  # the others repeat one of these
         parts = dict(forward=0.0, backward=0.0, recompute=0.0, tp_comm=0.0, cp_comm=0.0, ep_comm=0.0, pp_comm=0.0)
-        for layer, reps in stage_blocks(spec, layers, stage):
+        blocks = stage_blocks(spec, layers, stage)
+        whole = plan.full_fraction(sum(c for _, c in blocks))  # blocks run again in full (their comm too)
+        scale = whole if plan.kind in ("layer", "block") else 1.0
+        for layer, reps in blocks:
             bt = _block_time(profile, spec, layer, tokens=tokens, seq_local=seq_local, cp=cp, tp=tp, ep=ep,
                              dtype=dtype, e=e, recompute=recompute, frozen_base=frozen_base, framework=framework,
                              attention=attention)
             parts["forward"] += reps * bt.forward
             parts["backward"] += reps * bt.backward
-            parts["recompute"] += reps * bt.recompute
+            parts["recompute"] += reps * bt.recompute * scale
             if tp_overlap:  # split GEMMs pipeline the collectives (Megatron --tp-comm-overlap): what exceeds them
                 fwd_tp = _exposed(2 * tp_ar, bt.gemm_forward)
                 parts["tp_comm"] += reps * (fwd_tp + _exposed(2 * tp_ar, bt.gemm_backward)
-                                            + (fwd_tp if recompute == "full" else 0.0))
+                                            + fwd_tp * whole)
             else:
-                parts["tp_comm"] += reps * (4 * tp_ar + (2 * tp_ar if recompute == "full" else 0.0))
+                parts["tp_comm"] += reps * (4 * tp_ar + 2 * tp_ar * whole)
             if cp > 1:  # ring: cp - 1 exchanges per pass, overlapped with the attention of the step before
                 parts["cp_comm"] += reps * (_exposed((cp - 1) * cp_step, bt.attention_forward)
                                             + _exposed(2 * (cp - 1) * cp_step, bt.attention_backward))
             if a2a and spec.moe.moe_layers[layer]:
-                parts["ep_comm"] += reps * (4 * a2a + (2 * a2a if recompute == "full" else 0.0))
+                parts["ep_comm"] += reps * (4 * a2a + 2 * a2a * whole)
         if stage == 0:
             parts["forward"] += memory_s(profile, tokens * h * e)  # embedding gather
         if stage == pp - 1:

@@ -21,6 +21,7 @@ from ..estimate.job import (Attention, Finetune, FlopsConvention, Framework, Off
 from ..estimate.layout import PARAM_OFFLOAD_SHARDINGS, Layout, Schedule, divisors
 from ..estimate.model_states import lora_targets
 from ..estimate.parallel import validate_layout
+from ..estimate.recompute import recompute_plan
 from ..estimate.step_time import StepTime, step_time
 from ..estimate.train_memory import FRAGMENTATION_RISK, TrainMemory, layout_memory
 from ..fields import field_default
@@ -69,7 +70,27 @@ class TrainRequest:
     fsdp: FsdpMode | None = None
     """FSDP sharding mode (hybrid: HSDP, with --shard-group)."""
     shard_group: int | None = None
-    recompute: Recompute = job_default("recompute")
+    recompute: Recompute | None = None
+    """Activation checkpointing, gpuwise's spelling: none, selective, full, op, layer:N, block:K or uniform:K (see
+    docs/training-memory.md; default full for hf LoRA/QLoRA, as PEFT's prepare_model_for_kbit_training and TRL's
+    SFTConfig turn gradient checkpointing on, else none). selective under torchtitan is its per-op policy (op)."""
+    ac: str | None = None
+    """torchtitan's activation_checkpoint: none, op (mode selective, selective_ac_option op), layer:N (mode selective,
+    selective_ac_option N) or full."""
+    recompute_granularity: Literal["full", "selective"] | None = None
+    """Megatron-LM --recompute-granularity."""
+    recompute_method: Literal["uniform", "block"] | None = None
+    """Megatron-LM --recompute-method (with --recompute-granularity full; default uniform)."""
+    recompute_num_layers: int | None = None
+    """Megatron-LM --recompute-num-layers (default 1): blocks per checkpoint (uniform) or checkpointed blocks per
+    pipeline stage and virtual stage (block)."""
+    gradient_checkpointing: bool = False
+    """transformers / PEFT / TRL gradient_checkpointing=True: every block checkpointed (full)."""
+    compile: bool = job_default("compile")
+    loss_chunks: int | None = None
+    """Cross-entropy over this many sequence chunks, upcast to fp32 one at a time (default 8 for torchtune, whose
+    recipes use CEWithChunkedOutputLoss, else 1: the whole logits at once)."""
+    optimizer_in_backward: bool = job_default("optimizer_in_backward")
     offload: tuple[OffloadTarget, ...] = ()
     """States kept in host memory: a comma list of optimizer, params, activations."""
     optimizer: Optimizer = job_default("optimizer")
@@ -118,14 +139,23 @@ class TrainRequest:
         if self.fsdp is not None and self.fsdp not in FSDP_MODES:
             raise InvalidArgument(f"--fsdp: unknown mode '{self.fsdp}'; valid: {', '.join(FSDP_MODES)}")
         framework, why = choose_framework(self)
+        recompute = resolve_recompute(self, framework)
+        chunks = self.loss_chunks if self.loss_chunks is not None else (8 if framework == "torchtune" else 1)
+        # The resolved values replace the framework spellings, so that `replace(req, recompute=...)` is one request.
+        for name, value in (("recompute", recompute), ("loss_chunks", chunks), ("ac", None),
+                            ("recompute_granularity", None), ("recompute_method", None),
+                            ("recompute_num_layers", None), ("gradient_checkpointing", False)):
+            object.__setattr__(self, name, value)
         job = TrainJob(framework=framework, precision=self.precision, optimizer=self.optimizer, seq=self.seq,
-                       recompute=self.recompute, finetune=self.finetune, lora_rank=self.lora_rank,
+                       recompute=recompute, finetune=self.finetune, lora_rank=self.lora_rank,
                        lora_targets=self.lora_targets, offload=frozenset(self.offload), attention=self.attention,
-                       tp_comm_overlap=self.tp_comm_overlap, flops_convention=self.flops_convention)
+                       tp_comm_overlap=self.tp_comm_overlap, flops_convention=self.flops_convention,
+                       compile=self.compile, loss_chunks=chunks, optimizer_in_backward=self.optimizer_in_backward)
         if "params" in self.offload and self.sharding not in PARAM_OFFLOAD_SHARDINGS:
             raise InvalidArgument("--offload params needs sharded parameters (--zero 3 or --fsdp full/hybrid)")
-        if "activations" in self.offload and self.recompute == "full":
-            raise InvalidArgument("--offload activations and --recompute full both set: choose one")
+        if self.optimizer_in_backward and self.num_microbatches_per_step > 1:
+            raise InvalidArgument("--optimizer-in-backward steps every micro-batch: it needs one micro-batch per step "
+                                  "(global batch = data-parallel ranks x micro-batch), as torchtune requires")
         if self.finetune == "qlora" and self.precision in ("fp32", "fp8"):
             raise InvalidArgument(f"--finetune qlora computes in bf16/fp16 over an NF4 base; --precision "
                                   f"{self.precision} does not apply")
@@ -148,6 +178,13 @@ class TrainRequest:
         return self._framework_reason
 
     @property
+    def num_microbatches_per_step(self) -> int:
+        """Micro-batches each data-parallel rank runs per optimizer step."""
+        mp = self.tp * self.pp * self.cp
+        dp = max(1, self.num_gpus // mp)
+        return max(1, self.global_batch // (dp * self.micro_batch))
+
+    @property
     def sharding(self) -> str:
         if self.fsdp is not None:
             return FSDP_MODES[self.fsdp]
@@ -158,6 +195,43 @@ class TrainRequest:
         return Layout(num_gpus=self.num_gpus, tp=self.tp, pp=self.pp, vpp=self.vpp, cp=self.cp, ep=self.ep,
                       sp=self.sp, sharding=self.sharding, shard_group=self.shard_group, schedule=schedule,
                       pp_first_layers=self.pp_first_layers, pp_last_layers=self.pp_last_layers)
+
+
+def resolve_recompute(req: TrainRequest, framework: str) -> str:
+    """gpuwise's recompute mode from whichever spelling the request uses (one at most): --recompute, torchtitan's
+    --ac, Megatron's --recompute-granularity/-method/-num-layers, transformers' --gradient-checkpointing; else the
+    framework's default."""
+    megatron = (req.recompute_granularity, req.recompute_method, req.recompute_num_layers)
+    given = [name for name, on in (("--recompute", req.recompute is not None), ("--ac", req.ac is not None),
+                                   ("--recompute-granularity/-method/-num-layers", any(x is not None for x in megatron)),
+                                   ("--gradient-checkpointing", req.gradient_checkpointing)) if on]
+    if len(given) > 1:
+        raise InvalidArgument(f"{given[0]} and {given[1]} both set: give activation checkpointing once")
+    if req.ac is not None:
+        mode = {"selective": "op"}.get(req.ac, req.ac)
+        if mode not in ("none", "op", "full") and not mode.startswith("layer:"):
+            raise InvalidArgument(f"--ac: unknown mode '{req.ac}'; valid: none, op, layer:N, full")
+        recompute_plan(mode)
+        return "full" if mode == "layer:1" else mode
+    if any(x is not None for x in megatron):
+        granularity, method, count = megatron
+        if granularity is None:
+            raise InvalidArgument("--recompute-method/--recompute-num-layers need --recompute-granularity full")
+        if granularity == "selective":
+            if method is not None:
+                raise InvalidArgument("--recompute-method applies to --recompute-granularity full only")
+            return "selective"
+        count = 1 if count is None else count
+        require_positive_int("--recompute-num-layers", count, 1 << 16)
+        if method == "block":
+            return f"block:{count * req.vpp}"
+        return "full" if count == 1 else f"uniform:{count}"
+    if req.gradient_checkpointing:
+        return "full"
+    if req.recompute is None:
+        return "full" if framework == "hf" and req.finetune != "full" else "none"
+    recompute_plan(req.recompute)
+    return "op" if req.recompute == "selective" and framework == "torchtitan" else req.recompute
 
 
 def choose_framework(req: TrainRequest) -> tuple[str, str]:
@@ -289,8 +363,12 @@ def _assumptions(req: TrainRequest, framework: str, layout: Layout, mem: TrainMe
         out.append(f"LoRA rank {req.lora_rank} on {req.lora_targets}, adapters in fp32 (PEFT's default), "
                    f"frozen base in {'NF4 with double quantization' if req.finetune == 'qlora' else 'the compute dtype'}")
     if req.recompute == "selective" and framework != "megatron" and req.attention == "flash":
-        out.append("selective recompute = attention core only; with flash attention it saves nothing more "
-                   "(torchtitan's op-level SAC is not modelled)")
+        out.append("selective recompute = the attention core only (Megatron's); with flash attention it saves almost "
+                   "nothing (torchtitan's per-op policy is --ac op)")
+    if req.compile:
+        out.append("torch.compile: the blocks keep matmul and attention tensors; pointwise ops are recomputed")
+    if req.loss_chunks > 1:
+        out.append(f"cross-entropy over {req.loss_chunks} chunks: one chunk's fp32 temporaries at a time")
     if layout.sp and layout.tp == 1:
         out.append("--sp without tensor parallelism has no effect")
     peaks = req.gpu.peak_flops

@@ -1,0 +1,178 @@
+"""Activation checkpointing modes, as each framework defines them (docs/training-memory.md, "Checkpointing").
+
+A mode is a string (`TrainJob.recompute`):
+
+- `none`: every block keeps what its ops save for the backward.
+- `selective` (Megatron-LM `--recompute-granularity selective`): the attention core is recomputed (its score
+  matrix is not kept; with flash attention there is none, so it saves next to nothing).
+- `full` (Megatron `--recompute-granularity full --recompute-method uniform --recompute-num-layers 1`, torchtitan
+  `mode = "full"`, torchtune `enable_activation_checkpointing`, transformers `gradient_checkpointing`): each block
+  keeps its input only and runs its forward again in the backward.
+- `op`: torchtitan's per-op selective checkpointing (`mode = "selective"`, `selective_ac_option = "op"`,
+  torchtitan/models/llama3/infra/parallelize.py `_save_list`): a block keeps its input and the outputs of the ops on
+  the save list (matmuls, SDPA, reduce-scatter, max) except every second matmul, counted in forward order; the rest
+  is recomputed.
+- `layer:N` (torchtitan `selective_ac_option = "N"`): every N-th block is checkpointed in full, the others keep all.
+- `block:K` (Megatron `--recompute-method block --recompute-num-layers K`): the first K blocks of each pipeline stage
+  are checkpointed in full, the others keep all.
+- `uniform:K` (Megatron `--recompute-method uniform --recompute-num-layers K`): the blocks are checkpointed in
+  groups of K; each group keeps its input and recomputes K blocks at once in the backward.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import InvalidArgument
+from ..model.spec import ModelSpec
+
+PLAIN = ("none", "selective", "full", "op")
+COUNTED = ("layer", "block", "uniform")
+VALID = "none, selective, full, op, layer:N, block:K or uniform:K"
+
+
+@dataclass(frozen=True, slots=True)
+class RecomputePlan:
+    kind: str
+    """none, selective, full, op, layer, block or uniform."""
+    n: int = 1
+    """layer: checkpoint every n-th block; block: the first n blocks of a stage; uniform: groups of n blocks."""
+
+    def full_blocks(self, blocks: int) -> int:
+        """Blocks of a stage of `blocks` that keep only their input (checkpointed whole)."""
+        if self.kind in ("full", "uniform"):
+            return blocks
+        if self.kind == "layer":
+            return blocks // self.n
+        if self.kind == "block":
+            return min(self.n, blocks)
+        return 0
+
+    def full_fraction(self, blocks: int) -> float:
+        """Share of a stage's blocks whose forward runs again in the backward."""
+        return self.full_blocks(blocks) / blocks if blocks else 0.0
+
+
+_PLANS: dict[str, RecomputePlan] = {}
+
+
+def recompute_plan(mode: str) -> RecomputePlan:
+    """The parsed mode (cached); one clear error for anything else."""
+    hit = _PLANS.get(mode)
+    if hit is not None:
+        return hit
+    if not isinstance(mode, str):
+        raise InvalidArgument(f"--recompute: unknown mode {mode!r}; valid: {VALID}")
+    if mode in PLAIN:
+        plan = RecomputePlan(mode)
+    else:
+        kind, _, count = mode.partition(":")
+        if kind not in COUNTED or not count.isdigit() or not 1 <= int(count) <= 1 << 16:
+            raise InvalidArgument(f"--recompute: unknown mode '{mode}'; valid: {VALID} (N, K: whole numbers >= 1)")
+        plan = RecomputePlan(kind, int(count))
+        if kind == "uniform" and plan.n == 1:
+            plan = RecomputePlan("full")
+    if len(_PLANS) < 1024:
+        _PLANS[mode] = plan
+    return plan
+
+
+@dataclass(frozen=True, slots=True)
+class Matmul:
+    """One matmul of a block in forward order: its output width per token and how tensor parallelism splits it."""
+
+    out: int
+    k: int
+    """Its input width (the reduction dimension): FLOPs per token are 2 k out."""
+    tp: str
+    """column (output split over TP), row (output a full-width partial sum on each rank) or none (replicated)."""
+
+
+def block_matmuls(spec: ModelSpec, layer: int) -> tuple[Matmul, ...]:
+    """The aten.mm calls of block `layer` in forward order, as a PyTorch-native (torchtitan) block issues them.
+
+    Attention: q, k, v, output (MLA: q_a, q_b or q, kv_a, kv_b, output). Dense gated MLP: w1 (gate), w3 (up), w2
+    (down); an ungated MLP: fc1, fc2. A MoE block: the router's matmul and the shared experts' (the routed experts
+    run grouped matmuls, which are not aten.mm and not on the save list).
+    """
+    h = spec.hidden_size
+    a = spec.num_heads
+    mm: list[Matmul] = []
+    if spec.mla is not None:
+        m = spec.mla
+        if m.q_lora_rank:
+            mm += [Matmul(m.q_lora_rank, h, "none"), Matmul(a * m.qk_head_dim, m.q_lora_rank, "column")]
+        else:
+            mm.append(Matmul(a * m.qk_head_dim, h, "column"))
+        mm += [Matmul(m.kv_lora_rank + m.qk_rope_head_dim, h, "none"),
+               Matmul(a * (m.qk_head_dim - m.qk_rope_head_dim + m.v_head_dim), m.kv_lora_rank, "column"),
+               Matmul(h, a * m.v_head_dim, "row")]
+    else:
+        kv = spec.num_kv_heads * spec.head_dim
+        q = a * spec.head_dim
+        mm += [Matmul(q, h, "column"), Matmul(kv, h, "column"), Matmul(kv, h, "column"), Matmul(h, q, "row")]
+
+    def mlp(width: int) -> list[Matmul]:
+        if spec.gated_mlp:
+            return [Matmul(width, h, "column"), Matmul(width, h, "column"), Matmul(h, width, "row")]
+        return [Matmul(width, h, "column"), Matmul(h, width, "row")]
+
+    moe = spec.moe
+    if moe is not None and moe.moe_layers[layer]:
+        mm.append(Matmul(moe.num_experts, h, "none"))
+        if moe.shared_intermediate_size:
+            mm += mlp(moe.shared_intermediate_size)
+    else:
+        mm += mlp(spec.intermediate_size)
+    return tuple(mm)
+
+
+def op_saved_per_token(spec: ModelSpec, layer: int, *, e: float, tp: int, sp: bool) -> float:
+    """Bytes per token block `layer` keeps under torchtitan's per-op policy, on one TP rank.
+
+    The block input (split by sequence parallelism), the outputs of the odd-numbered matmuls (1st, 3rd, ...; a
+    row-parallel output is a full-width partial sum before its reduction), the attention output and its fp32
+    log-sum-exp per head, and with sequence parallelism the two reduce-scatter outputs.
+    """
+    split = tp if sp and tp > 1 else 1
+    saved = e * spec.hidden_size / split
+    for i, m in enumerate(block_matmuls(spec, layer), start=1):
+        if i % 2:
+            saved += e * m.out / (tp if m.tp == "column" else 1)
+    v_width = spec.num_heads * (spec.mla.v_head_dim if spec.mla is not None else spec.head_dim)
+    saved += (e * v_width + 4 * spec.num_heads) / tp
+    if split > 1:
+        saved += 2 * e * spec.hidden_size / tp
+    return saved
+
+
+def op_saved_matmul_flops_per_token(spec: ModelSpec) -> float:
+    """Forward FLOPs per token of the matmuls whose outputs the per-op policy keeps (the odd-numbered ones of every
+    block): what its recomputation does not run again (everything else in the blocks but the attention core is)."""
+    return sum(2 * m.k * m.out for layer in range(spec.num_layers)
+               for i, m in enumerate(block_matmuls(spec, layer), start=1) if i % 2)
+
+
+def op_saved_matmul_share(spec: ModelSpec, layer: int) -> float:
+    """Share of block `layer`'s matmul FLOPs whose outputs the per-op policy keeps (routed experts, never kept,
+    counted in the whole)."""
+    mms = block_matmuls(spec, layer)
+    total = sum(m.out * m.k for m in mms)
+    moe = spec.moe
+    if moe is not None and moe.moe_layers[layer]:
+        total += moe.top_k * (3 if spec.gated_mlp else 2) * spec.hidden_size * moe.expert_intermediate_size
+    return sum(m.out * m.k for i, m in enumerate(mms, start=1) if i % 2) / total if total else 0.0
+
+
+def recomputed_flops(spec: ModelSpec, mode: str, *, blocks_forward: float, attention_core: float, tokens: float,
+                     pp: int = 1) -> float:
+    """Forward FLOPs run again in the backward under `mode`, given the blocks' forward FLOPs (LM head excluded), their
+    attention core's and the tokens; block:K counts K blocks on each of `pp` stages."""
+    plan = recompute_plan(mode)
+    if plan.kind == "selective":
+        return attention_core
+    if plan.kind == "op":
+        return max(0.0, blocks_forward - attention_core - op_saved_matmul_flops_per_token(spec) * tokens)
+    blocks = spec.num_layers
+    whole = min(blocks, plan.n * pp) if plan.kind == "block" else plan.full_blocks(blocks)
+    return blocks_forward * whole / blocks if blocks else 0.0
