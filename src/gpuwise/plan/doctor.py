@@ -20,6 +20,7 @@ from ..catalog.gpus import GPU, all_gpus
 from ..errors import GpuwiseError, InvalidArgument, require_positive_number
 from ..estimate.layout import PARAM_OFFLOAD_SHARDINGS, divisors
 from ..estimate.parallel import cp_splits
+from ..estimate.recompute import recompute_plan
 from ..estimate.train_memory import FRAGMENTATION_RISK
 from ..units import GiB, MiB
 from .train import TrainRequest, TrainResult, train
@@ -147,6 +148,13 @@ def doctor(req: TrainRequest, *, oom_at_gib: float | None = None) -> DoctorResul
                         verdict=_verdict(req, predicted + offset, capacity, ranked, combo))
 
 
+def _stronger_recompute(mode: str) -> list[str]:
+    """The ladder's modes that keep fewer activations than `mode` (none < selective, op, layer:N, block:K < full)."""
+    kind = recompute_plan(mode).kind
+    rank = {"none": 0, "full": 2, "uniform": 2}.get(kind, 1)
+    return [rc for rc in RECOMPUTE_LADDER if {"none": 0, "selective": 1, "full": 2}[rc] > rank]
+
+
 def _single_changes(req: TrainRequest, base: TrainResult, remedy):
     lay = base.layout
     per_rank = req.global_batch // lay.dp
@@ -156,10 +164,9 @@ def _single_changes(req: TrainRequest, base: TrainResult, remedy):
         b = max(fitting) if fitting else 1
         yield remedy("micro-batch", f"micro-batch {req.micro_batch} -> {b}, gradient accumulation x"
                      f"{per_rank // b} (same global batch)", micro_batch=b)
-    for rc in RECOMPUTE_LADDER[RECOMPUTE_LADDER.index(req.recompute) + 1:]:
-        if "activations" in req.offload and rc == "full":
-            continue
-        yield remedy("recompute", f"activation checkpointing {req.recompute} -> {rc}", recompute=rc)
+    current = req.job.recompute
+    for rc in _stronger_recompute(current):
+        yield remedy("recompute", f"activation checkpointing {current} -> {rc}", recompute=rc)
     if req.precision == "fp32":
         yield remedy("precision", "fp32 -> bf16 mixed precision (fp32 master weights)", precision="bf16")
     if req.precision in ("bf16", "fp16") and req.gpu.peak("fp8") and req.finetune != "qlora":
@@ -290,7 +297,7 @@ def _knob_search(req: TrainRequest, base: TrainResult, remedy, hardware: dict, c
     lay = base.layout
     per_rank = req.global_batch // lay.dp
     mbs = [b for b in divisors(per_rank) if b <= req.micro_batch]
-    rcs = RECOMPUTE_LADDER[RECOMPUTE_LADDER.index(req.recompute):]
+    rcs = [req.job.recompute, *_stronger_recompute(req.job.recompute)]
     shardings = [dict()] + [{k: v for k, v in s.items() if k != "_label"} for s in _stronger_shardings(req, lay)]
     optimizers = [req.optimizer] + (["adamw-8bit"] if req.optimizer == "adamw" and req.finetune == "full" else [])
     offloads = [req.offload]
@@ -298,10 +305,8 @@ def _knob_search(req: TrainRequest, base: TrainResult, remedy, hardware: dict, c
         offloads.append(req.offload + ("optimizer",))
     best: Remedy | None = None
     for mb, rc, sh, opt, off in itertools.product(reversed(mbs), rcs, shardings, optimizers, offloads):
-        if "activations" in off and rc == "full":
-            continue
         changes = {k: v for k, v in dict(micro_batch=mb, recompute=rc, optimizer=opt, offload=off).items()
-                   if getattr(req, k) != v}
+                   if (req.job.recompute if k == "recompute" else getattr(req, k)) != v}
         changes.update(sh)
         if not changes and not hardware:
             continue

@@ -141,8 +141,13 @@ class TrainRequest:
         framework, why = choose_framework(self)
         recompute = resolve_recompute(self, framework)
         chunks = self.loss_chunks if self.loss_chunks is not None else (8 if framework == "torchtune" else 1)
-        # The resolved values replace the framework spellings, so that `replace(req, recompute=...)` is one request.
-        for name, value in (("recompute", recompute), ("loss_chunks", chunks), ("ac", None),
+        if self.loss_chunks is not None:
+            require_positive_int("--loss-chunks", self.loss_chunks, 1 << 16)
+        # A framework's own spelling becomes --recompute (so that `replace(req, recompute=...)` is one request); a
+        # mode left to the framework's default stays None, and is chosen again for the framework of a `replace`.
+        natives = self.ac is not None or self.gradient_checkpointing or self.recompute_granularity is not None \
+            or self.recompute_method is not None or self.recompute_num_layers is not None
+        for name, value in (("recompute", recompute if natives else self.recompute), ("ac", None),
                             ("recompute_granularity", None), ("recompute_method", None),
                             ("recompute_num_layers", None), ("gradient_checkpointing", False)):
             object.__setattr__(self, name, value)
@@ -362,13 +367,13 @@ def _assumptions(req: TrainRequest, framework: str, layout: Layout, mem: TrainMe
     if req.finetune != "full":
         out.append(f"LoRA rank {req.lora_rank} on {req.lora_targets}, adapters in fp32 (PEFT's default), "
                    f"frozen base in {'NF4 with double quantization' if req.finetune == 'qlora' else 'the compute dtype'}")
-    if req.recompute == "selective" and framework != "megatron" and req.attention == "flash":
+    if req.job.recompute == "selective" and framework != "megatron" and req.attention == "flash":
         out.append("selective recompute = the attention core only (Megatron's); with flash attention it saves almost "
                    "nothing (torchtitan's per-op policy is --ac op)")
     if req.compile:
         out.append("torch.compile: the blocks keep matmul and attention tensors; pointwise ops are recomputed")
-    if req.loss_chunks > 1:
-        out.append(f"cross-entropy over {req.loss_chunks} chunks: one chunk's fp32 temporaries at a time")
+    if req.job.loss_chunks > 1:
+        out.append(f"cross-entropy over {req.job.loss_chunks} chunks: one chunk's fp32 temporaries at a time")
     if layout.sp and layout.tp == 1:
         out.append("--sp without tensor parallelism has no effect")
     peaks = req.gpu.peak_flops

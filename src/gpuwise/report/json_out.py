@@ -96,7 +96,7 @@ def train_to_dict(r: TrainResult) -> dict[str, Any]:
         "tokens_per_step": req.seq * req.global_batch,
         "precision": req.precision,
         "optimizer": req.optimizer,
-        "recompute": req.recompute,
+        "recompute": req.job.recompute,
         "offload": list(req.offload),
         "finetune": {"mode": req.finetune, "lora_rank": req.lora_rank if req.finetune != "full" else None,
                      "lora_targets": req.lora_targets if req.finetune != "full" else None},

@@ -153,7 +153,7 @@ def render_train(r: TrainResult) -> str:
     lines = [
         f"{req.model.id}: {params} params, {spec.family}, {spec.num_layers} layers",
         f"on {req.num_gpus} x {gpu.name} ({fmt_gib(gpu.memory_bytes)} each): {degrees}, {lay.sharding}",
-        f"{r.framework} profile ({r.framework_reason}); {req.precision}, {req.optimizer}, recompute {req.recompute}"
+        f"{r.framework} profile ({r.framework_reason}); {req.precision}, {req.optimizer}, recompute {req.job.recompute}"
         f"{tune}",
         f"batch {req.global_batch} x {req.seq:,} tokens = {req.global_batch * req.seq:,} tokens/step; micro-batch "
         f"{req.micro_batch}, {r.num_microbatches} micro-batches per rank",
