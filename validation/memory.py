@@ -83,7 +83,7 @@ def score(category: str, row: dict) -> Scored:
     metric = row["metric"]
     capacity = row.get("device_memory_gib")
     capacity_bytes = capacity * GiB if capacity else r.request.gpu.memory_bytes
-    fits = mem.total <= capacity_bytes
+    fits = mem.required <= capacity_bytes  # TrainResult.fits, against the row's device where it gives one
     if metric in ("ran", "oom"):
         ok = fits if metric == "ran" else not fits
         return Scored(category, row["split"], row["name"], metric, None, mem.total / GiB, None,

@@ -123,7 +123,10 @@ def layer_terms(spec: ModelSpec, layer: int, *, framework: str, e: float = 2.0, 
     if flash:
         split["softmax_stats"] = 4 * a  # fp32 log-sum-exp per head
     else:
-        score = a * (e + (1 + e if spec.attention_dropout > 0 else 0))  # softmax out (+ dropout mask and output)
+        # softmax out (+ dropout mask and output); transformers' eager attention runs the softmax in fp32 and keeps
+        # its fp32 output (the softmax's backward) and the 16-bit cast (the matmul with V)
+        softmax = 4 + e if framework == "hf" else e
+        score = a * (softmax + (1 + e if spec.attention_dropout > 0 else 0))
     moe = spec.moe
     if moe is not None and moe.moe_layers[layer]:
         rep["router"] = 4 * moe.num_experts + (0 if megatron else e * moe.num_experts)
@@ -172,15 +175,19 @@ class Activations:
         return self.layers + self.outside_layers + self.recompute_working
 
 
-def logits_bytes_per_element(framework: str, e: float, chunks: int = 1) -> tuple[float, float]:
+def logits_bytes_per_element(framework: str, e: float, chunks: int = 1, fused: bool = False) -> tuple[float, float]:
     """(saved, peak) bytes per logit element on the last stage.
 
     All keep the fp32 log-softmax for the backward (4 B). At the start of the backward: transformers also holds
     the returned 16-bit logits (CausalLMOutput.logits) and the fp32 gradients of the log-probabilities and of the
     logits (4 + 4 B); torchtitan deletes `pred` before `loss.backward()`; Megatron's fused vocab-parallel
     cross-entropy writes the gradient into its saved fp32 buffer and hands back a 16-bit one. A loss over `chunks`
-    chunks (torchtune's CEWithChunkedOutputLoss) holds the backward's temporaries of one chunk at a time.
+    chunks (torchtune's CEWithChunkedOutputLoss) holds the backward's temporaries of one chunk at a time. A fused
+    loss keeps none: one chunk's 16-bit logits, fp32 copy and fp32 gradient (2 + 4 + 4 B, and the 16-bit gradient's
+    2) live at a time.
     """
+    if fused:
+        return 0.0, 12.0 / (chunks if chunks > 1 else 8)
     if framework == "megatron":
         saved, peak = 4.0, 4.0 + e
     elif framework in ("torchtitan", "fsdp", "torchtune"):
@@ -309,7 +316,7 @@ def stage_activation_terms(spec: ModelSpec, layout: Layout, stage: int, job: Tra
     sp = layout.sp and layout.tp > 1
     framework, seq, flash, compiled = job.framework, job.seq, job.flash, job.compile
     key = (id(spec), per_stage, stage, layout.tp, sp, layout.cp, seq, framework, job.precision, flash, compiled,
-           job.loss_chunks)
+           job.loss_chunks, job.fused_loss)
     hit = _STAGE_TERMS.get(key)
     if hit is not None:
         return hit[0]
@@ -332,7 +339,7 @@ def stage_activation_terms(spec: ModelSpec, layout: Layout, stage: int, job: Tra
         dropout_mask=stage == 0 and spec.hidden_dropout > 0,
         rope_dim=spec.head_dim if spec.position == "rope" else 0,
         head_per_token=(_norm_bytes(spec, h, e, framework) + e * h) if last else 0.0,
-        logit_bytes=logits_bytes_per_element(framework, e, job.loss_chunks) if last else None, hidden=h,
+        logit_bytes=logits_bytes_per_element(framework, e, job.loss_chunks, job.fused_loss) if last else None, hidden=h,
         vocab=spec.vocab_size), spec)
 
 

@@ -88,6 +88,10 @@ class TrainJob:
     loss_chunks: int = 1
     """Cross-entropy over this many chunks of the sequence, each upcast to fp32 in turn (torchtune's
     CEWithChunkedOutputLoss uses 8); 1: the whole fp32 logits at once."""
+    fused_loss: bool = False
+    """The LM head and the loss run chunk by chunk, each chunk's backward right after it (torchtitan's
+    ChunkedLossWrapper, Liger's and Cut Cross-Entropy's fused linear cross-entropy): no logits are kept, one chunk's
+    are alive at a time (loss_chunks chunks, 8 when not given)."""
     optimizer_in_backward: bool = False
     """Each parameter's optimizer step runs as soon as its gradient is ready, which is then freed (torchtune
     optimizer_in_bwd): no step-wide gradients."""

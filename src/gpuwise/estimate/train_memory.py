@@ -65,6 +65,14 @@ class TrainMemory:
                               self.logits, self.buffers, self.runtime, self.allocator)
 
     @property
+    def required(self) -> float:
+        """What must fit on the GPU for the step to run: the total without the allocator's allowance. PyTorch's
+        caching allocator frees its cached, unused blocks and retries before it raises an out-of-memory error
+        (docs: CUDA semantics, memory management), so the allowance is headroom it uses when there is room, not a
+        requirement; a total above the card with `required` below it is reported as tight."""
+        return self.total - self.allocator
+
+    @property
     def torch_reserved(self) -> float:
         """What torch.cuda.max_memory_reserved should show: everything but `runtime` (the CUDA context and NCCL's
         buffers live outside PyTorch's caching allocator)."""
@@ -114,6 +122,14 @@ def _state_buffers(layout: Layout, states: ModelStates, *, framework: str, unit_
         if framework == "deepspeed":
             out["param_gather"] = 2 * min(unit_params, DEEPSPEED_PREFETCH_BUCKET) * w + unit_params * w
             out["reduce_bucket"] = min(DEEPSPEED_REDUCE_BUCKET, unit_params) * grad_bytes
+        elif framework in PYTORCH_NATIVE and layout.pp > 1 and not sh.keep_unsharded:
+            # torchtitan with pipeline parallelism: fully_shard(reshard_after_forward=False) for every stage (no
+            # all-gather per micro-batch), and gradient sync deferred to the last micro-batch (the schedule's
+            # set_requires_gradient_sync): the stage's parameters stay unsharded, and its unsharded gradients
+            # accumulate in the reduce dtype (FSDP2's unsharded_accumulated_grad, fp32).
+            out["param_gather"] = states.params_on_rank * w
+            if not frozen_units:
+                out["grad_accumulation"] = states.trainable_params * grad_bytes
         elif not sh.keep_unsharded:
             # FSDP2: the block in use and the one prefetched (one ahead, forward and backward), unsharded.
             out["param_gather"] = 2 * unit_params * w
@@ -229,6 +245,12 @@ class LayoutMemory:
         return best
 
 
+def required_bytes(total: float, stage: _Stage, backward: float | None) -> float:
+    """`TrainMemory.required` from `LayoutMemory.peak`'s tuple (total, stage, bytes allocated at the backward peak or
+    None at the optimizer step): the planner's and `train`'s fit test, without building a `TrainMemory`."""
+    return total - ALLOCATOR_FRACTION * (backward if backward is not None else stage.step_allocated)
+
+
 _STAGES: dict = {}
 _CLASS_FIELDS = attrgetter(*(f.name for f in fields(Layout) if f.name not in ("vpp", "schedule")))
 """The layout's fields that its stages' memory depends on: all but the schedule and the interleaving, which only
@@ -241,7 +263,7 @@ def layout_memory(spec: ModelSpec, layout: Layout, job: TrainJob) -> LayoutMemor
     hold the terms of every mode), so that the layouts differing only in those share them."""
     key = (id(spec), _CLASS_FIELDS(layout), job.framework, job.precision, job.optimizer, job.seq, job.finetune,
            job.lora_rank, job.lora_targets, job.offload, job.attention, job.compile, job.loss_chunks,
-           job.optimizer_in_backward)
+           job.fused_loss, job.optimizer_in_backward)
     hit = _STAGES.get(key)
     if hit is not None:
         stages = hit[0]

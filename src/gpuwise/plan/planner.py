@@ -38,7 +38,7 @@ from ..estimate.model_states import ModelStates
 from ..estimate.parallel import cp_splits, ep_fits, hsdp_holds_experts, sp_splits, valid_tp_degrees
 from ..estimate.pipeline import pp_splits
 from ..estimate.step_time import StepTime, step_time
-from ..estimate.train_memory import layout_memory
+from ..estimate.train_memory import layout_memory, required_bytes
 from ..units import GiB
 from .cluster import cluster
 from .train import TrainRequest
@@ -321,9 +321,9 @@ class _Search:
                     if prune and mb in fits_at and _dominated(fits_at[mb], offload, i):
                         continue
                     m = per_rank // mb
-                    total, stage, _ = mem_model.peak(mb, m, rc)
+                    total, stage, backward = mem_model.peak(mb, m, rc)
                     self.evaluated += 1
-                    if total > self.budget:
+                    if required_bytes(total, stage, backward) > self.budget:
                         break
                     fits_at.setdefault(mb, []).append((offload, i))
                     results.append(self._timed(layout, mb, m, rc, offload, total, stage.states))

@@ -23,7 +23,7 @@ from ..estimate.model_states import lora_targets
 from ..estimate.parallel import validate_layout
 from ..estimate.recompute import recompute_plan
 from ..estimate.step_time import StepTime, step_time
-from ..estimate.train_memory import FRAGMENTATION_RISK, TrainMemory, layout_memory
+from ..estimate.train_memory import FRAGMENTATION_RISK, TrainMemory, layout_memory, required_bytes
 from ..fields import field_default
 from ..model.params import ParamCounts, param_counts
 from .cluster import cluster
@@ -90,6 +90,7 @@ class TrainRequest:
     loss_chunks: int | None = None
     """Cross-entropy over this many sequence chunks, upcast to fp32 one at a time (default 8 for torchtune, whose
     recipes use CEWithChunkedOutputLoss, else 1: the whole logits at once)."""
+    fused_loss: bool = job_default("fused_loss")
     optimizer_in_backward: bool = job_default("optimizer_in_backward")
     offload: tuple[OffloadTarget, ...] = ()
     """States kept in host memory: a comma list of optimizer, params, activations."""
@@ -155,7 +156,8 @@ class TrainRequest:
                        recompute=recompute, finetune=self.finetune, lora_rank=self.lora_rank,
                        lora_targets=self.lora_targets, offload=frozenset(self.offload), attention=self.attention,
                        tp_comm_overlap=self.tp_comm_overlap, flops_convention=self.flops_convention,
-                       compile=self.compile, loss_chunks=chunks, optimizer_in_backward=self.optimizer_in_backward)
+                       compile=self.compile, loss_chunks=chunks, fused_loss=self.fused_loss,
+                       optimizer_in_backward=self.optimizer_in_backward)
         if "params" in self.offload and self.sharding not in PARAM_OFFLOAD_SHARDINGS:
             raise InvalidArgument("--offload params needs sharded parameters (--zero 3 or --fsdp full/hybrid)")
         if self.optimizer_in_backward and self.num_microbatches_per_step > 1:
@@ -296,7 +298,7 @@ class TrainResult:
 
     @property
     def fits(self) -> bool:
-        return self.memory.total <= self.request.gpu.memory_bytes
+        return self.memory.required <= self.request.gpu.memory_bytes
 
     @property
     def headroom_bytes(self) -> float:
@@ -319,7 +321,7 @@ def train(req: TrainRequest) -> TrainResult:
     best = None
     # Memory grows with the micro-batch: scan the divisors upward until one does not fit.
     for b in divisors(per_rank):
-        if mem_model.peak(b, per_rank // b)[0] > req.gpu.memory_bytes:
+        if required_bytes(*mem_model.peak(b, per_rank // b)) > req.gpu.memory_bytes:
             break
         best = b
     flops = job_flops(spec, job, global_batch=req.global_batch)
