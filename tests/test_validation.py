@@ -40,3 +40,36 @@ def test_chinchilla_flops_reduce_to_six_n_without_attention():
     weights = param_counts(spec).total + spec.vocab_size * spec.hidden_size  # OPT ties the head to the embedding
     attention_at_seq_1 = spec.num_layers * (4 * spec.hidden_size + 3 * spec.num_heads)
     assert 3 * 2 * weights == pytest.approx(per_token - 3 * attention_at_seq_1, rel=2e-3)
+
+
+def _memory():
+    sys.path.insert(0, str(ROOT))
+    try:
+        from validation import memory as module
+    finally:
+        sys.path.pop(0)
+    return module
+
+
+def test_training_memory_rows_are_scored_against_their_fixed_split():
+    """Issue 17: >= 30 published memory measurements, >= 12 held out, every row with its source; the held-out part
+    within its median target and no run that really ran predicted not to fit. The part of each row is the hash
+    rule the sources' README fixed before anything was scored."""
+    import hashlib
+
+    memory = _memory()
+    rows = memory.load()
+    assert all(r["source"] and r["published"] is not None for _, r in rows)
+    for _, r in rows:
+        held = int(hashlib.sha256(r["name"].encode()).hexdigest(), 16) % 5 < 2
+        assert r["split"] == ("held-out" if held else "calibration"), r["name"]
+    scored, unscored = memory.run()
+    assert len(unscored) <= 0.1 * len(rows)
+    measured = [s for s in scored if s.error is not None]
+    assert len(measured) >= 30 and sum(s.split == "held-out" for s in measured) >= 12
+    assert all(math.isfinite(s.predicted_gib) and s.predicted_gib > 0 for s in scored)
+    held = memory.summarize([s for s in scored if s.split == "held-out"])
+    assert held.median <= memory.HELD_OUT_MEDIAN_TARGET
+    ran_but_predicted_oom = [s.name for s in scored if s.split == "held-out" and s.metric != "oom"
+                             and s.verdict_ok is False]
+    assert not ran_but_predicted_oom

@@ -92,6 +92,16 @@ def run() -> tuple[list[tuple[str, str, float, float, float]], float, float]:
 
 
 def main() -> int:
+    """Speed and serving results, then training memory (validation/memory.py); exit 1 when either misses its
+    targets."""
+    status = _speed()
+    print()
+    from validation import memory
+
+    return max(status, memory.main(sys.argv[1:]))
+
+
+def _speed() -> int:
     rows, median, worst = run()
     width = max(len(r[1]) for r in rows)
     print(f"{'':5}  {'result':{width}}  {'published':>10}  {'predicted':>10}  {'error':>7}")

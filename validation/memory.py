@@ -64,6 +64,14 @@ def _options(row: dict) -> dict:
         opts["offload"] = (opts["offload"],)
     if "offload" in opts:
         opts["offload"] = tuple(opts["offload"])
+    megatron = opts.pop("megatron_recompute", None)  # Megatron-LM's three flags, as the source gives them
+    if megatron:
+        opts.pop("recompute", None)
+        opts["recompute_granularity"] = megatron["granularity"]
+        if megatron.get("method"):
+            opts["recompute_method"] = megatron["method"]
+        if megatron.get("num_layers"):
+            opts["recompute_num_layers"] = megatron["num_layers"]
     return opts
 
 
@@ -162,14 +170,16 @@ def report(scored: list[Scored], *, rows: bool = True) -> tuple[str, Summary]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Print every row (or only the summary with --summary); exit 1 when the held-out part misses its targets."""
     scored, unscored = run()
-    text, held = report(scored)
+    text, held = report(scored, rows="--summary" not in (argv or []))
     print(text)
     for category, name, why in unscored:
         print(f"  not scored ({category}): {name}: {why}")
     ok = held.median is not None and held.median <= HELD_OUT_MEDIAN_TARGET and held.wrong_verdicts == 0
-    print(f"\nheld-out: median |error| {_pct(held.median).strip()} (target <= {100 * HELD_OUT_MEDIAN_TARGET:.0f}%), "
-          f"{held.wrong_verdicts} wrong verdicts (target 0)")
+    wrong = [s.name for s in scored if s.split == "held-out" and s.verdict_ok is False]
+    print(f"held-out: median |error| {_pct(held.median).strip()} (target <= {100 * HELD_OUT_MEDIAN_TARGET:.0f}%), "
+          f"{held.wrong_verdicts} wrong verdicts (target 0){': ' + '; '.join(wrong) if wrong else ''}")
     return 0 if ok else 1
 
 
