@@ -58,6 +58,14 @@ class TrainMemory:
     states: ModelStates
     buffer_parts: dict
     activation_in_flight: float
+    activations_per_microbatch: float = 0.0
+    """One micro-batch's saved activations on the reported stage (blocks and outside them, logits excluded),
+    whatever moment the peak falls at."""
+    moments: dict = None  # type: ignore[assignment]
+    """Bytes allocated (PyTorch's max_memory_allocated view) on the reported stage at each moment of a step:
+    end_of_forward (every in-flight micro-batch's activations and saved logits held), backward_peak (plus the
+    recompute working set and the loss's gradients) and optimizer_step (states, gradients and the optimizer's
+    temporaries, no activations)."""
 
     @property
     def total(self) -> float:
@@ -203,17 +211,25 @@ class LayoutMemory:
         states = st.states
         tokens = micro_batch * self.seq / self.layout.cp
         parts = {**st.state_buffers, **_token_buffers(self.spec, self.layout, e=self.e, tokens=tokens)}
+        one = st.activations.at(micro_batch, 1.0, recompute, self.offload_activations)
+        buffers = sum(parts.values())
+        saved_logits = 0.0
+        if st.activations.logit_bytes is not None:
+            saved_logits = tokens * st.activations.vocab * st.activations.logit_bytes[0] * act.in_flight / self.layout.tp
+        backward_peak = st.states_total + act.total + act.logits + buffers
+        moments = {"end_of_forward": backward_peak - act.recompute_working - act.logits + saved_logits,
+                   "backward_peak": backward_peak, "optimizer_step": st.step_allocated}
+        common = dict(runtime=self.runtime, stage=st.index, cpu=states.cpu, states=states, buffer_parts=parts,
+                      activation_in_flight=act.in_flight,
+                      activations_per_microbatch=one.layers + one.outside_layers, moments=moments)
         if backward is not None:
             return TrainMemory(params=states.params, master_weights=states.master_weights, grads=states.grads,
-                               optimizer=states.optimizer, activations=act.total, logits=act.logits,
-                               buffers=sum(parts.values()), runtime=self.runtime,
-                               allocator=ALLOCATOR_FRACTION * backward, stage=st.index, moment="backward",
-                               cpu=states.cpu, states=states, buffer_parts=parts, activation_in_flight=act.in_flight)
+                               optimizer=states.optimizer, activations=act.total, logits=act.logits, buffers=buffers,
+                               allocator=ALLOCATOR_FRACTION * backward, moment="backward", **common)
         return TrainMemory(params=states.params - states.transient_params, master_weights=states.master_weights,
                            grads=states.grads, optimizer=states.optimizer, activations=0.0, logits=0.0,
-                           buffers=st.step_buffers, runtime=self.runtime,
-                           allocator=ALLOCATOR_FRACTION * st.step_allocated, stage=st.index, moment="optimizer-step",
-                           cpu=states.cpu, states=states, buffer_parts=parts, activation_in_flight=act.in_flight)
+                           buffers=st.step_buffers, allocator=ALLOCATOR_FRACTION * st.step_allocated,
+                           moment="optimizer-step", **common)
 
     def peak(self, micro_batch: int, num_microbatches: int,
              recompute: str | None = None) -> tuple[float, _Stage, float | None]:

@@ -106,7 +106,14 @@ def train_to_dict(r: TrainResult) -> dict[str, Any]:
         "trainable_params_on_gpu": _num(mem.states.trainable_params),
         "memory_per_gpu": mem.as_dict(),
         "memory_peak": {"pipeline_stage": mem.stage, "moment": mem.moment,
-                        "in_flight_microbatches": mem.activation_in_flight},
+                        "in_flight_microbatches": mem.activation_in_flight,
+                        "meaning": "total = what nvidia-smi shows at the peak; torch_reserved = "
+                                   "torch.cuda.max_memory_reserved (the caching allocator's peak); torch_allocated = "
+                                   "max_memory_allocated; fits compares required (allocated + runtime) with the GPU"},
+        "memory_torch": {"reserved": _num(mem.torch_reserved), "allocated": _num(mem.torch_allocated),
+                         "required": _num(mem.required)},
+        "memory_moments_allocated": {k: _num(v) for k, v in mem.moments.items()},
+        "activations_per_microbatch": _num(mem.activations_per_microbatch),
         "buffers": {k: _num(v) for k, v in mem.buffer_parts.items()},
         "cpu_memory_per_gpu_bytes": _num(mem.cpu),
         "flops": {

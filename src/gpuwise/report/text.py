@@ -169,14 +169,24 @@ def render_train(r: TrainResult) -> str:
     lines.append(_table(rows, ["memory per GPU", "size", "share"], right={1, 2}))
     where = f"pipeline stage {mem.stage} of {lay.pp}" if lay.pp > 1 else "every rank"
     lines.append(f"(peak at the {mem.moment.replace('-', ' ')}, {where}; activations of "
-                 f"{mem.activation_in_flight:g} micro-batch(es) in flight)")
+                 f"{mem.activation_in_flight:g} micro-batch(es) in flight, {fmt_gib(mem.activations_per_microbatch)} "
+                 f"per micro-batch)")
+    mo = mem.moments
+    lines.append(f"allocated (torch.cuda.max_memory_allocated) at the end of forward {fmt_gib(mo['end_of_forward'])}, "
+                 f"backward peak {fmt_gib(mo['backward_peak'])}, optimizer step {fmt_gib(mo['optimizer_step'])}; "
+                 f"peak reserved by PyTorch's caching allocator {fmt_gib(mem.torch_reserved)}")
     if mem.cpu:
         lines.append(f"offloaded to host memory: {fmt_gib(mem.cpu)} per GPU")
     bar, legend = breakdown_bar(parts[:6] + [("other", sum(v for _, v in parts[6:]))], gpu.memory_bytes)
     lines += ["", f"{bar}", f"{legend}", ""]
     verdict = "FITS" + (" (tight: within 15% allocator fragmentation)" if r.tight else "") if r.fits \
         else "DOES NOT FIT"
-    lines.append(f"{verdict}: {fmt_gib(abs(r.headroom_bytes))} {'headroom' if r.fits else 'short'} per GPU")
+    if r.fits and r.headroom_bytes < 0:  # the allocated peak fits, the allocator's allowance does not
+        lines.append(f"{verdict}: allocated peak + runtime leave {fmt_gib(gpu.memory_bytes - mem.required)} per GPU; "
+                     f"the caching allocator's {fmt_gib(mem.allocator)} allowance does not fit, so it will run near "
+                     f"the card's limit (fragmentation can still end it)")
+    else:
+        lines.append(f"{verdict}: {fmt_gib(abs(r.headroom_bytes))} {'headroom' if r.fits else 'short'} per GPU")
     mb = r.max_micro_batch
     lines.append(f"largest micro-batch that fits: {mb if mb is not None else 'none (even 1 does not fit)'}")
     f = r.flops
