@@ -266,7 +266,8 @@ def _model_states(spec: ModelSpec, layout: Layout, stage: int, job: TrainJob) ->
     if finetune == "qlora":
         from ..quant.formats import get_weight_format, tensor_bytes
 
-        frozen_bits = {id(t): b * 8 / t.numel for t, b in tensor_bytes(get_weight_format("nf4-dq"), spec)}
+        # keyed by value: the quantizer's inventory and the stage's need not be the same objects (caches expire)
+        frozen_bits = {t: b * 8 / t.numel for t, b in tensor_bytes(get_weight_format("nf4-dq"), spec)}
     frozen_working = job.element_bytes
 
     acc = dict(params=0.0, master=0.0, grads=0.0, optimizer=0.0, cpu=0.0, transient=0.0)
@@ -276,7 +277,7 @@ def _model_states(spec: ModelSpec, layout: Layout, stage: int, job: TrainJob) ->
         shard = expert_n if rt.expert else dense_n
         if finetune != "full":
             # Frozen base: stored once in the compute dtype (NF4 + double-quantized scales under QLoRA).
-            bits = frozen_bits[id(t)] if frozen_bits is not None else frozen_working * 8
+            bits = frozen_bits[t] if frozen_bits is not None else frozen_working * 8
             base = count * n * bits / 8 / (shard if sh.params else 1)
             if "params" in offload and sh.params:
                 acc["cpu"] += base
