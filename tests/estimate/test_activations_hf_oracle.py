@@ -80,14 +80,14 @@ def _saved_bytes(config: dict, batch: int, seq: int) -> int:
 
 @pytest.mark.parametrize(("family", "overrides", "batch", "seq"), CASES,
                          ids=[f"{f}-h{o.get('hidden_size', o.get('n_embd', BASE['hidden_size']))}-B{b}-S{s}" for f, o, b, s in CASES])
-def test_hf_activations_within_10_percent_of_saved_tensors(family, overrides, batch, seq) -> None:
+def test_hf_activations_within_5_percent_of_saved_tensors(family, overrides, batch, seq) -> None:
     base = {"vocab_size": BASE["vocab_size"]} if family == "gpt2" else BASE  # GPT-2 spells its sizes n_*
     config = {"model_type": family, **base, **overrides}
     spec = spec_from_hf_config(config)
     act = stage_activations(spec, Layout(num_gpus=1), 0, TrainJob(framework="hf", seq=seq), micro_batch=batch,
                             num_microbatches=1)
     predicted = act.layers + act.outside_layers + 4 * batch * seq * spec.vocab_size
-    assert predicted == pytest.approx(_saved_bytes(config, batch, seq), rel=0.10)
+    assert predicted == pytest.approx(_saved_bytes(config, batch, seq), rel=0.05)
 
 
 def test_dropout_adds_one_byte_masks_per_residual_branch() -> None:

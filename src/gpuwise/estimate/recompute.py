@@ -86,6 +86,8 @@ class Matmul:
     """Its input width (the reduction dimension): FLOPs per token are 2 k out."""
     tp: str
     """column (output split over TP), row (output a full-width partial sum on each rank) or none (replicated)."""
+    bias: bool = False
+    """A linear with a bias runs as aten.addmm, which is not on the per-op save list (nor counted with the mms)."""
 
 
 def block_matmuls(spec: ModelSpec, layer: int) -> tuple[Matmul, ...]:
@@ -110,12 +112,15 @@ def block_matmuls(spec: ModelSpec, layer: int) -> tuple[Matmul, ...]:
     else:
         kv = spec.num_kv_heads * spec.head_dim
         q = a * spec.head_dim
-        mm += [Matmul(q, h, "column"), Matmul(kv, h, "column"), Matmul(kv, h, "column"), Matmul(h, q, "row")]
+        b = spec.qkv_bias
+        mm += [Matmul(q, h, "column", b), Matmul(kv, h, "column", b), Matmul(kv, h, "column", b),
+               Matmul(h, q, "row", spec.o_bias)]
 
     def mlp(width: int) -> list[Matmul]:
+        b = spec.mlp_bias
         if spec.gated_mlp:
-            return [Matmul(width, h, "column"), Matmul(width, h, "column"), Matmul(h, width, "row")]
-        return [Matmul(width, h, "column"), Matmul(h, width, "row")]
+            return [Matmul(width, h, "column", b), Matmul(width, h, "column", b), Matmul(h, width, "row", b)]
+        return [Matmul(width, h, "column", b), Matmul(h, width, "row", b)]
 
     moe = spec.moe
     if moe is not None and moe.moe_layers[layer]:
@@ -127,6 +132,11 @@ def block_matmuls(spec: ModelSpec, layer: int) -> tuple[Matmul, ...]:
     return tuple(mm)
 
 
+def _mms(spec: ModelSpec, layer: int) -> tuple[Matmul, ...]:
+    """The block's matmuls the per-op policy counts (aten.mm: linears without a bias)."""
+    return tuple(m for m in block_matmuls(spec, layer) if not m.bias)
+
+
 def op_saved_per_token(spec: ModelSpec, layer: int, *, e: float, tp: int, sp: bool) -> float:
     """Bytes per token block `layer` keeps under torchtitan's per-op policy, on one TP rank.
 
@@ -136,7 +146,7 @@ def op_saved_per_token(spec: ModelSpec, layer: int, *, e: float, tp: int, sp: bo
     """
     split = tp if sp and tp > 1 else 1
     saved = e * spec.hidden_size / split
-    for i, m in enumerate(block_matmuls(spec, layer), start=1):
+    for i, m in enumerate(_mms(spec, layer), start=1):
         if i % 2:
             saved += e * m.out / (tp if m.tp == "column" else 1)
     v_width = spec.num_heads * (spec.mla.v_head_dim if spec.mla is not None else spec.head_dim)
@@ -150,14 +160,14 @@ def op_saved_matmul_flops_per_token(spec: ModelSpec) -> float:
     """Forward FLOPs per token of the matmuls whose outputs the per-op policy keeps (the odd-numbered ones of every
     block): what its recomputation does not run again (everything else in the blocks but the attention core is)."""
     return sum(2 * m.k * m.out for layer in range(spec.num_layers)
-               for i, m in enumerate(block_matmuls(spec, layer), start=1) if i % 2)
+               for i, m in enumerate(_mms(spec, layer), start=1) if i % 2)
 
 
 def op_saved_matmul_share(spec: ModelSpec, layer: int) -> float:
     """Share of block `layer`'s matmul FLOPs whose outputs the per-op policy keeps (routed experts, never kept,
     counted in the whole)."""
-    mms = block_matmuls(spec, layer)
-    total = sum(m.out * m.k for m in mms)
+    total = sum(m.out * m.k for m in block_matmuls(spec, layer))
+    mms = _mms(spec, layer)
     moe = spec.moe
     if moe is not None and moe.moe_layers[layer]:
         total += moe.top_k * (3 if spec.gated_mlp else 2) * spec.hidden_size * moe.expert_intermediate_size
