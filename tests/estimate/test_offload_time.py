@@ -18,6 +18,8 @@ CASES = [
 def test_offload_never_makes_a_step_faster(case, offload):
     case = dict(case)
     model, gpu = case.pop("model"), case.pop("gpu")
+    if "fsdp" in case and "params" not in offload:  # FSDP2 has no optimizer-only offload (CPUOffloadPolicy)
+        pytest.skip("FSDP2 offloads parameters and optimizer states together")
     if "params" in offload and "fsdp" not in case and case.get("zero") != 3:
         case.pop("zero", None)
         case["zero"] = 3

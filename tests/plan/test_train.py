@@ -161,11 +161,16 @@ def test_context_parallel_ranks_share_the_model_state_sharding() -> None:
     assert cp.optimizer == pytest.approx(flat.optimizer)
 
 
-def test_param_offload_under_fsdp2_moves_the_fp32_shards_and_their_grads() -> None:
+def test_param_offload_under_fsdp2_moves_the_fp32_shards_their_grads_and_the_optimizer() -> None:
+    """FSDP2's CPUOffloadPolicy: parameters, gradients and the optimizer step on the host (no optimizer-only
+    variant: asking for it alone is an error)."""
     on = _run(num_gpus=8, global_batch=8, fsdp="full").memory
-    off = _run(num_gpus=8, global_batch=8, fsdp="full", offload=("params",)).memory
-    assert off.master_weights == off.grads == 0
-    assert off.cpu == pytest.approx(on.master_weights + on.grads)
+    off = _run(num_gpus=8, global_batch=8, fsdp="full", offload=("params",))
+    assert off.request.offload == ("params", "optimizer")
+    assert off.memory.master_weights == off.memory.grads == off.memory.optimizer == 0
+    assert off.memory.cpu == pytest.approx(on.master_weights + on.grads + on.optimizer)
+    with pytest.raises(gpuwise.GpuwiseError, match="CPUOffloadPolicy"):
+        _run(num_gpus=8, global_batch=8, fsdp="full", offload=("optimizer",))
 
 
 def test_gpipe_keeps_every_micro_batch_on_the_last_stage() -> None:

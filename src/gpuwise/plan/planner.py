@@ -54,6 +54,9 @@ SHARDINGS_BY_FRAMEWORK = {
     "deepspeed": ("zero1", "zero2", "zero3"),
 }
 OFFLOADS = ((), ("optimizer",), ("optimizer", "params"))
+FSDP2_OFFLOAD_ALL = ("torchtitan", "fsdp")
+"""FSDP2's only offload is CPUOffloadPolicy (parameters, their gradients and the optimizer step on the host): no
+optimizer-only variant (torch.distributed.fsdp.CPUOffloadPolicy)."""
 """Offload variants, cheapest first (plan/train.py's --offload targets; activations are left to recompute)."""
 HSDP_FRAMEWORKS = ("torchtitan", "fsdp")
 HSDP_DOUBLINGS = 3
@@ -277,6 +280,9 @@ def _offloads(req: PlanRequest, layout: Layout) -> tuple[tuple[str, ...], ...]:
     offload); also the parameters, where the sharding shards them."""
     if req.no_offload or req.optimizer == "none":
         return OFFLOADS[:1]
+    if req.framework in FSDP2_OFFLOAD_ALL and layout.sharding != "ddp":
+        # CPUOffloadPolicy moves parameters, gradients and states together (where parameters are sharded)
+        return (OFFLOADS[0], OFFLOADS[2]) if layout.sharding in PARAM_OFFLOAD_SHARDINGS else OFFLOADS[:1]
     return OFFLOADS if layout.sharding in PARAM_OFFLOAD_SHARDINGS else OFFLOADS[:2]
 
 

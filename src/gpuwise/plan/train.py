@@ -140,6 +140,9 @@ class TrainRequest:
         if self.fsdp is not None and self.fsdp not in FSDP_MODES:
             raise InvalidArgument(f"--fsdp: unknown mode '{self.fsdp}'; valid: {', '.join(FSDP_MODES)}")
         framework, why = choose_framework(self)
+        if self.fsdp is not None and framework in ("torchtitan", "fsdp") and "params" in self.offload \
+                and "optimizer" not in self.offload:  # CPUOffloadPolicy: the step runs on the host too
+            object.__setattr__(self, "offload", (*self.offload, "optimizer"))
         recompute = resolve_recompute(self, framework)
         chunks = self.loss_chunks if self.loss_chunks is not None else (8 if framework == "torchtune" else 1)
         if self.loss_chunks is not None:
@@ -158,6 +161,10 @@ class TrainRequest:
                        tp_comm_overlap=self.tp_comm_overlap, flops_convention=self.flops_convention,
                        compile=self.compile, loss_chunks=chunks, fused_loss=self.fused_loss,
                        optimizer_in_backward=self.optimizer_in_backward)
+        if self.fsdp is not None and framework in ("torchtitan", "fsdp") and "optimizer" in self.offload \
+                and "params" not in self.offload:
+            raise InvalidArgument("FSDP2 offloads parameters, gradients and optimizer states together "
+                                  "(CPUOffloadPolicy): use --offload params,optimizer (or --framework deepspeed)")
         if "params" in self.offload and self.sharding not in PARAM_OFFLOAD_SHARDINGS:
             raise InvalidArgument("--offload params needs sharded parameters (--zero 3 or --fsdp full/hybrid)")
         if self.optimizer_in_backward and self.num_microbatches_per_step > 1:
