@@ -309,6 +309,13 @@ def _stage(spec: ModelSpec, layout: Layout, stage: int, job: TrainJob) -> _Stage
     held = stage_tensors(spec, layout, stage)
     unit = max(states.layer_params, held.embedding, held.head)
     parts = _state_buffers(layout, states, framework=framework, unit_params=unit)
+    if job.finetune == "qlora":
+        # The 4-bit base is dequantized to the compute dtype one matrix at a time, in the forward and again for the
+        # input gradient (bitsandbytes MatMul4Bit, torchao NF4Tensor): the largest block matrix, one copy.
+        largest = max((rt.numel / rt.tensor.experts for rt in held.groups
+                       if rt.tensor.is_matrix and rt.tensor.layer is not None),
+                      default=0.0)
+        parts["nf4_dequant"] = largest * job.element_bytes
     # Optimizer step: torch's foreach AdamW / SGD allocate an fp32 temporary per parameter (hf, fsdp,
     # torchtitan); Megatron's and DeepSpeed's fused optimizers update in place.
     temp = 0.0
