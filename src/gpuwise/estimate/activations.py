@@ -17,6 +17,9 @@ Profiles (`framework`):
   product. Checked against the bytes the real model saves (tests/estimate/test_activations_hf_oracle.py).
 - `torchtitan` / `fsdp` / `torchtune`: PyTorch-native Llama-style blocks with flash SDPA: like `hf` (same op-level
   decomposition in eager PyTorch).
+- `unsloth`: transformers + PEFT with Unsloth's Triton kernels (RMSNorm keeps its input and rstd, the LoRA MLP keeps
+  its input and the gate and up outputs, RoPE in place): the same saved set as `compile`; its cross-entropy keeps
+  the 16-bit logits and writes their gradient in place (unsloth/kernels/cross_entropy_loss.py).
 - `compile` (torch.compile on the blocks): AOTAutograd's min-cut partitioner saves matmul and attention tensors and
   recomputes the pointwise ops from them in the backward: a norm keeps its input and its fp32 rstd (the normalized
   tensor, the matmuls' input, is recomputed), a gated MLP keeps its gate and up outputs (SiLU and the product are
@@ -188,6 +191,8 @@ def logits_bytes_per_element(framework: str, e: float, chunks: int = 1, fused: b
     """
     if fused:
         return 0.0, 12.0 / (chunks if chunks > 1 else 8)
+    if framework == "unsloth":
+        return e, e
     if framework == "megatron":
         saved, peak = 4.0, 4.0 + e
     elif framework in ("torchtitan", "fsdp", "torchtune"):
@@ -314,7 +319,8 @@ def stage_activation_terms(spec: ModelSpec, layout: Layout, stage: int, job: Tra
     depend on)."""
     per_stage = stage_layers(layout, spec.num_layers)
     sp = layout.sp and layout.tp > 1
-    framework, seq, flash, compiled = job.framework, job.seq, job.flash, job.compile
+    framework, seq, flash = job.framework, job.seq, job.flash
+    compiled = job.compile or framework == "unsloth"  # Unsloth's kernels save what the partitioner would
     key = (id(spec), per_stage, stage, layout.tp, sp, layout.cp, seq, framework, job.precision, flash, compiled,
            job.loss_chunks, job.fused_loss)
     hit = _STAGE_TERMS.get(key)

@@ -18,9 +18,11 @@ from typing import Literal, get_args
 from ..errors import InvalidArgument
 from ..fields import field_default
 
-Framework = Literal["megatron", "torchtitan", "fsdp", "torchtune", "hf", "deepspeed"]
+Framework = Literal["megatron", "torchtitan", "fsdp", "torchtune", "hf", "unsloth", "deepspeed"]
 """Implementation profiles: Megatron-LM / Megatron-Core, torchtitan, PyTorch FSDP2 or DDP, torchtune, transformers
-(+ PEFT / TRL), DeepSpeed ZeRO (docs/training-memory.md)."""
+(+ PEFT / TRL), Unsloth (transformers + PEFT with its own kernels), DeepSpeed ZeRO (docs/training-memory.md)."""
+HF_TRAINERS: tuple[str, ...] = ("hf", "unsloth")
+"""Frameworks training a transformers model with PEFT under the HF Trainer (fp32 adapters, torch optimizers)."""
 Precision = Literal["fp32", "bf16", "fp16", "bf16-pure", "fp8"]
 Optimizer = Literal["adamw", "adamw-8bit", "sgd", "adafactor", "none"]
 Recompute = str

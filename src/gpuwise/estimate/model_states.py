@@ -16,7 +16,7 @@ from ..errors import InvalidArgument
 from ..memo import remember
 from ..model.params import Tensor, tensor_inventory
 from ..model.spec import ModelSpec
-from .job import FRAMEWORKS, OPTIMIZERS, PYTORCH_NATIVE, TE_FP8, TrainJob
+from .job import FRAMEWORKS, HF_TRAINERS, OPTIMIZERS, PYTORCH_NATIVE, TE_FP8, TrainJob
 from .layout import Layout
 from .pipeline import stage_blocks, stage_layers
 
@@ -79,7 +79,7 @@ def precision_layout(framework: str, precision: str) -> PrecisionLayout:
         return PrecisionLayout(working=2, master=4, grad=2, state=4, fp8_cache=fp8)
     if framework in PYTORCH_NATIVE:
         return PrecisionLayout(working=2, master=4, grad=4, state=4, persistent_working=False)
-    if framework == "hf":
+    if framework in HF_TRAINERS:
         return PrecisionLayout(working=2, master=4, grad=4, state=4, fp8_cache=fp8, persistent_working=False)
     raise InvalidArgument(f"unknown framework '{framework}'; valid: {', '.join(FRAMEWORKS)}")
 

@@ -18,7 +18,7 @@ from ..model.spec import ModelSpec
 from ..units import MiB
 from .activations import StageActivationTerms, stage_activation_terms
 from .engines import CUBLAS_WORKSPACE_BYTES, CUDA_CONTEXT_BYTES
-from .job import PYTORCH_NATIVE, TrainJob
+from .job import HF_TRAINERS, PYTORCH_NATIVE, TrainJob
 from .layout import Layout
 from .model_states import ModelStates, model_states, stage_tensors
 from .pipeline import distinct_stages, in_flight_microbatches, stage_layers
@@ -122,7 +122,7 @@ def _state_buffers(layout: Layout, states: ModelStates, *, framework: str, unit_
     if layout.dp > 1 and not sh.params:
         if framework == "deepspeed" and layout.sharding != "ddp":
             out["reduce_bucket"] = min(DEEPSPEED_REDUCE_BUCKET, states.trainable_params) * grad_bytes
-        elif framework in ("hf", *PYTORCH_NATIVE) and layout.sharding == "ddp":
+        elif framework in (*HF_TRAINERS, *PYTORCH_NATIVE) and layout.sharding == "ddp":
             # torch DDP copies gradients into its buckets (gradient_as_bucket_view=False by default).
             out["ddp_buckets"] = states.grads
     if sh.params and layout.shard_size > 1:
@@ -319,7 +319,7 @@ def _stage(spec: ModelSpec, layout: Layout, stage: int, job: TrainJob) -> _Stage
     # Optimizer step: torch's foreach AdamW / SGD allocate an fp32 temporary per parameter (hf, fsdp,
     # torchtitan); Megatron's and DeepSpeed's fused optimizers update in place.
     temp = 0.0
-    if optimizer != "none" and framework in ("hf", *PYTORCH_NATIVE) and "optimizer" not in offload \
+    if optimizer != "none" and framework in (*HF_TRAINERS, *PYTORCH_NATIVE) and "optimizer" not in offload \
             and not job.optimizer_in_backward:
         shard = layout.shard_size if layout.sharding_spec.optimizer else 1
         temp = 4 * states.trainable_params / shard

@@ -243,7 +243,7 @@ def resolve_recompute(req: TrainRequest, framework: str) -> str:
     if req.gradient_checkpointing:
         return "full"
     if req.recompute is None:
-        return "full" if framework == "hf" and req.finetune != "full" else "none"
+        return "full" if framework in ("hf", "unsloth") and req.finetune != "full" else "none"
     recompute_plan(req.recompute)
     return "op" if req.recompute == "selective" and framework == "torchtitan" else req.recompute
 
