@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 import gpuwise
 
 DSV2_LITE = str(Path(__file__).resolve().parents[1] / "fixtures" / "configs" / "deepseek-v2-lite.json")  # MoE + MLA
-FRAMEWORKS = ["megatron", "torchtitan", "fsdp", "torchtune", "hf", "deepspeed"]
+FRAMEWORKS = ["megatron", "torchtitan", "fsdp", "torchtune", "hf", "unsloth", "deepspeed"]
 MODES = ["none", "selective", "full", "op", "layer:2", "layer:3", "block:4", "uniform:2"]
 MODELS = ["llama-3.2-1b", "qwen3-8b", DSV2_LITE, "gemma-2b"]
 jobs = st.fixed_dictionaries({
@@ -120,6 +120,7 @@ def test_checkpointing_modes_order_the_peak_too() -> None:
     (dict(framework="hf", finetune="qlora"), "full"),
     (dict(framework="hf", finetune="lora"), "full"),
     (dict(framework="hf"), "none"),
+    (dict(framework="unsloth", finetune="qlora"), "full"),
     (dict(framework="torchtune", finetune="lora"), "none"),
 ])
 def test_each_framework_spelling_resolves_to_its_mode(spelling, mode) -> None:
