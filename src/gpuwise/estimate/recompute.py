@@ -53,6 +53,12 @@ class RecomputePlan:
         return self.full_blocks(blocks) / blocks if blocks else 0.0
 
 
+def framework_mode(mode: str, framework: str) -> str:
+    """What `mode` means under `framework`: torchtitan's `selective` is its per-op policy (op); elsewhere the
+    attention core (Megatron's meaning)."""
+    return "op" if mode == "selective" and framework == "torchtitan" else mode
+
+
 _PLANS: dict[str, RecomputePlan] = {}
 
 

@@ -37,6 +37,7 @@ from ..estimate.layout import PARAM_OFFLOAD_SHARDINGS, Layout, divisors
 from ..estimate.model_states import ModelStates
 from ..estimate.parallel import cp_splits, ep_fits, hsdp_holds_experts, sp_splits, valid_tp_degrees
 from ..estimate.pipeline import pp_splits
+from ..estimate.recompute import framework_mode
 from ..estimate.step_time import StepTime, step_time
 from ..estimate.train_memory import layout_memory, required_bytes
 from ..units import GiB
@@ -143,7 +144,7 @@ class PlanRequest:
         """The training job the search evaluates with this recompute mode and offload: what `gpuwise train
         --framework F` builds for the same options (see `Plan.train_options`)."""
         return TrainJob(framework=self.framework, precision=self.precision, optimizer=self.optimizer, seq=self.seq,
-                        recompute=recompute, offload=frozenset(offload))
+                        recompute=framework_mode(recompute, self.framework), offload=frozenset(offload))
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,7 @@ from ..estimate.job import (Attention, Finetune, FlopsConvention, Framework, Off
 from ..estimate.layout import PARAM_OFFLOAD_SHARDINGS, Layout, Schedule, divisors
 from ..estimate.model_states import lora_targets
 from ..estimate.parallel import validate_layout
-from ..estimate.recompute import recompute_plan
+from ..estimate.recompute import framework_mode, recompute_plan
 from ..estimate.step_time import StepTime, step_time
 from ..estimate.train_memory import FRAGMENTATION_RISK, TrainMemory, layout_memory, required_bytes
 from ..fields import field_default
@@ -245,7 +245,7 @@ def resolve_recompute(req: TrainRequest, framework: str) -> str:
     if req.recompute is None:
         return "full" if framework in ("hf", "unsloth") and req.finetune != "full" else "none"
     recompute_plan(req.recompute)
-    return "op" if req.recompute == "selective" and framework == "torchtitan" else req.recompute
+    return framework_mode(req.recompute, framework)
 
 
 def choose_framework(req: TrainRequest) -> tuple[str, str]:
@@ -331,7 +331,7 @@ def train(req: TrainRequest) -> TrainResult:
         if required_bytes(*mem_model.peak(b, per_rank // b)) > req.gpu.memory_bytes:
             break
         best = b
-    flops = job_flops(spec, job, global_batch=req.global_batch)
+    flops = job_flops(spec, job, global_batch=req.global_batch, pp=layout.pp)
     perf = _perf(req, layout, memory, flops)
     return TrainResult(request=req, framework=job.framework, framework_reason=req.framework_reason, layout=layout,
                        params=param_counts(spec), memory=memory, flops=flops,
