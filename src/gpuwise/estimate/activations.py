@@ -178,7 +178,8 @@ class Activations:
         return self.layers + self.outside_layers + self.recompute_working
 
 
-def logits_bytes_per_element(framework: str, e: float, chunks: int = 1, fused: bool = False) -> tuple[float, float]:
+def logits_bytes_per_element(framework: str, e: float, chunks: int = 1, fused: bool = False,
+                             compiled: bool = False) -> tuple[float, float]:
     """(saved, peak) bytes per logit element on the last stage.
 
     All keep the fp32 log-softmax for the backward (4 B). At the start of the backward: transformers also holds
@@ -193,6 +194,10 @@ def logits_bytes_per_element(framework: str, e: float, chunks: int = 1, fused: b
         return 0.0, 12.0 / (chunks if chunks > 1 else 8)
     if framework == "unsloth":
         return e, e
+    if compiled and framework == "torchtune":
+        # torchtune compiles the loss with the model (`compile: True`): the compiled cross-entropy keeps the 16-bit
+        # logits and the per-row log-sum-exp, not the fp32 log-softmax; its fp32 gradient exists a chunk at a time
+        return e, e + 8.0 / chunks
     if framework == "megatron":
         saved, peak = 4.0, 4.0 + e
     elif framework in ("torchtitan", "fsdp", "torchtune"):
@@ -345,7 +350,8 @@ def stage_activation_terms(spec: ModelSpec, layout: Layout, stage: int, job: Tra
         dropout_mask=stage == 0 and spec.hidden_dropout > 0,
         rope_dim=spec.head_dim if spec.position == "rope" else 0,
         head_per_token=(_norm_bytes(spec, h, e, framework) + e * h) if last else 0.0,
-        logit_bytes=logits_bytes_per_element(framework, e, job.loss_chunks, job.fused_loss) if last else None, hidden=h,
+        logit_bytes=logits_bytes_per_element(framework, e, job.loss_chunks, job.fused_loss, job.compile) if last else None,
+        hidden=h,
         vocab=spec.vocab_size), spec)
 
 
