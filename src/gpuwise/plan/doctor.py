@@ -324,8 +324,11 @@ def _describe(req: TrainRequest, changes: dict) -> str:
         words.append(f"{changes['gpu'].name} instead of {req.gpu.name}")
     if "num_gpus" in changes:
         words.append(f"{req.num_gpus} -> {changes['num_gpus']} GPUs")
+    def current(k: str):
+        return req.job.recompute if k == "recompute" else getattr(req, k)
+
     for k, v in changes.items():
-        if k in ("gpu", "num_gpus") or getattr(req, k) == v:
+        if k in ("gpu", "num_gpus") or current(k) == v:
             continue
         if k == "offload":
             words.append("offload " + (", ".join(v) or "none"))
@@ -333,7 +336,7 @@ def _describe(req: TrainRequest, changes: dict) -> str:
             if v is not None:
                 words.append(f"{k} {v}")
         else:
-            words.append(f"{k.replace('_', '-')} {getattr(req, k)} -> {v}")
+            words.append(f"{k.replace('_', '-')} {current(k)} -> {v}")
     return "; ".join(words)
 
 
