@@ -10,7 +10,7 @@ stage (it holds p micro-batches), unless the last stage's logits outweigh it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from operator import attrgetter
 
 from ..memo import remember
@@ -61,7 +61,7 @@ class TrainMemory:
     activations_per_microbatch: float = 0.0
     """One micro-batch's saved activations on the reported stage (blocks and outside them, logits excluded),
     whatever moment the peak falls at."""
-    moments: dict = None  # type: ignore[assignment]
+    moments: dict = field(default_factory=dict)
     """Bytes allocated (PyTorch's max_memory_allocated view) on the reported stage at each moment of a step:
     end_of_forward (every in-flight micro-batch's activations and saved logits held), backward_peak (plus the
     recompute working set and the loss's gradients) and optimizer_step (states, gradients and the optimizer's
