@@ -94,6 +94,12 @@ class TrainJob:
     """The LM head and the loss run chunk by chunk, each chunk's backward right after it (torchtitan's
     ChunkedLossWrapper, Liger's and Cut Cross-Entropy's fused linear cross-entropy): no logits are kept, one chunk's
     are alive at a time (loss_chunks chunks, 8 when not given)."""
+    fp8_param_gather: bool = False
+    """Megatron --fp8-param-gather (Megatron-Bridge fp8_param_gather): the 16-bit working weights are replaced by fp8
+    ones (1 B) all-gathered in fp8; Transformer Engine caches only their transpose (1 B) beside them."""
+    grad_reduce_in_fp32: bool = True
+    """Megatron's gradient buffer in fp32 (Megatron-LM forces accumulate_allreduce_grads_in_fp32 for bf16); False:
+    bf16 gradient buffers (MCore DDP grad_reduce_in_fp32=False, as Megatron-Bridge's performance recipes set)."""
     optimizer_in_backward: bool = False
     """Each parameter's optimizer step runs as soon as its gradient is ready, which is then freed (torchtune
     optimizer_in_bwd): no step-wide gradients."""

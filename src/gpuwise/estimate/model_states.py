@@ -49,7 +49,8 @@ class PrecisionLayout:
     """False where the 16-bit copy exists only while a layer runs (FSDP2 all-gathers it from fp32 shards)."""
 
 
-def precision_layout(framework: str, precision: str) -> PrecisionLayout:
+def precision_layout(framework: str, precision: str, *, fp8_param_gather: bool = False,
+                     grad_reduce_in_fp32: bool = True) -> PrecisionLayout:
     """Per-framework bytes per parameter.
 
     - fp32: 4 + 4 + fp32 states. bf16-pure: 2 + 2 + states in bf16 (torch optimizers keep the param dtype).
@@ -73,8 +74,11 @@ def precision_layout(framework: str, precision: str) -> PrecisionLayout:
     fp16 = precision == "fp16"
     fp8 = 2.0 if precision == "fp8" and framework in TE_FP8 else 0.0
     if framework == "megatron":
-        return PrecisionLayout(working=2, master=4, grad=2 if fp16 else 4, state=4, grad_copy=4 if fp16 else 0,
-                               fp8_cache=fp8)
+        # --fp8-param-gather: a block matrix is an fp8 weight and TE's cached fp8 transpose, 1 + 1 B, in place of
+        # the bf16 weight and TE's 2 B of caches; embeddings and norms stay bf16: 2 B working, no cache, for all
+        fp8_cache = 0.0 if fp8_param_gather else fp8
+        return PrecisionLayout(working=2, master=4, grad=2 if fp16 or not grad_reduce_in_fp32 else 4, state=4,
+                               grad_copy=4 if fp16 else 0, fp8_cache=fp8_cache)
     if framework == "deepspeed":
         return PrecisionLayout(working=2, master=4, grad=2, state=4, fp8_cache=fp8)
     if framework in PYTORCH_NATIVE:
@@ -243,7 +247,7 @@ def model_states(spec: ModelSpec, layout: Layout, stage: int, job: TrainJob) -> 
     """Model-state bytes on one rank of pipeline stage `stage` (cached: the planner asks for the same often)."""
     key = (id(spec), layout.tp, layout.ep, stage_layers(layout, spec.num_layers), stage, layout.shard_size,
            layout.sharding, job.framework, job.precision, job.optimizer, job.finetune, job.lora_rank, job.lora_targets,
-           job.offload, job.optimizer_in_backward)
+           job.offload, job.optimizer_in_backward, job.fp8_param_gather, job.grad_reduce_in_fp32)
     hit = _STATES_CACHE.get(key)
     if hit is not None:
         return hit[0]
@@ -255,7 +259,8 @@ _STATES_CACHE: dict = {}
 
 def _model_states(spec: ModelSpec, layout: Layout, stage: int, job: TrainJob) -> ModelStates:
     precision, optimizer, finetune, offload = job.precision, job.optimizer, job.finetune, job.offload
-    lay = precision_layout(job.framework, precision)
+    lay = precision_layout(job.framework, precision, fp8_param_gather=job.fp8_param_gather,
+                           grad_reduce_in_fp32=job.grad_reduce_in_fp32)
     adapter_lay = precision_layout("hf", "bf16" if precision != "fp32" else "fp32")  # PEFT: fp32 adapters
     sh = layout.sharding_spec
     dense_n = layout.shard_size

@@ -279,7 +279,7 @@ def layout_memory(spec: ModelSpec, layout: Layout, job: TrainJob) -> LayoutMemor
     hold the terms of every mode), so that the layouts differing only in those share them."""
     key = (id(spec), _CLASS_FIELDS(layout), job.framework, job.precision, job.optimizer, job.seq, job.finetune,
            job.lora_rank, job.lora_targets, job.offload, job.attention, job.compile, job.loss_chunks,
-           job.fused_loss, job.optimizer_in_backward)
+           job.fused_loss, job.optimizer_in_backward, job.fp8_param_gather, job.grad_reduce_in_fp32)
     hit = _STAGES.get(key)
     if hit is not None:
         stages = hit[0]

@@ -91,6 +91,8 @@ class TrainRequest:
     """Cross-entropy over this many sequence chunks, upcast to fp32 one at a time (default 8 for torchtune, whose
     recipes use CEWithChunkedOutputLoss, else 1: the whole logits at once)."""
     fused_loss: bool = job_default("fused_loss")
+    fp8_param_gather: bool = job_default("fp8_param_gather")
+    grad_reduce_in_fp32: bool = job_default("grad_reduce_in_fp32")
     optimizer_in_backward: bool = job_default("optimizer_in_backward")
     offload: tuple[OffloadTarget, ...] = ()
     """States kept in host memory: a comma list of optimizer, params, activations."""
@@ -160,6 +162,7 @@ class TrainRequest:
                        lora_targets=self.lora_targets, offload=frozenset(self.offload), attention=self.attention,
                        tp_comm_overlap=self.tp_comm_overlap, flops_convention=self.flops_convention,
                        compile=self.compile, loss_chunks=chunks, fused_loss=self.fused_loss,
+                       fp8_param_gather=self.fp8_param_gather, grad_reduce_in_fp32=self.grad_reduce_in_fp32,
                        optimizer_in_backward=self.optimizer_in_backward)
         if self.fsdp is not None and framework in ("torchtitan", "fsdp") and "optimizer" in self.offload \
                 and "params" not in self.offload:
