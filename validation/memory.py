@@ -31,10 +31,6 @@ KNOWN_WRONG_VERDICTS = {
     "CodeLlama-34B QLoRA plain HF (no FA2), A100 40GB, Unsloth Dec-2023 benchmark -> OOM":
         "went OOM, predicted to fit; its flash-attention sibling is predicted 17% low and the source prints neither "
         "batch nor sequence",
-    "DeepSeek-V3 671B pretrain, 1024x H100, Megatron-Bridge BF16, TP2 PP8 VPP4 EP64, mbs1 gbs16384, seq 4096, "
-    "selective recompute mla_up_proj+mlp":
-        "ran, predicted not to fit: Megatron's recompute_modules (mla_up_proj, mlp) cannot be expressed; "
-        "gpuwise's selective recomputes the attention core only",
 }
 """Held-out rows whose verdict is wrong today, each with why: the test fails when one is added or fixed, so that this
 list is always the truth (issue 17 is not done while it is not empty)."""
@@ -83,6 +79,8 @@ def _options(row: dict) -> dict:
             opts["recompute_method"] = megatron["method"]
         if megatron.get("num_layers"):
             opts["recompute_num_layers"] = megatron["num_layers"]
+        if megatron.get("modules"):
+            opts["recompute_modules"] = ",".join(megatron["modules"])
     return opts
 
 

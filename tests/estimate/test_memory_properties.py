@@ -17,7 +17,8 @@ import gpuwise
 
 DSV2_LITE = str(Path(__file__).resolve().parents[1] / "fixtures" / "configs" / "deepseek-v2-lite.json")  # MoE + MLA
 FRAMEWORKS = ["megatron", "torchtitan", "fsdp", "torchtune", "hf", "unsloth", "deepspeed"]
-MODES = ["none", "selective", "full", "op", "layer:2", "layer:3", "block:4", "uniform:2"]
+MODES = ["none", "selective", "full", "op", "layer:2", "layer:3", "block:4", "uniform:2", "selective:mlp",
+         "selective:core_attn+mla_up_proj+moe"]
 MODELS = ["llama-3.2-1b", "qwen3-8b", DSV2_LITE, "gemma-2b"]
 jobs = st.fixed_dictionaries({
     "framework": st.sampled_from(FRAMEWORKS), "recompute": st.sampled_from(MODES), "compile": st.booleans(),
@@ -116,6 +117,9 @@ def test_checkpointing_modes_order_the_peak_too() -> None:
      "uniform:2"),
     (dict(framework="megatron", recompute_granularity="full", recompute_method="block", recompute_num_layers=3),
      "block:3"),
+    (dict(framework="megatron", recompute_granularity="selective", recompute_modules="mlp,core_attn"),
+     "selective:core_attn+mlp"),
+    (dict(framework="megatron", recompute_granularity="selective", recompute_modules="core_attn"), "selective"),
     (dict(framework="hf", gradient_checkpointing=True), "full"),
     (dict(framework="hf", finetune="qlora"), "full"),
     (dict(framework="hf", finetune="lora"), "full"),
@@ -134,9 +138,12 @@ def test_each_framework_spelling_resolves_to_its_mode(spelling, mode) -> None:
     (dict(ac="sometimes"), "--ac: unknown mode"),
     (dict(recompute="layer:0"), "unknown mode"),
     (dict(recompute="block"), "unknown mode"),
-    (dict(recompute_method="block"), "--recompute-granularity full"),
+    (dict(recompute_method="block"), "need --recompute-granularity"),
     (dict(recompute_granularity="selective", recompute_method="block"), "full only"),
     (dict(optimizer_in_backward=True, global_batch=4), "one micro-batch per step"),
+    (dict(recompute_modules="mlp"), "--recompute-granularity"),
+    (dict(recompute_granularity="full", recompute_modules="mlp"), "selective only"),
+    (dict(recompute="selective:attn"), "unknown module"),
     (dict(loss_chunks=0), "--loss-chunks"),
 ])
 def test_conflicting_or_unknown_checkpointing_options_are_one_clear_error(kw, message) -> None:

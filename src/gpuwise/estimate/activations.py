@@ -38,7 +38,7 @@ from .job import TrainJob
 from .layer_ops import block_signature
 from .layout import Layout
 from .pipeline import in_flight_microbatches, stage_blocks, stage_layers
-from .recompute import op_saved_per_token, recompute_plan
+from .recompute import MODULE_TERMS, op_saved_per_token, recompute_plan
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,6 +224,12 @@ def _per_token(spec: ModelSpec, layer: int, framework: str, e: float, fp8: bool,
         terms = layer_terms(spec, layer, framework=framework, e=e, fp8=fp8, flash=flash, compiled=compiled)
         if mode == "selective":
             terms = LayerTerms(terms.replicated, terms.split, 0.0)
+        elif mode != "none":  # Megatron-Core's recompute_modules: each module keeps its input only
+            plan = recompute_plan(mode)
+            drop = {k for m in plan.modules for k in MODULE_TERMS[m]}
+            score = 0.0 if "core_attn" in plan.modules else terms.score_per_key
+            terms = LayerTerms({k: v for k, v in terms.replicated.items() if k not in drop},
+                               {k: v for k, v in terms.split.items() if k not in drop}, score)
         value = terms.per_token(tp, sp, keys)
     return remember(_PER_TOKEN, key, value, spec)
 
@@ -246,6 +252,8 @@ class StageActivationTerms:
     """The same with the attention core recomputed (selective)."""
     per_kind_op: tuple[tuple[float, int], ...]
     """The same under torchtitan's per-op policy (op)."""
+    per_kind_modules: tuple[tuple[float, int], ...]
+    """The same with the job's Megatron recompute_modules recomputed (empty unless the job names some)."""
     num_layers: int
     seq_split: int
     """What sequence parallelism divides the replicated terms by (tp with SP, else 1)."""
@@ -281,7 +289,8 @@ class StageActivationTerms:
         tokens = micro_batch * self.seq / self.cp
         full_layer = 0.0  # the largest block kind's bytes for one micro-batch
         all_layers = 0.0  # all the stage's blocks, one micro-batch
-        for i, (b, c) in enumerate(self.per_kind_selective if plan.kind == "selective" else self.per_kind):
+        kinds = {"selective": self.per_kind_selective, "modules": self.per_kind_modules}.get(plan.kind, self.per_kind)
+        for i, (b, c) in enumerate(kinds):
             b *= tokens
             if i == 0 or b > full_layer:
                 full_layer = b
@@ -326,8 +335,9 @@ def stage_activation_terms(spec: ModelSpec, layout: Layout, stage: int, job: Tra
     sp = layout.sp and layout.tp > 1
     framework, seq, flash = job.framework, job.seq, job.flash
     compiled = job.compile or framework == "unsloth"  # Unsloth's kernels save what the partitioner would
+    modules = job.recompute if recompute_plan(job.recompute).kind == "modules" else None
     key = (id(spec), per_stage, stage, layout.tp, sp, layout.cp, seq, framework, job.precision, flash, compiled,
-           job.loss_chunks, job.fused_loss)
+           job.loss_chunks, job.fused_loss, modules)
     hit = _STAGE_TERMS.get(key)
     if hit is not None:
         return hit[0]
@@ -346,7 +356,7 @@ def stage_activation_terms(spec: ModelSpec, layout: Layout, stage: int, job: Tra
     last = stage == layout.pp - 1
     return remember(_STAGE_TERMS, key, StageActivationTerms(
         seq=seq, cp=layout.cp, tp=tp, e=e, per_kind=kinds("none"), per_kind_selective=kinds("selective"),
-        per_kind_op=kinds("op"), num_layers=sum(c for _, c in blocks), seq_split=split, stored_per_token=e * h / split,
+        per_kind_op=kinds("op"), per_kind_modules=kinds(modules) if modules else (), num_layers=sum(c for _, c in blocks), seq_split=split, stored_per_token=e * h / split,
         dropout_mask=stage == 0 and spec.hidden_dropout > 0,
         rope_dim=spec.head_dim if spec.position == "rope" else 0,
         head_per_token=(_norm_bytes(spec, h, e, framework) + e * h) if last else 0.0,

@@ -183,7 +183,8 @@ def _step_flops(spec: ModelSpec, seq: int, global_batch: int, convention: str, r
     fwd = FlopsBreakdown(**{k: v * global_batch for k, v in one.as_dict().items()})
     # the LM head is never checkpointed; the blocks' share follows the mode (estimate/recompute.py)
     extra = recomputed_flops(spec, recompute, blocks_forward=fwd.total - fwd.lm_head,
-                             attention_core=fwd.attention_core, tokens=seq * global_batch, pp=pp)
+                             attention_core=fwd.attention_core, tokens=seq * global_batch, pp=pp,
+                             parts=fwd.as_dict())
     return StepFlops(forward=fwd, tokens=seq * global_batch, recompute=extra)
 
 

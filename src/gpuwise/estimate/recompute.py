@@ -17,6 +17,10 @@ A mode is a string (`TrainJob.recompute`):
   are checkpointed in full, the others keep all.
 - `uniform:K` (Megatron `--recompute-method uniform --recompute-num-layers K`): the blocks are checkpointed in
   groups of K; each group keeps its input and recomputes K blocks at once in the backward.
+- `selective:M1+M2` (Megatron-Core `--recompute-granularity selective --recompute-modules M1 M2`): the named
+  submodules of every block keep their input only: `core_attn` (the attention core), `mlp` (the MLP, or the whole
+  MoE layer), `moe` (the MoE layer), `shared_experts`, `mla_up_proj` (MLA's query and key/value up-projections),
+  `layernorm` (already input-only in Megatron's fused norms). `selective` alone is `selective:core_attn`.
 """
 
 from __future__ import annotations
@@ -28,7 +32,18 @@ from ..model.spec import ModelSpec
 
 PLAIN = ("none", "selective", "full", "op")
 COUNTED = ("layer", "block", "uniform")
-VALID = "none, selective, full, op, layer:N, block:K or uniform:K"
+MODULES = ("core_attn", "mlp", "moe", "shared_experts", "mla_up_proj", "layernorm")
+VALID = "none, selective, full, op, layer:N, block:K, uniform:K or selective:M1+M2 (M: " + ", ".join(MODULES) + ")"
+MODULE_TERMS = {"core_attn": ("softmax_stats",), "mlp": ("mlp", "routed_experts", "shared_experts", "expert_inputs"),
+                "moe": ("routed_experts", "shared_experts", "expert_inputs"), "shared_experts": ("shared_experts",),
+                "mla_up_proj": ("qkv",), "layernorm": ()}
+"""The saved-tensor terms (estimate/activations.layer_terms) each recomputed module no longer keeps."""
+MODULE_FLOPS = {"core_attn": ("attention_scores", "attention_values"),
+                "mlp": ("mlp", "router", "routed_experts", "shared_experts"),
+                "moe": ("router", "routed_experts", "shared_experts"), "shared_experts": ("shared_experts",),
+                "mla_up_proj": ("qkv",), "layernorm": ()}
+"""The forward FLOPs (estimate/flops.FlopsBreakdown keys) each recomputed module runs again (mla_up_proj: all of
+the QKV projections, an upper bound)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +52,8 @@ class RecomputePlan:
     """none, selective, full, op, layer, block or uniform."""
     n: int = 1
     """layer: checkpoint every n-th block; block: the first n blocks of a stage; uniform: groups of n blocks."""
+    modules: frozenset = frozenset()
+    """kind modules: the submodules recomputed (Megatron-Core's recompute_modules)."""
 
     def full_blocks(self, blocks: int) -> int:
         """Blocks of a stage of `blocks` that keep only their input (checkpointed whole)."""
@@ -71,6 +88,12 @@ def recompute_plan(mode: str) -> RecomputePlan:
         raise InvalidArgument(f"--recompute: unknown mode {mode!r}; valid: {VALID}")
     if mode in PLAIN:
         plan = RecomputePlan(mode)
+    elif mode.startswith("selective:"):
+        names = frozenset(x for x in mode.split(":", 1)[1].replace(",", "+").split("+") if x)
+        bad = sorted(names - set(MODULES))
+        if bad or not names:
+            raise InvalidArgument(f"--recompute: unknown module '{bad[0] if bad else mode}'; valid: {VALID}")
+        plan = RecomputePlan("selective") if names == {"core_attn"} else RecomputePlan("modules", modules=names)
     else:
         kind, _, count = mode.partition(":")
         if kind not in COUNTED or not count.isdigit() or not 1 <= int(count) <= 1 << 16:
@@ -180,11 +203,25 @@ def op_saved_matmul_share(spec: ModelSpec, layer: int) -> float:
     return sum(m.out * m.k for i, m in enumerate(mms, start=1) if i % 2) / total if total else 0.0
 
 
+def module_share(spec: ModelSpec, mode: str) -> float:
+    """Share of the blocks' forward FLOPs that Megatron's recompute_modules run again (0 for other modes)."""
+    from .flops import forward_flops  # flops imports this module
+
+    parts = forward_flops(spec, 4096).as_dict()
+    blocks = sum(parts.values()) - parts["lm_head"]
+    done = recomputed_flops(spec, mode, blocks_forward=blocks, attention_core=0.0, tokens=0.0, parts=parts)
+    return done / blocks if blocks and recompute_plan(mode).kind == "modules" else 0.0
+
+
 def recomputed_flops(spec: ModelSpec, mode: str, *, blocks_forward: float, attention_core: float, tokens: float,
-                     pp: int = 1) -> float:
+                     pp: int = 1, parts: dict[str, float] | None = None) -> float:
     """Forward FLOPs run again in the backward under `mode`, given the blocks' forward FLOPs (LM head excluded), their
-    attention core's and the tokens; block:K counts K blocks on each of `pp` stages."""
+    attention core's, the tokens and the forward FLOPs by operation (`parts`); block:K counts K blocks on each of `pp`
+    stages."""
     plan = recompute_plan(mode)
+    if plan.kind == "modules":
+        keys = {k for m in plan.modules for k in MODULE_FLOPS[m]}
+        return sum((parts or {}).get(k, 0.0) for k in keys)
     if plan.kind == "selective":
         return attention_core
     if plan.kind == "op":

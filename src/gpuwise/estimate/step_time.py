@@ -40,7 +40,7 @@ from .layer_ops import block_ops, block_signature, head_gemm, keys_per_query, un
 from .layout import Layout
 from .model_states import ModelStates
 from .pipeline import bubble_fraction, bubble_time_s, distinct_stages, stage_blocks, stage_layers
-from .recompute import op_saved_matmul_share, recompute_plan
+from .recompute import module_share, op_saved_matmul_share, recompute_plan
 
 LOSS_BYTES_PER_LOGIT = 12.0
 """Cross-entropy streams each logit about three times: the forward reads 16-bit logits and writes fp32
@@ -153,6 +153,8 @@ def _time_block(profile: DeviceProfile, spec: ModelSpec, layer: int, tokens: int
         rec = attn_f
     elif kind == "op":  # everything but the attention core and the kept matmuls runs again
         rec = max(0.0, forward - attn_f - fwd_gemm * op_saved_matmul_share(spec, layer))
+    elif kind == "modules":  # the named submodules' share of the block's forward FLOPs
+        rec = forward * module_share(spec, recompute)
     else:  # a whole block again (the stage scales it by the share of blocks checkpointed whole)
         rec = forward
     return _BlockTime(forward, backward, rec, attn_f, attn_b, fwd_gemm, bwd_gemm)

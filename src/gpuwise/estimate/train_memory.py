@@ -19,6 +19,7 @@ from ..units import MiB
 from .activations import StageActivationTerms, stage_activation_terms
 from .engines import CUBLAS_WORKSPACE_BYTES, CUDA_CONTEXT_BYTES
 from .job import HF_TRAINERS, PYTORCH_NATIVE, TrainJob
+from .recompute import recompute_plan
 from .layout import Layout
 from .model_states import ModelStates, model_states, stage_tensors
 from .pipeline import distinct_stages, in_flight_microbatches, stage_layers
@@ -279,7 +280,8 @@ def layout_memory(spec: ModelSpec, layout: Layout, job: TrainJob) -> LayoutMemor
     hold the terms of every mode), so that the layouts differing only in those share them."""
     key = (id(spec), _CLASS_FIELDS(layout), job.framework, job.precision, job.optimizer, job.seq, job.finetune,
            job.lora_rank, job.lora_targets, job.offload, job.attention, job.compile, job.loss_chunks,
-           job.fused_loss, job.optimizer_in_backward, job.fp8_param_gather, job.grad_reduce_in_fp32)
+           job.fused_loss, job.optimizer_in_backward, job.fp8_param_gather, job.grad_reduce_in_fp32,
+           job.recompute if recompute_plan(job.recompute).kind == "modules" else None)
     hit = _STAGES.get(key)
     if hit is not None:
         stages = hit[0]

@@ -81,6 +81,9 @@ class TrainRequest:
     """Megatron-LM --recompute-granularity."""
     recompute_method: Literal["uniform", "block"] | None = None
     """Megatron-LM --recompute-method (with --recompute-granularity full; default uniform)."""
+    recompute_modules: str | None = None
+    """Megatron-Core --recompute-modules (with --recompute-granularity selective), a comma list of core_attn, mlp,
+    moe, shared_experts, mla_up_proj, layernorm (default core_attn)."""
     recompute_num_layers: int | None = None
     """Megatron-LM --recompute-num-layers (default 1): blocks per checkpoint (uniform) or checkpointed blocks per
     pipeline stage and virtual stage (block)."""
@@ -152,10 +155,12 @@ class TrainRequest:
         # A framework's own spelling becomes --recompute (so that `replace(req, recompute=...)` is one request); a
         # mode left to the framework's default stays None, and is chosen again for the framework of a `replace`.
         natives = self.ac is not None or self.gradient_checkpointing or self.recompute_granularity is not None \
-            or self.recompute_method is not None or self.recompute_num_layers is not None
+            or self.recompute_method is not None or self.recompute_num_layers is not None \
+            or self.recompute_modules is not None
         for name, value in (("recompute", recompute if natives else self.recompute), ("ac", None),
                             ("recompute_granularity", None), ("recompute_method", None),
-                            ("recompute_num_layers", None), ("gradient_checkpointing", False)):
+                            ("recompute_num_layers", None), ("recompute_modules", None),
+                            ("gradient_checkpointing", False)):
             object.__setattr__(self, name, value)
         job = TrainJob(framework=framework, precision=self.precision, optimizer=self.optimizer, seq=self.seq,
                        recompute=recompute, finetune=self.finetune, lora_rank=self.lora_rank,
@@ -218,7 +223,7 @@ def resolve_recompute(req: TrainRequest, framework: str) -> str:
     """gpuwise's recompute mode from whichever spelling the request uses (one at most): --recompute, torchtitan's
     --ac, Megatron's --recompute-granularity/-method/-num-layers, transformers' --gradient-checkpointing; else the
     framework's default."""
-    megatron = (req.recompute_granularity, req.recompute_method, req.recompute_num_layers)
+    megatron = (req.recompute_granularity, req.recompute_method, req.recompute_num_layers, req.recompute_modules)
     given = [name for name, on in (("--recompute", req.recompute is not None), ("--ac", req.ac is not None),
                                    ("--recompute-granularity/-method/-num-layers", any(x is not None for x in megatron)),
                                    ("--gradient-checkpointing", req.gradient_checkpointing)) if on]
@@ -231,13 +236,20 @@ def resolve_recompute(req: TrainRequest, framework: str) -> str:
         recompute_plan(mode)
         return "full" if mode == "layer:1" else mode
     if any(x is not None for x in megatron):
-        granularity, method, count = megatron
+        granularity, method, count, modules = megatron
         if granularity is None:
-            raise InvalidArgument("--recompute-method/--recompute-num-layers need --recompute-granularity full")
+            raise InvalidArgument("--recompute-method/--recompute-num-layers/--recompute-modules need "
+                                  "--recompute-granularity")
         if granularity == "selective":
-            if method is not None:
-                raise InvalidArgument("--recompute-method applies to --recompute-granularity full only")
-            return "selective"
+            if method is not None or count is not None:
+                raise InvalidArgument("--recompute-method and --recompute-num-layers apply to --recompute-granularity "
+                                      "full only")
+            if modules is None:
+                return "selective"
+            mode = "selective:" + "+".join(sorted({m.strip() for m in modules.split(",") if m.strip()}))
+            return "selective" if recompute_plan(mode).kind == "selective" else mode
+        if modules is not None:
+            raise InvalidArgument("--recompute-modules applies to --recompute-granularity selective only")
         count = 1 if count is None else count
         require_positive_int("--recompute-num-layers", count, 1 << 16)
         if method == "block":
