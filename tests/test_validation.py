@@ -11,13 +11,19 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _validation():
+def _module(name: str):
+    """validation.<name>, imported from the checkout (validation/ is not part of the installed package)."""
+    import importlib
+
     sys.path.insert(0, str(ROOT))
     try:
-        from validation import __main__ as module
+        return importlib.import_module(f"validation.{name}")
     finally:
         sys.path.pop(0)
-    return module
+
+
+def _validation():
+    return _module("__main__")
 
 
 def test_every_published_result_gets_a_prediction():
@@ -43,12 +49,7 @@ def test_chinchilla_flops_reduce_to_six_n_without_attention():
 
 
 def _memory():
-    sys.path.insert(0, str(ROOT))
-    try:
-        from validation import memory as module
-    finally:
-        sys.path.pop(0)
-    return module
+    return _module("memory")
 
 
 def test_training_memory_rows_are_scored_against_their_fixed_split():

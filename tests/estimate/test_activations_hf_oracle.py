@@ -29,13 +29,9 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 
-def _flash_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
-    out = torch.ops.aten._scaled_dot_product_flash_attention(query, key, value, dropout, True, False,
-                                                             scale=scaling)[0]
-    return out.transpose(1, 2).contiguous(), None
+from _meta_flash import register  # noqa: E402
 
-
-transformers.AttentionInterface.register("gpu_sdpa", _flash_attention)
+register("gpu_sdpa")
 
 BASE = dict(hidden_size=512, intermediate_size=1376, num_hidden_layers=3, num_attention_heads=8,
             num_key_value_heads=2, vocab_size=32000, max_position_embeddings=8192)

@@ -27,13 +27,9 @@ SAVE_LIST = {torch.ops.aten.mm.default, torch.ops.aten._scaled_dot_product_flash
              torch.ops.aten.max.default}
 
 
-def _flash_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
-    out = torch.ops.aten._scaled_dot_product_flash_attention(query, key, value, dropout, True, False,
-                                                             scale=scaling)[0]
-    return out.transpose(1, 2).contiguous(), None
+from _meta_flash import register  # noqa: E402
 
-
-transformers.AttentionInterface.register("gpu_sdpa_op_policy", _flash_attention)
+register("gpu_sdpa_op_policy")
 
 BASE = dict(hidden_size=512, intermediate_size=1376, num_hidden_layers=2, num_attention_heads=8,
             num_key_value_heads=2, vocab_size=1000, max_position_embeddings=4096)

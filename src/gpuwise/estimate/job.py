@@ -41,6 +41,9 @@ RECOMPUTE: tuple[str, ...] = ("none", "selective", "full")
 relies on the order). Where the framework has per-op selective checkpointing (torchtitan), "selective" is it."""
 PYTORCH_NATIVE: tuple[str, ...] = ("torchtitan", "fsdp", "torchtune")
 """Frameworks built on FSDP2 / DDP and eager PyTorch modules: fp32 sharded masters, torchao float8."""
+FSDP2_OFFLOAD_ALL: tuple[str, ...] = ("torchtitan", "fsdp")
+"""Frameworks whose only offload is FSDP2's CPUOffloadPolicy: parameters, their gradients and the optimizer step on
+the host together, no optimizer-only variant (torch.distributed.fsdp.CPUOffloadPolicy)."""
 TE_FP8: tuple[str, ...] = ("megatron", "deepspeed", "hf")
 """Frameworks whose fp8 training is Transformer Engine's (fp8 weight caches, fp8 saved linear inputs)."""
 FINETUNE: tuple[str, ...] = get_args(Finetune)

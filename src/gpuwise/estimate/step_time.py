@@ -154,7 +154,7 @@ def _time_block(profile: DeviceProfile, spec: ModelSpec, layer: int, tokens: int
     elif kind == "op":  # everything but the attention core and the kept matmuls runs again
         rec = max(0.0, forward - attn_f - fwd_gemm * op_saved_matmul_share(spec, layer))
     elif kind == "modules":  # the named submodules' share of the block's forward FLOPs
-        rec = forward * module_share(spec, recompute)
+        rec = forward * module_share(spec, recompute, context)
     else:  # a whole block again (the stage scales it by the share of blocks checkpointed whole)
         rec = forward
     return _BlockTime(forward, backward, rec, attn_f, attn_b, fwd_gemm, bwd_gemm)

@@ -32,7 +32,7 @@ from ..catalog.models import LoadedModel
 from ..errors import InvalidArgument, require_positive_int, require_positive_number
 from ..estimate.comm import Topology
 from ..estimate.flops import gemm_dtype, job_flops, utilization
-from ..estimate.job import RECOMPUTE, Optimizer, Precision, TrainJob, job_default
+from ..estimate.job import FSDP2_OFFLOAD_ALL, RECOMPUTE, Optimizer, Precision, TrainJob, job_default
 from ..estimate.layout import PARAM_OFFLOAD_SHARDINGS, Layout, divisors
 from ..estimate.model_states import ModelStates
 from ..estimate.parallel import cp_splits, ep_fits, hsdp_holds_experts, sp_splits, valid_tp_degrees
@@ -55,9 +55,6 @@ SHARDINGS_BY_FRAMEWORK = {
     "deepspeed": ("zero1", "zero2", "zero3"),
 }
 OFFLOADS = ((), ("optimizer",), ("optimizer", "params"))
-FSDP2_OFFLOAD_ALL = ("torchtitan", "fsdp")
-"""FSDP2's only offload is CPUOffloadPolicy (parameters, their gradients and the optimizer step on the host): no
-optimizer-only variant (torch.distributed.fsdp.CPUOffloadPolicy)."""
 """Offload variants, cheapest first (plan/train.py's --offload targets; activations are left to recompute)."""
 HSDP_FRAMEWORKS = ("torchtitan", "fsdp")
 HSDP_DOUBLINGS = 3

@@ -16,8 +16,8 @@ from ..catalog.models import LoadedModel
 from ..errors import InvalidArgument, require_positive_int, require_positive_number
 from ..estimate.comm import Topology
 from ..estimate.flops import StepFlops, gemm_dtype, job_flops, utilization
-from ..estimate.job import (Attention, Finetune, FlopsConvention, Framework, OffloadTarget, Optimizer, Precision,
-                            Recompute, TrainJob, job_default)
+from ..estimate.job import (FSDP2_OFFLOAD_ALL, Attention, Finetune, FlopsConvention, Framework, OffloadTarget,
+                            Optimizer, Precision, Recompute, TrainJob, job_default)
 from ..estimate.layout import PARAM_OFFLOAD_SHARDINGS, Layout, Schedule, divisors
 from ..estimate.model_states import lora_targets
 from ..estimate.parallel import validate_layout
@@ -145,13 +145,11 @@ class TrainRequest:
         if self.fsdp is not None and self.fsdp not in FSDP_MODES:
             raise InvalidArgument(f"--fsdp: unknown mode '{self.fsdp}'; valid: {', '.join(FSDP_MODES)}")
         framework, why = choose_framework(self)
-        if self.fsdp is not None and framework in ("torchtitan", "fsdp") and "params" in self.offload \
+        if self.fsdp is not None and framework in FSDP2_OFFLOAD_ALL and "params" in self.offload \
                 and "optimizer" not in self.offload:  # CPUOffloadPolicy: the step runs on the host too
             object.__setattr__(self, "offload", (*self.offload, "optimizer"))
         recompute = resolve_recompute(self, framework)
         chunks = self.loss_chunks if self.loss_chunks is not None else (8 if framework == "torchtune" else 1)
-        if self.loss_chunks is not None:
-            require_positive_int("--loss-chunks", self.loss_chunks, 1 << 16)
         # A framework's own spelling becomes --recompute (so that `replace(req, recompute=...)` is one request); a
         # mode left to the framework's default stays None, and is chosen again for the framework of a `replace`.
         natives = self.ac is not None or self.gradient_checkpointing or self.recompute_granularity is not None \
@@ -169,7 +167,7 @@ class TrainRequest:
                        compile=self.compile, loss_chunks=chunks, fused_loss=self.fused_loss,
                        fp8_param_gather=self.fp8_param_gather, grad_reduce_in_fp32=self.grad_reduce_in_fp32,
                        optimizer_in_backward=self.optimizer_in_backward)
-        if self.fsdp is not None and framework in ("torchtitan", "fsdp") and "optimizer" in self.offload \
+        if self.fsdp is not None and framework in FSDP2_OFFLOAD_ALL and "optimizer" in self.offload \
                 and "params" not in self.offload:
             raise InvalidArgument("FSDP2 offloads parameters, gradients and optimizer states together "
                                   "(CPUOffloadPolicy): use --offload params,optimizer (or --framework deepspeed)")
