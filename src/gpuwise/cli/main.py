@@ -79,11 +79,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         out = COMMANDS[args.command].run(args)
     except GpuwiseError as exc:
         sys.stderr.write(f"gpuwise: error: {exc}\n")
-        return EXIT_USAGE
+        return _leave(EXIT_USAGE)
     if out is None:  # wrote its own output (a live view), or a torchrun rank other than 0
-        return 0
+        return _leave(0)
     try:
         sys.stdout.write(out + "\n")
     except BrokenPipeError:  # `gpuwise models | head`
         pass
-    return 0
+    return _leave(0)
+
+
+def _leave(code: int) -> int:
+    """`code`; a torchrun rank of `gpuwise bench` exits here, its output written (see measure.dist)."""
+    dist = sys.modules.get("gpuwise.measure.dist")  # loaded only by the measuring commands
+    return dist.leave_after_group(code) if dist is not None else code

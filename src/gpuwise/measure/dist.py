@@ -7,7 +7,9 @@ group uses NCCL when the ranks drive CUDA GPUs and gloo on CPU (the tests' path)
 
 from __future__ import annotations
 
+import gc
 import os
+import sys
 from dataclasses import dataclass
 
 from ._deps import MeasureUnavailable, require_torch, resolve_device
@@ -66,7 +68,27 @@ def init(env: DistEnv, device: str | None, what: str):
             backend = "nccl" if dev.type == "cuda" else "gloo"
             kwargs = {"device_id": dev} if dev.type == "cuda" else {}
             dist.init_process_group(backend=backend, **kwargs)
+            _GROUP_STARTED[0] = True
     return torch, dev
+
+
+_GROUP_STARTED = [False]
+"""Whether this process started a process group (it runs as one rank under torchrun)."""
+
+
+def leave_after_group(code: int) -> int:
+    """Exit a torchrun rank at once, past the interpreter's teardown, once its output is written; return `code`
+    unchanged in a process that started no process group.
+
+    Gloo's worker threads can still hold work objects when the interpreter finalizes, and their destruction then
+    aborts the rank now and then ("terminate called without an active exception", SIGABRT: the failure
+    pytorch/pytorch#179291 describes). The group has been torn down by `finish` before this; nothing is left to
+    clean up but the interpreter itself."""
+    if _GROUP_STARTED[0]:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
 
 
 def finish(barrier: bool = True) -> None:
@@ -75,6 +97,7 @@ def finish(barrier: bool = True) -> None:
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
+        gc.collect()  # the model's reference cycles (FSDP2 hooks, DTensors) die while the group can still serve them
         if barrier:
             dist.barrier()
         dist.destroy_process_group()
