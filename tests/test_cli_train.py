@@ -60,6 +60,9 @@ BAD = [
     ["nosuchmodel", "--gpu", "h100"],
     ["llama-3.1-8b", "--gpu", "h100", "--fsdp", "hybrid", "--num-gpus", "8"],
     ["gpt2", "--gpu", "h100", "--seq", "4096"],
+    ["llama-3.1-8b", "--gpu", "h100", "--finetune", "lora", "--lora-dropout", "1"],
+    ["llama-3.1-8b", "--gpu", "h100", "--finetune", "lora", "--lora-dropout", "-0.1"],
+    ["llama-3.1-8b", "--gpu", "h100", "--finetune", "lora", "--lora-dropout", "nan"],
 ]
 
 

@@ -76,7 +76,20 @@ def test_full_recompute_stores_the_layer_input_and_rebuilds_one_layer() -> None:
     act = stage_activations(spec, Layout(num_gpus=1), 0, replace(job, recompute="full"), **kw)
     assert act.layers == pytest.approx(96 * 2 * SBH)
     none = stage_activations(spec, Layout(num_gpus=1), 0, job, **kw)
-    assert act.recompute_working == pytest.approx(none.layers / 96)
+    assert act.recompute_working - none.recompute_working == pytest.approx(none.layers / 96)
+
+
+def test_a_materialized_softmax_backward_holds_two_score_gradients() -> None:
+    # The softmax's backward takes its output's gradient and writes its input's: two a x s x s tensors of the
+    # activation dtype at once (16-bit in Megatron's fused kernel), with or without recompute; none with flash.
+    spec = _gpt3()
+    job, kw = TrainJob(framework="megatron", seq=S, attention="unfused"), dict(micro_batch=1, num_microbatches=1)
+    for mode in ("none", "full"):
+        act = stage_activations(spec, Layout(num_gpus=1), 0, replace(job, recompute=mode), **kw)
+        rebuilt = act.largest_layer if mode == "full" else 0.0
+        assert act.recompute_working - rebuilt == pytest.approx(2 * 2 * A * S * S)
+    flash = stage_activations(spec, Layout(num_gpus=1), 0, replace(job, attention="flash"), **kw)
+    assert flash.recompute_working == 0
 
 
 @pytest.mark.parametrize(("p", "v", "m", "stage", "expected"), [

@@ -37,6 +37,7 @@ from ..model.spec import ModelSpec
 from .job import TrainJob
 from .layer_ops import block_signature
 from .layout import Layout
+from .model_states import LORA_TARGETS, adapter_input_bytes, adapter_inputs_per_token, lora_targets
 from .pipeline import in_flight_microbatches, stage_blocks, stage_layers
 from .recompute import MODULE_TERMS, op_saved_per_token, recompute_plan
 
@@ -67,48 +68,70 @@ def _dims(spec: ModelSpec) -> tuple[int, int, int, int, int]:
     return a * spec.head_dim, kv, kv, a * spec.head_dim, a
 
 
-def _mlp_terms(spec: ModelSpec, width: int, e: float, lin_in: float, framework: str, compiled: bool = False) -> float:
-    """Bytes per token a dense MLP of `width` keeps beyond its input."""
+def _mlp_terms(spec: ModelSpec, width: int, e: float, lin_in: float, framework: str, compiled: bool = False,
+               down_input: bool = True) -> float:
+    """Bytes per token a dense MLP of `width` keeps beyond its input; `down_input` False: nothing keeps the fc2
+    input for its own sake (a frozen fc2 without an adapter reading it)."""
+    fc2 = lin_in * width if down_input else 0.0
     if compiled and framework != "megatron":  # matmul outputs only: the activation and product are recomputed
         return e * (2 if spec.gated_mlp else 1) * width
     if spec.gated_mlp:
         if framework == "megatron":  # fused SwiGLU: fc1 output (gate and up) and the fc2 input
             return e * 2 * width + lin_in * width
-        return e * 3 * width + lin_in * width  # gate out (act input), act out, up out, product (fc2 input)
+        return e * 3 * width + fc2  # gate out (act input), act out, up out, product (fc2 input)
     if spec.activation == "relu" and framework != "megatron":
         return lin_in * width  # relu keeps its output, which is also the fc2 input
     if spec.activation == "gelu_new" and framework != "megatron":
         # transformers' NewGELUActivation is written out in Python ops: x, tanh(.), 0.5 x and 1 + tanh(.)
-        return 4 * e * width + lin_in * width
-    return e * width + lin_in * width  # activation input, activation output = fc2 input
+        return 4 * e * width + fc2
+    return e * width + fc2  # activation input, activation output = fc2 input
 
 
-def _norm_bytes(spec: ModelSpec, dim: int, e: float, framework: str, compiled: bool = False) -> float:
-    """Bytes per token one normalization over `dim` keeps (its output is counted by whoever reads it)."""
+def _norm_bytes(spec: ModelSpec, dim: int, e: float, framework: str, compiled: bool = False,
+                frozen: bool = False) -> float:
+    """Bytes per token one normalization over `dim` keeps (its output is counted by whoever reads it); `frozen`:
+    its weight gets no gradient, so the normalized tensor that the weight multiplies is not kept for it."""
     if compiled and framework != "megatron":
         return e * dim + (8 if spec.norm == "layernorm" else 4)  # its input and fp32 statistics
     if framework == "megatron" or spec.norm == "layernorm":
         return e * dim + (0 if framework == "megatron" else 8)  # input (+ fp32 mean and rstd per token)
     if spec.family.startswith("gemma") or spec.family == "olmo2":
-        return 8 * dim + 4  # fp32 input and fp32 normalized (the weight multiplies in fp32), rsqrt
-    return max(4, e) * dim + e * dim + 4  # fp32 upcast of the input, normalized 16-bit tensor, rsqrt
+        return (4 if frozen else 8) * dim + 4  # fp32 input and fp32 normalized (the weight multiplies in fp32)
+    return max(4, e) * dim + (0 if frozen else e) * dim + 4  # fp32 upcast of the input, normalized 16-bit, rsqrt
 
 
 def layer_terms(spec: ModelSpec, layer: int, *, framework: str, e: float = 2.0, fp8: bool = False,
-                flash: bool = True, compiled: bool = False) -> LayerTerms:
+                flash: bool = True, compiled: bool = False, frozen: frozenset[str] | None = None,
+                stream: float | None = None) -> LayerTerms:
     """What layer `layer` saves per token, by term (bytes, 16-bit activations when e = 2); `fp8`: Transformer
-    Engine's fp8 saved linear inputs; `compiled`: torch.compile's partitioner (module docstring)."""
+    Engine's fp8 saved linear inputs; `compiled`: torch.compile's partitioner (module docstring).
+
+    `frozen` (LoRA on a frozen base, eager PyTorch): the adapted matrices (q, k, v, o, gate, up, down) whose LoRA
+    branch reads their very input (lora_dropout 0). autograd keeps a matmul's input only for its weight's
+    gradient, so a frozen matrix keeps none, and neither does a frozen norm its normalized output; an adapter's
+    lora_A keeps the input it reads (a dropout's own copy when lora_dropout > 0, counted apart). None: every
+    weight is trained. `stream`: bytes of the residual stream's and the MLP's elements when they differ from `e`
+    (4 under a kbit-upcast QLoRA, TrainJob.kbit_upcast; the attention kernel still gets 16-bit q, k, v)."""
     h = spec.hidden_size
     q, k, v, out, a = _dims(spec)
     lin_in = 1.0 if fp8 else e  # Transformer Engine saves fp8 copies of linear inputs
     megatron = framework == "megatron"
     compiled = compiled and not megatron
+    if megatron or compiled:
+        frozen = None  # fused kernels / the partitioner: what they keep does not follow the weights' grads
+    se = stream or e  # residual stream, norms, MLP
+    lin_se = lin_in if stream is None else stream
+    keeps = (lambda *names: True) if frozen is None else (lambda *names: any(n in frozen for n in names))
     rep: dict[str, float] = {}
     split: dict[str, float] = {}
-    rep["norm_inputs"] = spec.norms_per_layer * _norm_bytes(spec, h, e, framework, compiled)
-    block_inputs = 1 if spec.norms_per_layer == 1 else 2
+    rep["norm_inputs"] = spec.norms_per_layer * _norm_bytes(spec, h, se, framework, compiled, frozen is not None)
     if not compiled:  # compiled: recomputed from the saved norm input
-        rep["linear_inputs"] = block_inputs * lin_in * h  # QKV input and MLP input (one for a parallel block)
+        # QKV input and MLP input (one for a parallel block, which every matrix reads)
+        if spec.norms_per_layer == 1:
+            inputs = 1 if keeps("q", "k", "v", "gate", "up") else 0
+        else:
+            inputs = (1 if keeps("q", "k", "v") else 0) + (1 if keeps("gate", "up") else 0)
+        rep["linear_inputs"] = inputs * lin_se * h
     if spec.hidden_dropout > 0:
         rep["dropout_masks"] = 2 * h  # one byte per element, after attention and after the MLP
     if spec.qk_norm == "head":
@@ -119,29 +142,52 @@ def layer_terms(spec: ModelSpec, layer: int, *, framework: str, e: float = 2.0, 
     if spec.mla is not None:
         m = spec.mla
         lat = (m.q_lora_rank or 0) + m.kv_lora_rank
-        split["mla_latents"] = _norm_bytes(spec, lat, e, framework, compiled) + (0 if compiled else lin_in * lat)
+        split["mla_latents"] = (_norm_bytes(spec, lat, e, framework, compiled, frozen is not None)
+                                + (0 if compiled or not keeps("q", "v") else lin_in * lat))
     split["qkv"] = e * (q + k + v)
-    split["attention_output"] = lin_in * out  # the output projection's input (flash output shares it)
+    if flash or keeps("o"):
+        split["attention_output"] = lin_in * out  # the output projection's input (flash output shares it)
     score = 0.0
     if flash:
         split["softmax_stats"] = 4 * a  # fp32 log-sum-exp per head
     else:
         # softmax out (+ dropout mask and output); transformers' eager attention runs the softmax in fp32 and keeps
         # its fp32 output (the softmax's backward) and the 16-bit cast (the matmul with V)
-        softmax = 4 + e if framework == "hf" else e
+        softmax = (4 + (e if se < 4 else 0)) if framework == "hf" else se  # fp32 q, k: fp32 scores, no cast
         score = a * (softmax + (1 + e if spec.attention_dropout > 0 else 0))
     moe = spec.moe
     if moe is not None and moe.moe_layers[layer]:
         rep["router"] = 4 * moe.num_experts + (0 if megatron else e * moe.num_experts)
         # tokens permuted to top_k experts: their input copies and the experts' MLP activations
         rep["expert_inputs"] = moe.top_k * lin_in * h
-        split["routed_experts"] = moe.top_k * _mlp_terms(spec, moe.expert_intermediate_size, e, lin_in, framework,
-                                                         compiled)
+        split["routed_experts"] = moe.top_k * _mlp_terms(spec, moe.expert_intermediate_size, se, lin_se, framework,
+                                                         compiled, keeps("down"))
         if moe.shared_intermediate_size:
-            split["shared_experts"] = _mlp_terms(spec, moe.shared_intermediate_size, e, lin_in, framework, compiled)
+            split["shared_experts"] = _mlp_terms(spec, moe.shared_intermediate_size, se, lin_se, framework, compiled,
+                                                 keeps("down"))
     else:
-        split["mlp"] = _mlp_terms(spec, spec.intermediate_size, e, lin_in, framework, compiled)
+        split["mlp"] = _mlp_terms(spec, spec.intermediate_size, se, lin_se, framework, compiled, keeps("down"))
     return LayerTerms(replicated=rep, split=split, score_per_key=score)
+
+
+def adapters_keeping_input(job: TrainJob) -> frozenset[str] | None:
+    """LoRA / QLoRA: the adapted matrices (short names) whose input their adapter keeps, the very tensor the frozen
+    matrix reads: all of them when the adapters keep no copy of their own (`adapter_input_bytes` 0), none
+    otherwise; None for full fine-tuning."""
+    if not job.frozen_base:
+        return None
+    if adapter_input_bytes(job) > 0:
+        return frozenset()
+    roles = lora_targets(job.lora_targets)
+    return frozenset(n for n, rs in LORA_TARGETS.items() if any(r in roles for r in rs))
+
+
+def score_grad_bytes(framework: str, e: float) -> float:
+    """Bytes per score element that a materialized softmax's backward holds at once: the gradient of its output
+    and the one of its input. transformers' eager attention runs the softmax in fp32 (`softmax(..., dtype=float32)`),
+    so both are fp32 there (the 16-bit gradient of the cast is freed once cast); Megatron's fused softmax and plain
+    PyTorch work in the activation dtype."""
+    return 8.0 if framework == "hf" else 2 * e
 
 
 def korthikanti_layer_bytes(s: int, b: int, h: int, a: int, *, t: int = 1, sp: bool = False,
@@ -211,17 +257,20 @@ _PER_TOKEN: dict = {}
 
 
 def _per_token(spec: ModelSpec, layer: int, framework: str, e: float, fp8: bool, flash: bool, compiled: bool,
-               mode: str, tp: int, sp: bool, keys: float) -> float:
+               mode: str, tp: int, sp: bool, keys: float, frozen: frozenset[str] | None = None,
+               stream: float | None = None) -> float:
     """Bytes per token saved by blocks of the kind of `layer` with nothing recomputed (`mode` none), the attention
     core recomputed (selective) or torchtitan's per-op policy (op); cached per block kind."""
-    key = (id(spec), block_signature(spec, layer), framework, e, fp8, flash, compiled, mode, tp, sp, keys)
+    key = (id(spec), block_signature(spec, layer), framework, e, fp8, flash, compiled, mode, tp, sp, keys, frozen,
+           stream)
     hit = _PER_TOKEN.get(key)
     if hit is not None:
         return hit[0]
     if mode == "op":
         value = op_saved_per_token(spec, layer, e=e, tp=tp, sp=sp)
     else:
-        terms = layer_terms(spec, layer, framework=framework, e=e, fp8=fp8, flash=flash, compiled=compiled)
+        terms = layer_terms(spec, layer, framework=framework, e=e, fp8=fp8, flash=flash, compiled=compiled,
+                            frozen=frozen, stream=stream)
         if mode == "selective":
             terms = LayerTerms(terms.replicated, terms.split, 0.0)
         elif mode != "none":  # Megatron-Core's recompute_modules: each module keeps its input only
@@ -267,6 +316,9 @@ class StageActivationTerms:
     """Last stage: final norm and LM head input, bytes per token before the SP split (0 elsewhere)."""
     logit_bytes: tuple[float, float] | None
     """Last stage: (saved, peak) bytes per logit element; None elsewhere."""
+    score_grad_per_token: float
+    """Materialized attention scores (no flash kernel): bytes per token of their gradients while one layer's
+    softmax runs backward (its output's gradient and its input's), on top of everything saved; 0 with flash."""
     hidden: int
     vocab: int
 
@@ -306,6 +358,7 @@ class StageActivationTerms:
             working = full_layer * (plan.n if plan.kind == "uniform" else 1)
         else:
             kept, working = all_layers, 0.0
+        working += self.score_grad_per_token * tokens
         if offload_activations:
             layers, working = 0.0, working + 2 * (full_layer if kept == all_layers else stored)
         else:
@@ -336,19 +389,25 @@ def stage_activation_terms(spec: ModelSpec, layout: Layout, stage: int, job: Tra
     framework, seq, flash = job.framework, job.seq, job.flash
     compiled = job.compile or framework == "unsloth"  # Unsloth's kernels save what the partitioner would
     modules = job.recompute if recompute_plan(job.recompute).kind == "modules" else None
+    frozen = adapters_keeping_input(job)
+    lora = adapter_input_bytes(job) > 0
     key = (id(spec), per_stage, stage, layout.tp, sp, layout.cp, seq, framework, job.precision, flash, compiled,
-           job.loss_chunks, job.fused_loss, modules)
+           job.loss_chunks, job.fused_loss, modules, frozen, (job.lora_targets, job.lora_dropout) if lora else None,
+           job.kbit_upcast)
     hit = _STAGE_TERMS.get(key)
     if hit is not None:
         return hit[0]
     e = job.element_bytes
+    stream = job.stream_bytes if job.kbit_upcast else None
+    se = stream or e
     fp8 = job.te_fp8
     tp = layout.tp
     keys = seq / layout.cp  # materialized scores: local queries against local keys
     blocks = stage_blocks(spec, per_stage, stage)
 
     def kinds(mode: str) -> tuple[tuple[float, int], ...]:
-        return tuple((_per_token(spec, layer, framework, e, fp8, flash, compiled, mode, tp, sp, keys), count)
+        return tuple((_per_token(spec, layer, framework, e, fp8, flash, compiled, mode, tp, sp, keys, frozen, stream)
+                      + (adapter_inputs_per_token(spec, layer, job, tp) if lora else 0.0), count)
                      for layer, count in blocks)
 
     h = spec.hidden_size
@@ -356,11 +415,13 @@ def stage_activation_terms(spec: ModelSpec, layout: Layout, stage: int, job: Tra
     last = stage == layout.pp - 1
     return remember(_STAGE_TERMS, key, StageActivationTerms(
         seq=seq, cp=layout.cp, tp=tp, e=e, per_kind=kinds("none"), per_kind_selective=kinds("selective"),
-        per_kind_op=kinds("op"), per_kind_modules=kinds(modules) if modules else (), num_layers=sum(c for _, c in blocks), seq_split=split, stored_per_token=e * h / split,
+        per_kind_op=kinds("op"), per_kind_modules=kinds(modules) if modules else (),
+        num_layers=sum(c for _, c in blocks), seq_split=split, stored_per_token=se * h / split,
         dropout_mask=stage == 0 and spec.hidden_dropout > 0,
         rope_dim=spec.head_dim if spec.position == "rope" else 0,
-        head_per_token=(_norm_bytes(spec, h, e, framework) + e * h) if last else 0.0,
+        head_per_token=(_norm_bytes(spec, h, se, framework) + se * h) if last else 0.0,
         logit_bytes=logits_bytes_per_element(framework, e, job.loss_chunks, job.fused_loss, job.compile) if last else None,
+        score_grad_per_token=0.0 if flash else score_grad_bytes(framework, e) * spec.num_heads * keys / tp,
         hidden=h,
         vocab=spec.vocab_size), spec)
 

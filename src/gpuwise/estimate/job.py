@@ -77,6 +77,14 @@ class TrainJob:
     """LoRA rank."""
     lora_targets: str = "all-linear"
     """all-linear (PEFT's option) or a comma list of q,k,v,o,gate,up,down."""
+    kbit_upcast: bool = False
+    """QLoRA through PEFT's prepare_model_for_kbit_training (TRL's SFTTrainer and the PEFT/QLoRA recipes call it):
+    every weight left unquantized is cast to fp32 (TRL and qlora.py cast the embeddings and LM head back under
+    bf16; norms stay fp32), so the fp32 norm weights promote the residual stream and the 4-bit matmuls' outputs
+    (bitsandbytes returns its input's dtype) to fp32."""
+    lora_dropout: float = 0.0
+    """Dropout on each adapter's input (PEFT LoraConfig lora_dropout, default 0.0: an nn.Identity, nothing kept);
+    above 0 every adapted matrix keeps its own dropped-out copy of its input and a 1-byte mask."""
     offload: frozenset[OffloadTarget] = frozenset()
     """States kept in host memory: optimizer (ZeRO-Offload), params (ZeRO-Infinity / FSDP2 CPUOffloadPolicy),
     activations."""
@@ -117,6 +125,9 @@ class TrainJob:
         from .recompute import recompute_plan
 
         recompute_plan(self.recompute)  # raises on an unknown mode
+        if not isinstance(self.lora_dropout, (int, float)) or not 0.0 <= self.lora_dropout < 1.0:
+            raise InvalidArgument(f"--lora-dropout must be a probability from 0 up to (not including) 1, "
+                                  f"got {self.lora_dropout!r}")
         if not isinstance(self.loss_chunks, int) or not 1 <= self.loss_chunks <= 1 << 16:
             raise InvalidArgument(f"--loss-chunks must be a whole number from 1 to 65536, got {self.loss_chunks!r}")
         bad = sorted(o for o in self.offload if o not in OFFLOAD_TARGETS)
@@ -128,6 +139,12 @@ class TrainJob:
         """Bytes of one activation (and 16-bit working) element: 4 under fp32, else 2 (fp8 training keeps its
         activations and working weights in bf16; only the GEMM inputs are cast to fp8)."""
         return 4.0 if self.precision == "fp32" else 2.0
+
+    @property
+    def stream_bytes(self) -> float:
+        """Bytes of one residual-stream / MLP activation element: 4 under fp32 or a kbit-upcast QLoRA, else the
+        activation element size."""
+        return 4.0 if self.kbit_upcast else self.element_bytes
 
     @property
     def frozen_base(self) -> bool:

@@ -214,6 +214,40 @@ def lora_targets(targets: str) -> frozenset[str]:
     return frozenset(role for n in names for role in LORA_TARGETS[n])
 
 
+_ROW_PARALLEL = ("attn_output", "ffn_down", "ffn_down_exps", "ffn_down_shexp")
+"""Matrices whose input tensor parallelism splits (Megatron's row-parallel linears)."""
+
+
+def adapter_input_bytes(job: TrainJob) -> float:
+    """Bytes per input element that each LoRA adapter keeps of its own: PEFT runs `lora_A(dropout(x))` for every
+    adapted matrix. With lora_dropout > 0 each call saves its dropped-out input and a 1-byte mask; under autocast
+    (transformers with bf16/fp16 mixed precision, fp32 adapters: PEFT's default) each call casts its input to the
+    adapter's dtype and autocast casts it back to 16 bits for the matmul, so lora_A keeps a 16-bit copy of its
+    own. 0 when lora_A reads the very tensor the frozen matrix reads (dropout 0, adapters in the activation dtype:
+    torchtune, PEFT without autocast) and for full fine-tuning."""
+    if not job.frozen_base:
+        return 0.0
+    autocast = job.framework == "hf" and job.precision in ("bf16", "fp16")
+    copy = job.element_bytes if (autocast or job.lora_dropout > 0) else 0.0
+    return copy + (1.0 if job.lora_dropout > 0 else 0.0)
+
+
+def adapter_inputs_per_token(spec: ModelSpec, layer: int, job: TrainJob, tp: int = 1) -> float:
+    """Bytes per token that block `layer`'s LoRA adapters keep of their own (`adapter_input_bytes` per input
+    element of every adapted matrix); a routed expert's adapter sees the top_k tokens routed to it."""
+    per_element = adapter_input_bytes(job)
+    if per_element == 0:
+        return 0.0
+    targets = lora_targets(job.lora_targets)
+    moe = spec.moe
+    total = 0.0
+    for t in _inventory_by_layer(spec)[1][layer]:
+        if t.role in targets and t.is_matrix:
+            width = t.shape[-1] / (tp if t.role in _ROW_PARALLEL else 1)
+            total += width * (moe.top_k if t.experts > 1 and moe is not None else 1)
+    return total * per_element
+
+
 @dataclass(frozen=True, slots=True)
 class ModelStates:
     """Bytes on one GPU (and in host memory, for offloaded states)."""
@@ -247,7 +281,7 @@ def model_states(spec: ModelSpec, layout: Layout, stage: int, job: TrainJob) -> 
     """Model-state bytes on one rank of pipeline stage `stage` (cached: the planner asks for the same often)."""
     key = (id(spec), layout.tp, layout.ep, stage_layers(layout, spec.num_layers), stage, layout.shard_size,
            layout.sharding, job.framework, job.precision, job.optimizer, job.finetune, job.lora_rank, job.lora_targets,
-           job.offload, job.optimizer_in_backward, job.fp8_param_gather, job.grad_reduce_in_fp32)
+           job.offload, job.optimizer_in_backward, job.fp8_param_gather, job.grad_reduce_in_fp32, job.kbit_upcast)
     hit = _STATES_CACHE.get(key)
     if hit is not None:
         return hit[0]
@@ -283,6 +317,8 @@ def _model_states(spec: ModelSpec, layout: Layout, stage: int, job: TrainJob) ->
         if finetune != "full":
             # Frozen base: stored once in the compute dtype (NF4 + double-quantized scales under QLoRA).
             bits = frozen_bits[t] if frozen_bits is not None else frozen_working * 8
+            if job.kbit_upcast and precision == "fp16" and bits >= 16:
+                bits = 32  # prepare_model_for_kbit_training's fp32 casts stay (TRL recasts to 16-bit under bf16 only)
             base = count * n * bits / 8 / (shard if sh.params else 1)
             if "params" in offload and sh.params:
                 acc["cpu"] += base

@@ -19,7 +19,7 @@ from ..estimate.flops import StepFlops, gemm_dtype, job_flops, utilization
 from ..estimate.job import (FSDP2_OFFLOAD_ALL, Attention, Finetune, FlopsConvention, Framework, OffloadTarget,
                             Optimizer, Precision, Recompute, TrainJob, job_default)
 from ..estimate.layout import PARAM_OFFLOAD_SHARDINGS, Layout, Schedule, divisors
-from ..estimate.model_states import lora_targets
+from ..estimate.model_states import adapter_input_bytes, lora_targets
 from ..estimate.parallel import validate_layout
 from ..estimate.recompute import framework_mode, recompute_plan
 from ..estimate.step_time import StepTime, step_time
@@ -106,6 +106,13 @@ class TrainRequest:
     finetune: Finetune = job_default("finetune")
     lora_rank: int = job_default("lora_rank")
     lora_targets: str = job_default("lora_targets")
+    kbit_upcast: bool = True
+    """hf QLoRA: PEFT's prepare_model_for_kbit_training runs (TRL's SFTTrainer calls it), leaving the unquantized
+    weights in fp32 and the residual stream in fp32; --no-kbit-upcast for trainers that skip it (LLaMA-Factory,
+    a custom loop calling get_peft_model only). Ignored elsewhere."""
+    lora_dropout: float = job_default("lora_dropout")
+    """Dropout on the LoRA adapters' input (PEFT's lora_dropout; default 0.0, PEFT's): above 0 each adapted
+    matrix keeps a dropped-out copy of its input and a mask."""
     flops_convention: FlopsConvention = job_default("flops_convention")
     attention: Attention = job_default("attention")
     tp_comm_overlap: bool = job_default("tp_comm_overlap")
@@ -162,7 +169,9 @@ class TrainRequest:
             object.__setattr__(self, name, value)
         job = TrainJob(framework=framework, precision=self.precision, optimizer=self.optimizer, seq=self.seq,
                        recompute=recompute, finetune=self.finetune, lora_rank=self.lora_rank,
-                       lora_targets=self.lora_targets, offload=frozenset(self.offload), attention=self.attention,
+                       lora_targets=self.lora_targets, lora_dropout=self.lora_dropout,
+                       kbit_upcast=self.kbit_upcast and framework == "hf" and self.finetune == "qlora",
+                       offload=frozenset(self.offload), attention=self.attention,
                        tp_comm_overlap=self.tp_comm_overlap, flops_convention=self.flops_convention,
                        compile=self.compile, loss_chunks=chunks, fused_loss=self.fused_loss,
                        fp8_param_gather=self.fp8_param_gather, grad_reduce_in_fp32=self.grad_reduce_in_fp32,
@@ -388,7 +397,13 @@ def _assumptions(req: TrainRequest, framework: str, layout: Layout, mem: TrainMe
         out.append("mixed precision as torch.autocast: fp32 weights (master) plus cached 16-bit casts (params)")
     if req.finetune != "full":
         out.append(f"LoRA rank {req.lora_rank} on {req.lora_targets}, adapters in fp32 (PEFT's default), "
-                   f"frozen base in {'NF4 with double quantization' if req.finetune == 'qlora' else 'the compute dtype'}")
+                   f"frozen base in {'NF4 with double quantization' if req.finetune == 'qlora' else 'the compute dtype'}"
+                   f"; lora_dropout {req.lora_dropout:g}: frozen matrices keep no inputs, "
+                   + ("each adapter keeps its own copy of its input" if adapter_input_bytes(req.job) > 0
+                      else "the adapters share their matrices' inputs"))
+        if req.job.kbit_upcast:
+            out.append("PEFT's prepare_model_for_kbit_training (TRL calls it): fp32 norms turn the residual stream "
+                       "and the MLP to fp32 (--no-kbit-upcast for trainers that skip it)")
     if req.job.recompute == "selective" and framework != "megatron" and req.attention == "flash":
         out.append("selective recompute = the attention core only (Megatron's); with flash attention it saves almost "
                    "nothing (torchtitan's per-op policy is --ac op)")
