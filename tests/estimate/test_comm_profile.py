@@ -27,8 +27,9 @@ def test_sharded_gradients_are_reduced_every_micro_batch() -> None:
     gradient shard, so each micro-batch's backward reduce-scatters (more micro-batches, more DP communication)."""
     import gpuwise
 
-    def dp_comm(gb: int, **kw) -> float:
-        r = gpuwise.train("llama-3.1-8b", gpu="h100-sxm", num_gpus=64, seq=4096, global_batch=gb, micro_batch=1, **kw)
+    def dp_comm(gb: int, **kw) -> float:  # a slow network (10 Gb/s per GPU), so that the reductions are exposed
+        r = gpuwise.train("llama-3.1-8b", gpu="h100-sxm", num_gpus=64, seq=4096, global_batch=gb, micro_batch=1,
+                          inter_node_gbps=10, **kw)
         return r.perf.step.breakdown["dp_comm"]
 
     for kw in (dict(zero=0), dict(zero=1, framework="deepspeed")):

@@ -11,7 +11,8 @@ each rank must send per byte of the message with a ring algorithm.
     send/recv       1
 
 `busbw` is the bus bandwidth NCCL reaches on the slowest level the group spans: NVLink/NVSwitch (or PCIe)
-inside a node, the NIC bandwidth per GPU across nodes (rail-optimized clusters give every GPU its own NIC).
+inside a node, the NIC bandwidth per GPU across nodes (rail-optimized clusters give every GPU its own NIC), times
+the group's members per node for ring collectives (`Topology.busbw`).
 Parallel dimensions are placed innermost first, TP, then CP, EP, PP and DP (Megatron-LM's and torchtitan's
 meshes put TP on the fastest links): a dimension's group stays inside a node when the product of its degree and
 the degrees placed inside it is at most the GPUs per node.
@@ -64,12 +65,30 @@ class Topology:
         """The slowest level a group of `group` ranks spans, when `inner` ranks sit inside each of its steps."""
         return self.intra if group * inner <= self.gpus_per_node else self.inter
 
+    def members_per_node(self, group: int, inner: int) -> int:
+        """Ranks of one group on each node it spans (`inner` ranks apart)."""
+        return max(1, min(group, self.gpus_per_node // max(1, inner)))
+
+    def busbw(self, op: str, group: int, inner: int) -> float:
+        """Bus bandwidth of `op` over a group of `group` ranks, `inner` apart.
+
+        Across nodes a ring collective (all-reduce, all-gather, reduce-scatter) runs one ring per NCCL channel and
+        spreads the channels' cross-node hops over the NICs of the group's members on each node: k members per node
+        reach k NICs' worth, up to the NVLink ring inside the node (DGX-1's 4 NICs give 48 GB/s of 4 x 12,
+        nccl-tests#29; 8 x 400 Gb/s NDR nodes reach ~370 GB/s). All-to-all and send/recv leave each rank through its
+        own NIC."""
+        lv = self.level(group, inner)
+        if lv is self.inter and op in ("all_reduce", "all_gather", "reduce_scatter"):
+            k = self.members_per_node(group, inner)
+            return min(self.intra.busbw_bytes_per_s, k * lv.busbw_bytes_per_s) if k > 1 else lv.busbw_bytes_per_s
+        return lv.busbw_bytes_per_s
+
     def collective_s(self, op: str, message_bytes: float, group: int, inner: int = 1) -> float:
         if group <= 1 or message_bytes <= 0:
             return 0.0
         lv = self.level(group, inner)
         steps = 1 if op == "send_recv" else math.ceil(math.log2(group))
-        return lv.latency_s * steps + message_bytes * bus_factor(op, group) / lv.busbw_bytes_per_s
+        return lv.latency_s * steps + message_bytes * bus_factor(op, group) / self.busbw(op, group, inner)
 
 
 def _arch(gpu: GPU) -> str:

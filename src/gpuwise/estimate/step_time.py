@@ -127,7 +127,9 @@ def _time_block(profile: DeviceProfile, spec: ModelSpec, layer: int, tokens: int
     context = seq_local * cp
     keys = keys_per_query(spec, layer, context)
     style = "fused" if framework == "megatron" else "eager"
-    ops = block_ops(spec, layer, tokens=tokens, keys=keys / cp, tp=tp, ep=ep, style=style)
+    # each rank: its seq/cp queries against the keys they attend to over the whole context (the load-balanced
+    # split of Megatron-Core and torchtitan gives every rank 1/cp of the causal work)
+    ops = block_ops(spec, layer, tokens=tokens, keys=keys, tp=tp, ep=ep, style=style)
     fwd_gemm = bwd_gemm = 0.0
     for g in ops.gemms:
         fwd_gemm += g.count * matmul_s(profile, g.m, g.n, g.k, dtype, e)
@@ -139,8 +141,10 @@ def _time_block(profile: DeviceProfile, spec: ModelSpec, layer: int, tokens: int
                                               batch=tokens // seq_local, tp=tp, dtype=dtype, e=e)
     else:
         attn_bytes = ops.attention_io_elements * e
-        attn_f = attention_s(profile, ops.attention_flops, attn_bytes, backward=False)
-        attn_b = attention_s(profile, 2.5 * ops.attention_flops, 2 * attn_bytes, backward=True)
+        # fp8 recipes keep attention in 16 bits; fp32 training runs it at the fp32 (TF32) rate, no flash kernel
+        attn_dtype = dtype if dtype in ("fp32", "tf32") else "bf16"
+        attn_f = attention_s(profile, ops.attention_flops, attn_bytes, backward=False, dtype=attn_dtype)
+        attn_b = attention_s(profile, 2.5 * ops.attention_flops, 2 * attn_bytes, backward=True, dtype=attn_dtype)
     stream = memory_s(profile, ops.stream_bytes * e / 2) + ops.kernels * profile.kernel_overhead_s
     if spec.hidden_dropout > 0:  # two residual dropouts: read + write h, write a 1-byte mask
         stream += memory_s(profile, 2 * tokens * spec.hidden_size * (2 * e + 1))
@@ -292,10 +296,11 @@ def step_time(spec: ModelSpec, layout: Layout, job: TrainJob, *, profile: Device
                 gathers = _exposed(gather, fwd_window) + gather / blocks
                 reduces = _exposed(rs, bwd_window)
             else:
-                gathers = m * (_exposed(gather, fwd_window) + _exposed(gather, bwd_window) + 2 * gather / blocks)
                 # Gradients stay sharded, so every micro-batch's backward reduce-scatters them (torchtitan, FSDP1,
-                # DeepSpeed ZeRO-3: no_sync is incompatible with sharded gradients).
-                reduces = m * _exposed(rs, bwd_window)
+                # DeepSpeed ZeRO-3: no_sync is incompatible with sharded gradients). The backward's all-gathers and
+                # reduce-scatters share the network and hide behind the same backward compute, once.
+                gathers = m * (_exposed(gather, fwd_window) + 2 * gather / blocks)
+                reduces = m * _exposed(gather + rs, bwd_window)
             dp_exposed += gathers + reduces + rs / blocks
             replicas = dp * cp // group
             if replicas > 1:  # HSDP: all-reduce the gradient shards across replicas
