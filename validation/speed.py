@@ -45,6 +45,10 @@ class Scored:
     fits: bool
     required_gib: float
     capacity_gib: float
+    rule_category: str
+    """The category gpuwise's rule gives the configuration (gpuwise.plan.confidence.speed_category)."""
+    config: dict
+    """What the run covers: gpu, precision, framework, degrees, num_gpus, seq."""
 
 
 def load() -> list[dict]:
@@ -88,8 +92,16 @@ def score(row: dict) -> Scored:
     error = published / predicted - 1 if row["metric"] == "step_time_s" else predicted / published - 1
     capacity = row.get("device_memory_gib", r.request.gpu.memory_bytes / GiB)
     required = r.memory.required / GiB
+    from gpuwise.plan.confidence import speed_category
+
+    req, lay = r.request, r.layout
+    rule = speed_category(moe=req.model.spec.moe is not None, cp=lay.cp, seq=req.seq, vendor=req.gpu.vendor,
+                          architecture=req.gpu.architecture or "", precision=req.precision, framework=r.framework,
+                          tp=lay.tp, pp=lay.pp)
+    config = {"gpu": req.gpu.id, "precision": req.precision, "framework": r.framework, "num_gpus": req.num_gpus,
+              "seq": req.seq, "degrees": {"tp": lay.tp, "pp": lay.pp, "cp": lay.cp, "ep": lay.ep}}
     return Scored(row["category"], row["split"], row["name"], row["metric"], published, predicted, error,
-                  required <= capacity, required, capacity)
+                  required <= capacity, required, capacity, rule, config)
 
 
 def run() -> tuple[list[Scored], list[tuple[str, str, str]]]:
@@ -179,11 +191,49 @@ def meets_targets(held: Summary) -> bool:
             and held.not_fitting == 0)
 
 
+BANDS = ROOT / "src/gpuwise/catalog/data/speed_validation.toml"
+
+
+def bands_toml(scored: list[Scored]) -> str:
+    """`catalog/data/speed_validation.toml`: the held-out bands per category and what the scored runs cover."""
+    recent = [s for s in scored if s.category != LEGACY]
+    held = [s for s in recent if s.split == "held-out"]
+    out = ["# Written by `python -m validation.speed --write-bands` from the held-out part of validation/speed_sources/",
+           "# (never edit by hand; tests/test_validation.py checks it is current). Errors are throughput ratios,",
+           "# predicted / published - 1: bias > 0 means the published runs ran slower than predicted.", ""]
+
+    def section(name: str, sel: list[Scored]) -> None:
+        sm = summarize(sel)
+        out.extend([f"[held_out.{name}]", f"runs = {sm.rows}", f"median = {sm.median:.4f}", f"p90 = {sm.p90:.4f}",
+                    f"bias = {sm.bias:.4f}", ""])
+
+    for cat in sorted({s.category for s in held}):
+        section(cat, [s for s in held if s.category == cat])
+    section("all", held)
+    cover = [s.config for s in scored]
+
+    def strings(key: str) -> str:
+        return "[" + ", ".join(f'"{v}"' for v in sorted({c[key] for c in cover})) + "]"
+
+    degrees = {d: max(c["degrees"][d] for c in cover) for d in ("tp", "pp", "cp", "ep")}
+    out.extend(["[covered]", f"gpus = {strings('gpu')}", f"precisions = {strings('precision')}",
+                f"frameworks = {strings('framework')}", f"max_gpus = {max(c['num_gpus'] for c in cover)}",
+                f"max_seq = {max(c['seq'] for c in cover)}",
+                "max_degree = { " + ", ".join(f"{d} = {v}" for d, v in degrees.items()) + " }", ""])
+    return "\n".join(out)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Print every row (or only the summary with --summary); exit 1 when the held-out part misses its targets."""
     scored, unscored = run()
+    if "--write-bands" in (argv or []):
+        BANDS.write_text(bands_toml(scored))
+        print(f"wrote {BANDS.relative_to(ROOT)}")
     text, held, cal = report(scored, rows="--summary" not in (argv or []))
     print(text)
+    for s in scored:
+        if s.category != LEGACY and s.category != s.rule_category:
+            print(f"  category {s.category} of {s.name!r} differs from gpuwise's rule ({s.rule_category})")
     for category, name, why in unscored:
         print(f"  not scored ({category}): {name}: {why}")
     print(f"held-out: median |error| {_pct(held.median).strip()} (target <= {100 * HELD_OUT_MEDIAN_TARGET:.0f}%), "

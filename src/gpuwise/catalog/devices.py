@@ -37,6 +37,10 @@ class DeviceProfile:
     attention_forward_efficiency: float
     """Flash-style attention forward FLOP/s as a fraction of the 16-bit dense peak."""
     attention_backward_efficiency: float
+    sdpa_forward_efficiency: float
+    """PyTorch's scaled_dot_product_attention (its flash backend runs FlashAttention-2 kernels, as the flash-attn 2
+    package does): what PyTorch-native trainers get, where the best kernel (above) is Transformer Engine's."""
+    sdpa_backward_efficiency: float
     kernel_overhead_s: float
     """Smallest GPU time of one kernel (launch latency, ramp-up and tail), added once per kernel."""
     tile: tuple[int, int]
@@ -111,6 +115,8 @@ def _build(gpu: GPU, v: dict, sources: dict[str, str]) -> DeviceProfile:
         gpu=gpu, matmul_efficiency=dict(v["matmul_efficiency"]), memory_efficiency=float(v["memory_efficiency"]),
         attention_forward_efficiency=float(v["attention_forward_efficiency"]),
         attention_backward_efficiency=float(v["attention_backward_efficiency"]),
+        sdpa_forward_efficiency=float(v.get("sdpa_forward_efficiency", v["attention_forward_efficiency"])),
+        sdpa_backward_efficiency=float(v.get("sdpa_backward_efficiency", v["attention_backward_efficiency"])),
         kernel_overhead_s=float(v["kernel_overhead_us"]) * 1e-6, tile=tuple(v["tile"]), sources=dict(sources),
         host_copy_bytes_per_s=None)
 
@@ -126,7 +132,7 @@ def load_profile(path: str | Path, gpu: GPU) -> DeviceProfile:
 
     Keys (all optional; see docs/performance.md): `matmul_efficiency` {dtype: fraction} or `matmul_tflops`
     {dtype: TFLOP/s}, `memory_efficiency` or `memory_bandwidth_gb_s`, `attention_forward_efficiency`,
-    `attention_backward_efficiency`, `kernel_overhead_us`, `host_to_device_gb_s` (pinned), and `network`
+    `attention_backward_efficiency`, `sdpa_forward_efficiency`, `sdpa_backward_efficiency`, `kernel_overhead_us`, `host_to_device_gb_s` (pinned), and `network`
     {intra_node_busbw_gb_s, inter_node_busbw_gb_s, intra_node_latency_us, inter_node_latency_us}. Measured absolute figures are divided by the catalog
     peak. A profile that names the catalog `gpu` it was measured on applies to that GPU only.
     """
@@ -155,7 +161,8 @@ def load_profile(path: str | Path, gpu: GPU) -> DeviceProfile:
         changes["memory_efficiency"] = _fraction("memory_bandwidth_gb_s / datasheet",
                                                  float(doc["memory_bandwidth_gb_s"]) * GB
                                                  / gpu.memory_bandwidth_bytes_per_s)
-    for key in ("memory_efficiency", "attention_forward_efficiency", "attention_backward_efficiency"):
+    for key in ("memory_efficiency", "attention_forward_efficiency", "attention_backward_efficiency",
+                "sdpa_forward_efficiency", "sdpa_backward_efficiency"):
         if key in doc:
             changes[key] = _fraction(key, doc[key])
     if "kernel_overhead_us" in doc:

@@ -46,13 +46,18 @@ def matmul_s(profile: DeviceProfile, m: int, n: int, k: int, dtype: str, operand
     return max(compute, mem) + profile.kernel_overhead_s
 
 
-def attention_s(profile: DeviceProfile, flops: float, nbytes: float, *, backward: bool, dtype: str = "bf16") -> float:
+def attention_s(profile: DeviceProfile, flops: float, nbytes: float, *, backward: bool, dtype: str = "bf16",
+                sdpa: bool = False) -> float:
     """A flash-attention kernel: `flops` at the flash efficiency of the 16-bit peak, or its IO if larger.
 
     `flops` for the backward pass is the usual 2.5x the forward (recomputing the scores plus four matmuls).
+    `sdpa`: PyTorch's scaled_dot_product_attention (FlashAttention-2 kernels) instead of the device's best kernel.
     """
     peak = profile.gpu.peak_flops.get(dtype) or profile.gpu.peak_flops.get("fp16") or profile.gpu.peak_flops.get("fp32")
     if peak is None:
         return memory_s(profile, nbytes)
-    eff = profile.attention_backward_efficiency if backward else profile.attention_forward_efficiency
+    if sdpa:
+        eff = profile.sdpa_backward_efficiency if backward else profile.sdpa_forward_efficiency
+    else:
+        eff = profile.attention_backward_efficiency if backward else profile.attention_forward_efficiency
     return max(flops / (peak * eff), nbytes / profile.bandwidth) + profile.kernel_overhead_s

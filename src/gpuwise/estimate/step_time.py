@@ -46,6 +46,14 @@ LOSS_BYTES_PER_LOGIT = 12.0
 """Cross-entropy streams each logit about three times: the forward reads 16-bit logits and writes fp32
 log-probabilities (2 + 4 bytes), the backward reads those and writes the 16-bit gradient (4 + 2)."""
 
+FP8_CAST_BYTES = {"eager": 5.0, "fused": 3.0}
+"""Bytes per element to quantize a 16-bit tensor to fp8 with a per-tensor (or per-block) scale: eager PyTorch
+reads it for the amax reduction, then reads it again and writes one byte (torchao's dynamic tensorwise float8,
+two kernels); compiled or Transformer Engine kernels fuse the amax into the cast (read 2, write 1)."""
+FP8_TRANSPOSE_BYTES = 2.0
+"""Hopper's fp8 GEMMs take both operands K-major, so the weight-gradient and input-gradient GEMMs need transposed
+fp8 copies of the input, the output gradient and the weight: read one byte, write one byte per element."""
+
 STEP_HOST_OVERHEAD_S = 0.005
 """Per-step host work outside the kernels (data-loader handoff, logging, zero_grad, Python): 5 ms, small
 next to multi-second steps; it matters only for tiny models."""
@@ -111,22 +119,26 @@ def _unfused_attention_s(profile: DeviceProfile, spec: ModelSpec, *, seq_local: 
 
 def _block_time(profile: DeviceProfile, spec: ModelSpec, layer: int, *, tokens: int, seq_local: int, cp: int,
                 tp: int, ep: int, dtype: str, e: float, recompute: str, frozen_base: bool, framework: str,
-                attention: str = "flash") -> _BlockTime:
+                attention: str = "flash", compile: bool = False) -> _BlockTime:
     key = (id(profile), id(spec), block_signature(spec, layer), tokens, seq_local, cp, tp, ep, dtype, e, recompute,
-           frozen_base, framework, attention)
+           frozen_base, framework, attention, compile)
     hit = _CACHE.get(key)
     if hit is not None:
         return hit[0]
     return remember(_CACHE, key, _time_block(profile, spec, layer, tokens, seq_local, cp, tp, ep, dtype, e, recompute,
-                                             frozen_base, framework, attention), profile, spec)
+                                             frozen_base, framework, attention, compile), profile, spec)
 
 
 def _time_block(profile: DeviceProfile, spec: ModelSpec, layer: int, tokens: int, seq_local: int, cp: int, tp: int,
                 ep: int, dtype: str, e: float, recompute: str, frozen_base: bool, framework: str,
-                attention: str) -> _BlockTime:
+                attention: str, compile: bool) -> _BlockTime:
     context = seq_local * cp
     keys = keys_per_query(spec, layer, context)
-    style = "fused" if framework == "megatron" else "eager"
+    # Transformer Engine's fused kernels (Megatron) and torch.compile's generated ones stream each tensor about
+    # once; eager PyTorch runs every pointwise op as its own kernel. PyTorch's attention is SDPA's
+    # (FlashAttention-2 kernels), Megatron's Transformer Engine's (cuDNN / FlashAttention-3 class on Hopper).
+    style = "fused" if framework == "megatron" or compile else "eager"
+    sdpa = framework != "megatron"
     # each rank: its seq/cp queries against the keys they attend to over the whole context (the load-balanced
     # split of Megatron-Core and torchtitan gives every rank 1/cp of the causal work)
     ops = block_ops(spec, layer, tokens=tokens, keys=keys, tp=tp, ep=ep, style=style)
@@ -143,13 +155,28 @@ def _time_block(profile: DeviceProfile, spec: ModelSpec, layer: int, tokens: int
         attn_bytes = ops.attention_io_elements * e
         # fp8 recipes keep attention in 16 bits; fp32 training runs it at the fp32 (TF32) rate, no flash kernel
         attn_dtype = dtype if dtype in ("fp32", "tf32") else "bf16"
-        attn_f = attention_s(profile, ops.attention_flops, attn_bytes, backward=False, dtype=attn_dtype)
-        attn_b = attention_s(profile, 2.5 * ops.attention_flops, 2 * attn_bytes, backward=True, dtype=attn_dtype)
+        attn_f = attention_s(profile, ops.attention_flops, attn_bytes, backward=False, dtype=attn_dtype, sdpa=sdpa)
+        attn_b = attention_s(profile, 2.5 * ops.attention_flops, 2 * attn_bytes, backward=True, dtype=attn_dtype,
+                             sdpa=sdpa)
     stream = memory_s(profile, ops.stream_bytes * e / 2) + ops.kernels * profile.kernel_overhead_s
+    cast_f = cast_b = 0.0
+    if dtype == "fp8":  # every weight GEMM's operands quantized (forward) and transposed (backward)
+        c = FP8_CAST_BYTES[style]
+        casts = 0
+        for g in ops.gemms:
+            if not g.weight:
+                continue
+            act_in, act_out, weight = g.m * g.k * g.count, g.m * g.n * g.count, g.k * g.n * g.count
+            cast_f += c * (act_in + weight)
+            cast_b += c * act_out + FP8_TRANSPOSE_BYTES * (act_in + act_out + weight)
+            casts += g.count
+        kernels = casts * (2 if style == "eager" else 1)
+        cast_f = memory_s(profile, cast_f) + kernels * profile.kernel_overhead_s
+        cast_b = memory_s(profile, cast_b) + 2 * kernels * profile.kernel_overhead_s
     if spec.hidden_dropout > 0:  # two residual dropouts: read + write h, write a 1-byte mask
         stream += memory_s(profile, 2 * tokens * spec.hidden_size * (2 * e + 1))
-    forward = fwd_gemm + attn_f + stream
-    backward = bwd_gemm + attn_b + 2 * stream
+    forward = fwd_gemm + attn_f + stream + cast_f
+    backward = bwd_gemm + attn_b + 2 * stream + cast_b
     kind = recompute_plan(recompute).kind
     if kind == "none":
         rec = 0.0
@@ -241,7 +268,7 @@ def step_time(spec: ModelSpec, layout: Layout, job: TrainJob, *, profile: Device
         for layer, reps in blocks:
             bt = _block_time(profile, spec, layer, tokens=tokens, seq_local=seq_local, cp=cp, tp=tp, ep=ep,
                              dtype=dtype, e=e, recompute=recompute, frozen_base=frozen_base, framework=framework,
-                             attention=attention)
+                             attention=attention, compile=job.compile)
             parts["forward"] += reps * bt.forward
             parts["backward"] += reps * bt.backward
             parts["recompute"] += reps * bt.recompute * scale
@@ -260,10 +287,13 @@ def step_time(spec: ModelSpec, layout: Layout, job: TrainJob, *, profile: Device
             parts["forward"] += memory_s(profile, tokens * h * e)  # embedding gather
         if stage == pp - 1:
             hg = head_gemm(spec, tokens, tp)
-            parts["forward"] += matmul_s(profile, hg.m, hg.n, hg.k, dtype, e) \
+            # fp8 recipes leave the output layer in 16 bits (torchao's float8 skips it, Transformer Engine's
+            # output_layer is not an fp8 module)
+            hd = gemm_dtype(profile.gpu.peak_flops, "bf16") if dtype == "fp8" else dtype
+            parts["forward"] += matmul_s(profile, hg.m, hg.n, hg.k, hd, e) \
                 + memory_s(profile, tokens * hg.n * LOSS_BYTES_PER_LOGIT / 2)
-            parts["backward"] += matmul_s(profile, hg.m, hg.k, hg.n, dtype, e) \
-                + matmul_s(profile, hg.k, hg.n, hg.m, dtype, e) + memory_s(profile, tokens * hg.n * LOSS_BYTES_PER_LOGIT / 2)
+            parts["backward"] += matmul_s(profile, hg.m, hg.k, hg.n, hd, e) \
+                + matmul_s(profile, hg.k, hg.n, hg.m, hd, e) + memory_s(profile, tokens * hg.n * LOSS_BYTES_PER_LOGIT / 2)
         if pp > 1:
             # activations forward and gradients backward at each of the rank's v model chunks
             parts["pp_comm"] += 2 * pp_p2p * (layout.vpp if layout.schedule == "interleaved" else 1)

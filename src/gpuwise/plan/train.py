@@ -27,6 +27,7 @@ from ..estimate.train_memory import FRAGMENTATION_RISK, TrainMemory, layout_memo
 from ..fields import field_default
 from ..model.params import ParamCounts, param_counts
 from .cluster import cluster
+from .confidence import SpeedConfidence, speed_category, speed_confidence
 
 FsdpMode = Literal["full", "grad-op", "no-reshard", "hybrid"]
 ZeroStage = Literal[0, 1, 2, 3]
@@ -61,6 +62,7 @@ class TrainRequest:
     cp: int = field_default(Layout, "cp")
     ep: int = field_default(Layout, "ep")
     sp: bool = field_default(Layout, "sp")
+    """Sequence parallelism with TP (Megatron-LM's --sequence-parallel); always on under torchtitan's TP plan."""
     pp_first_layers: int | None = None
     pp_last_layers: int | None = None
     schedule: Schedule | None = None
@@ -221,8 +223,11 @@ class TrainRequest:
 
     def layout(self) -> Layout:
         schedule = self.schedule or ("interleaved" if self.vpp > 1 else "1f1b")
+        # torchtitan's TP plan always splits the norms along the sequence (SequenceParallel in
+        # torchtitan/models/llama3/infra/parallelize.py, apply_tp); Megatron-LM needs --sequence-parallel.
+        sp = self.sp or (self.tp > 1 and self._job.framework == "torchtitan")
         return Layout(num_gpus=self.num_gpus, tp=self.tp, pp=self.pp, vpp=self.vpp, cp=self.cp, ep=self.ep,
-                      sp=self.sp, sharding=self.sharding, shard_group=self.shard_group, schedule=schedule,
+                      sp=sp, sharding=self.sharding, shard_group=self.shard_group, schedule=schedule,
                       pp_first_layers=self.pp_first_layers, pp_last_layers=self.pp_last_layers)
 
 
@@ -382,6 +387,17 @@ def _perf(req: TrainRequest, layout: Layout, memory: TrainMemory, flops: StepFlo
                      tokens_per_s=tokens_per_s, tokens_per_s_per_gpu=tokens_per_s / n,
                      train_tokens=req.train_tokens, train_time_s=run_s, gpu_hours=gpu_hours, usd_per_gpu_hour=price,
                      usd_source=price_source, cost_usd=cost, energy_kwh=energy)
+
+
+def train_confidence(req: TrainRequest, layout: Layout) -> SpeedConfidence:
+    """The error band of this configuration's category on held-out published runs, and what lies outside them."""
+    gpu, spec = req.gpu, req.model.spec
+    category = speed_category(moe=spec.moe is not None, cp=layout.cp, seq=req.seq, vendor=gpu.vendor,
+                              architecture=gpu.architecture or "", precision=req.precision,
+                              framework=req.job.framework, tp=layout.tp, pp=layout.pp)
+    return speed_confidence(category=category, gpu=gpu.id, precision=req.precision, framework=req.job.framework,
+                            degrees={"tp": layout.tp, "pp": layout.pp, "cp": layout.cp, "ep": layout.ep},
+                            num_gpus=req.num_gpus, seq=req.seq, finetune=req.finetune)
 
 
 def _assumptions(req: TrainRequest, framework: str, layout: Layout, mem: TrainMemory) -> tuple[str, ...]:

@@ -132,6 +132,7 @@ def train_to_dict(r: TrainResult) -> dict[str, Any]:
         "tight": r.tight,
         "max_micro_batch": r.max_micro_batch,
         **train_perf_to_dict(r.perf),
+        "speed_confidence": confidence_to_dict(r),
         "assumptions": list(r.assumptions),
     }
 
@@ -141,6 +142,8 @@ def profile_to_dict(p) -> dict[str, Any]:
     return {"gpu": p.gpu.id, "matmul_efficiency": dict(p.matmul_efficiency), "memory_efficiency": p.memory_efficiency,
             "attention_forward_efficiency": p.attention_forward_efficiency,
             "attention_backward_efficiency": p.attention_backward_efficiency,
+            "sdpa_forward_efficiency": p.sdpa_forward_efficiency,
+            "sdpa_backward_efficiency": p.sdpa_backward_efficiency,
             "kernel_overhead_s": p.kernel_overhead_s, "sources": dict(p.sources)}
 
 
@@ -150,6 +153,17 @@ def topology_to_dict(t) -> dict[str, Any]:
                            "latency_s": t.intra.latency_s},
             "inter_node": {"link": t.inter.name, "busbw_bytes_per_s": _num(t.inter.busbw_bytes_per_s),
                            "latency_s": t.inter.latency_s}}
+
+
+def confidence_to_dict(r: TrainResult) -> dict[str, Any]:
+    from ..plan.train import train_confidence
+
+    c = train_confidence(r.request, r.layout)
+    return {"category": c.category, "held_out_runs": c.runs, "band_of_category": c.of_category,
+            "median_abs_error": round(c.median_abs_error, 4), "p90_abs_error": round(c.p90_abs_error, 4),
+            "bias": round(c.bias, 4), "outside_validated": list(c.outside),
+            "note": "from published runs held out of all tuning (validation/speed_sources); error = predicted / "
+                    "published throughput - 1, bias > 0: those runs ran slower than predicted"}
 
 
 def train_perf_to_dict(p: TrainPerf) -> dict[str, Any]:

@@ -221,6 +221,12 @@ def render_train_perf(r) -> str:
     hfu = f"{100 * p.hfu:.1f}%" if p.hfu is not None else "unknown"
     lines.append(f"  step time {_dur(st.step_time_s)}; MFU {mfu}, HFU {hfu} (of {denom})")
     lines.append(f"  {p.tokens_per_s:,.0f} tokens/s, {p.tokens_per_s_per_gpu:,.0f} per GPU")
+    from ..plan.train import train_confidence
+
+    conf = train_confidence(r.request, r.layout)
+    lines.append(f"  how sure: {conf.describe()}")
+    if conf.outside:
+        lines.append(f"  outside what was validated: {'; '.join(conf.outside)}")
     total = st.step_time_s
     rows = [[k.replace("_", " "), _dur(v), f"{100 * v / total:.0f}%"] for k, v in st.breakdown.items() if v > 0]
     lines.append(_table(rows, ["where the step goes", "time", "share"], right={1, 2}))

@@ -1,0 +1,108 @@
+"""How sure a step-time prediction is: the error band of its category on published runs gpuwise was not tuned on.
+
+`validation/speed.py` scores gpuwise against published training runs (validation/speed_sources/) split once into a
+calibration part and a held-out part, and writes what the held-out part says into
+`catalog/data/speed_validation.toml` (`python -m validation.speed --write-bands`): per category the number of
+held-out runs, the median and 90th percentile of |error| and the median signed error, plus what the scored runs
+cover (GPUs, precisions, frameworks, largest degrees). A prediction reports its category's band and says plainly
+where its configuration lies outside everything validated.
+
+The category rule is the one the sources' README states (most specific first), and `validation/speed.py` checks
+every row against it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from ..catalog._toml import load_toml
+
+CATEGORY_NAMES = {
+    "moe_ep": "MoE",
+    "context_parallel": "context parallel at >= 32K tokens",
+    "amd": "AMD Instinct",
+    "blackwell": "Blackwell",
+    "fp8": "FP8 on Hopper",
+    "megatron_3d": "Megatron TP/PP",
+    "dense_fsdp": "dense data-parallel / FSDP",
+}
+LONG_CONTEXT = 32768
+MIN_ROWS = 3
+"""A category's own band needs this many held-out runs; below it the band of all held-out runs is used."""
+
+
+def speed_category(*, moe: bool, cp: int, seq: int, vendor: str, architecture: str, precision: str,
+                   framework: str, tp: int, pp: int) -> str:
+    """The validation category of a training configuration (speed_sources/README.md, most specific first)."""
+    if moe:
+        return "moe_ep"
+    if cp > 1 and seq >= LONG_CONTEXT:
+        return "context_parallel"
+    if vendor == "amd":
+        return "amd"
+    if architecture.startswith("Blackwell"):
+        return "blackwell"
+    if precision == "fp8":
+        return "fp8"
+    if framework == "megatron" and max(tp, pp) > 1:
+        return "megatron_3d"
+    return "dense_fsdp"
+
+
+@lru_cache(maxsize=1)
+def _bands() -> dict:
+    return load_toml("speed_validation.toml")
+
+
+@dataclass(frozen=True, slots=True)
+class SpeedConfidence:
+    category: str
+    runs: int
+    """Held-out published runs the band comes from (of the category, or of all categories when it has too few)."""
+    of_category: bool
+    """The band is the category's own (False: all held-out runs, the category has fewer than MIN_ROWS)."""
+    median_abs_error: float
+    p90_abs_error: float
+    bias: float
+    """Median signed error of those runs (positive: they ran slower than predicted)."""
+    outside: tuple[str, ...]
+    """What in this configuration no scored published run covers."""
+
+    def describe(self) -> str:
+        name = CATEGORY_NAMES.get(self.category, self.category)
+        where = f"{name}, {self.runs} held-out published runs" if self.of_category else \
+            f"all {self.runs} held-out published runs; {name} has fewer than {MIN_ROWS}"
+        slower = f"; on them gpuwise was {100 * self.bias:.0f}% too fast (median)" if self.bias > 0.05 else \
+            (f"; on them gpuwise was {100 * -self.bias:.0f}% too slow (median)" if self.bias < -0.05 else "")
+        return (f"±{100 * self.median_abs_error:.0f}% typical, ±{100 * self.p90_abs_error:.0f}% for 9 in 10 "
+                f"({where}{slower})")
+
+
+def speed_confidence(*, category: str, gpu: str, precision: str, framework: str, degrees: dict[str, int],
+                     num_gpus: int, seq: int, finetune: str) -> SpeedConfidence:
+    data = _bands()
+    cats = data["held_out"]
+    own = cats.get(category)
+    band = own if own and own["runs"] >= MIN_ROWS else cats["all"]
+    cov = data["covered"]
+    outside = []
+    if gpu not in cov["gpus"]:
+        outside.append(f"GPU {gpu} (validated: {', '.join(cov['gpus'])})")
+    if precision not in cov["precisions"]:
+        outside.append(f"precision {precision}")
+    if framework not in cov["frameworks"]:
+        outside.append(f"framework {framework}")
+    for dim, value in degrees.items():
+        top = cov["max_degree"].get(dim, 1)
+        if value > top:
+            outside.append(f"{dim} {value} (largest validated {top})")
+    if num_gpus > cov["max_gpus"]:
+        outside.append(f"{num_gpus:,} GPUs (largest validated {cov['max_gpus']:,})")
+    if seq > cov["max_seq"]:
+        outside.append(f"sequence {seq:,} (longest validated {cov['max_seq']:,})")
+    if finetune != "full":
+        outside.append(f"{finetune} fine-tuning (no published speed run)")
+    return SpeedConfidence(category=category, runs=int(band["runs"]), of_category=band is own,
+                           median_abs_error=float(band["median"]), p90_abs_error=float(band["p90"]),
+                           bias=float(band["bias"]), outside=tuple(outside))

@@ -1,0 +1,97 @@
+"""What a framework's kernels cost in the step (issue 18): PyTorch's SDPA attention against Transformer Engine's on
+Hopper, torch.compile's fused pointwise kernels, an fp8 recipe's casts and its 16-bit output layer, and torchtitan's
+sequence-parallel TP plan."""
+
+from __future__ import annotations
+
+import pytest
+
+import gpuwise
+from gpuwise.catalog.devices import default_profile
+from gpuwise.catalog.gpus import get_gpu
+from gpuwise.estimate import step_time as st
+from gpuwise.estimate.kernels import attention_s
+
+MODEL = "llama-3.1-8b"
+ONE = dict(num_gpus=1, seq=8192, micro_batch=1)
+
+
+def _blocks(monkeypatch, **options):
+    seen = []
+    real = st._time_block
+
+    def spy(*a, **k):
+        bt = real(*a, **k)
+        seen.append(bt)
+        return bt
+
+    st._CACHE.clear()
+    monkeypatch.setattr(st, "_time_block", spy)
+    r = gpuwise.train(MODEL, **options)
+    st._CACHE.clear()
+    return r, seen[0]
+
+
+def test_pytorch_attention_runs_flashattention2_rates_on_hopper_but_not_on_ampere():
+    """FlashAttention-3 paper, H100 head dim 128 at 8k: FA2 (what SDPA runs) 333 TFLOP/s forward causal, FA3 602."""
+    h100 = default_profile(get_gpu("h100-sxm"))
+    flops = 1e12
+    best = attention_s(h100, flops, 0.0, backward=False)
+    sdpa = attention_s(h100, flops, 0.0, backward=False, sdpa=True)
+    assert sdpa / best == pytest.approx(h100.attention_forward_efficiency / h100.sdpa_forward_efficiency, rel=1e-3)
+    assert flops / sdpa / 1e12 == pytest.approx(0.34 * 989.5, rel=0.01)
+    a100 = default_profile(get_gpu("a100-sxm-80gb"))
+    assert attention_s(a100, flops, 0.0, backward=True) == attention_s(a100, flops, 0.0, backward=True, sdpa=True)
+
+
+def test_megatron_attention_is_faster_than_torchtitans_on_h100(monkeypatch):
+    _, tt = _blocks(monkeypatch, gpu="h100-sxm", framework="torchtitan", **ONE)
+    _, mg = _blocks(monkeypatch, gpu="h100-sxm", framework="megatron", **ONE)
+    assert tt.attention_forward > 1.5 * mg.attention_forward
+    assert tt.gemm_forward == mg.gemm_forward
+
+
+def test_compile_fuses_pointwise_work_but_not_gemms(monkeypatch):
+    _, eager = _blocks(monkeypatch, gpu="h100-sxm", framework="torchtitan", **ONE)
+    _, compiled = _blocks(monkeypatch, gpu="h100-sxm", framework="torchtitan", compile=True, **ONE)
+    assert compiled.gemm_forward == eager.gemm_forward
+    assert compiled.attention_forward == eager.attention_forward
+    assert compiled.forward < eager.forward and compiled.backward < eager.backward
+
+
+def test_fp8_pays_for_its_casts_so_it_gains_less_than_its_gemms(monkeypatch):
+    r16, b16 = _blocks(monkeypatch, gpu="h100-sxm", framework="torchtitan", compile=True, **ONE)
+    r8, b8 = _blocks(monkeypatch, gpu="h100-sxm", framework="torchtitan", compile=True, precision="fp8", **ONE)
+    gemm_gain = b16.gemm_forward / b8.gemm_forward
+    step_gain = r16.perf.step.step_time_s / r8.perf.step.step_time_s
+    assert 1.5 < gemm_gain and 1.0 < step_gain < gemm_gain
+    # the casts: the fp8 block's forward beyond its GEMMs is more than the bf16 block's
+    assert b8.forward - b8.gemm_forward > b16.forward - b16.gemm_forward
+
+
+def test_fp8_keeps_the_output_layer_in_16_bits(monkeypatch):
+    """torchao's float8 skips the output layer; Transformer Engine's output_layer is not an fp8 module."""
+    calls = []
+    real = st.matmul_s
+
+    def spy(profile, m, n, k, dtype, *a, **kw):
+        calls.append((m, n, k, dtype))
+        return real(profile, m, n, k, dtype, *a, **kw)
+
+    monkeypatch.setattr(st, "matmul_s", spy)
+    st._CACHE.clear()
+    r = gpuwise.train("qwen3-0.6b", gpu="h100-sxm", framework="megatron", precision="fp8", num_gpus=1, seq=2048)
+    st._CACHE.clear()
+    vocab = r.request.model.spec.vocab_size
+    head = [c for c in calls if vocab in c[:3]]
+    blocks = [c for c in calls if vocab not in c[:3]]
+    assert len(head) == 3 and {c[3] for c in head} == {"bf16"}
+    assert blocks and {c[3] for c in blocks} == {"fp8"}
+
+
+def test_torchtitan_tp_splits_the_norms_along_the_sequence():
+    kw = dict(gpu="h100-sxm", num_gpus=8, tp=8, seq=8192, micro_batch=4, fsdp="full")
+    tt = gpuwise.train("llama-3.1-70b", framework="torchtitan", ac="full", **kw)
+    mg = gpuwise.train("llama-3.1-70b", framework="megatron", recompute="full", **kw)
+    assert tt.layout.sp and not mg.layout.sp
+    assert tt.memory.activations_per_microbatch < mg.memory.activations_per_microbatch

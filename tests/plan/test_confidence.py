@@ -1,0 +1,82 @@
+"""Every training prediction says how sure it is (issue 18): its category's band on held-out published runs, and
+what in its configuration no published run covers."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import gpuwise
+from gpuwise.catalog._toml import load_toml
+from gpuwise.cli import main
+from gpuwise.plan.confidence import MIN_ROWS, speed_category, speed_confidence
+from gpuwise.plan.train import train_confidence
+
+BASE = dict(moe=False, cp=1, seq=8192, vendor="nvidia", architecture="Hopper", precision="bf16",
+            framework="torchtitan", tp=1, pp=1)
+
+
+@pytest.mark.parametrize("change, category", [
+    ({}, "dense_fsdp"),
+    ({"framework": "megatron", "tp": 8}, "megatron_3d"),
+    ({"framework": "megatron"}, "dense_fsdp"),
+    ({"precision": "fp8"}, "fp8"),
+    ({"architecture": "Blackwell", "precision": "fp8"}, "blackwell"),
+    ({"vendor": "amd", "architecture": "CDNA 3", "precision": "fp8"}, "amd"),
+    ({"cp": 4, "seq": 131072, "vendor": "amd"}, "context_parallel"),
+    ({"cp": 2, "seq": 16384}, "dense_fsdp"),
+    ({"moe": True, "cp": 4, "seq": 131072}, "moe_ep"),
+])
+def test_categories_follow_the_sources_rule_most_specific_first(change, category):
+    assert speed_category(**{**BASE, **change}) == category
+
+
+def _bands():
+    return load_toml("speed_validation.toml")
+
+
+def test_a_prediction_reports_its_categorys_held_out_band():
+    r = gpuwise.train("llama-3.1-8b", gpu="h100-sxm", num_gpus=8, fsdp="full", framework="torchtitan", ac="op")
+    c = train_confidence(r.request, r.layout)
+    band = _bands()["held_out"]["dense_fsdp"]
+    assert c.category == "dense_fsdp"
+    if band["runs"] >= MIN_ROWS:
+        assert (c.runs, c.median_abs_error, c.p90_abs_error) == (band["runs"], band["median"], band["p90"])
+    assert c.outside == ()
+    assert f"±{100 * c.median_abs_error:.0f}%" in c.describe()
+
+
+def test_a_category_with_too_few_held_out_runs_takes_the_band_of_all():
+    bands = _bands()["held_out"]
+    thin = [k for k, v in bands.items() if k != "all" and v["runs"] < MIN_ROWS]
+    if not thin:
+        pytest.skip("every category has enough held-out runs")
+    r = gpuwise.train("qwen3-30b-a3b", gpu="h100-sxm", num_gpus=8, fsdp="full") if "moe_ep" in thin else None
+    if r is None:
+        pytest.skip("no thin category reachable with a small model here")
+    c = train_confidence(r.request, r.layout)
+    assert not c.of_category and c.runs == bands["all"]["runs"]
+
+
+def test_configurations_outside_the_validated_runs_are_named():
+    r = gpuwise.train("llama-3.1-8b", gpu="l40s", finetune="lora")
+    c = train_confidence(r.request, r.layout)
+    joined = "; ".join(c.outside)
+    assert "GPU l40s" in joined and "lora fine-tuning" in joined and "framework hf" in joined
+    covered = _bands()["covered"]
+    tp, seq, gpus = 2 * covered["max_degree"]["tp"], 2 * covered["max_seq"], 2 * covered["max_gpus"]
+    c = speed_confidence(category="megatron_3d", gpu="h100-sxm", precision="bf16", framework="megatron",
+                         degrees={"tp": tp, "pp": 1, "cp": 1, "ep": 1}, num_gpus=gpus, seq=seq, finetune="full")
+    assert [o.split(" (")[0] for o in c.outside] == [f"tp {tp}", f"{gpus:,} GPUs", f"sequence {seq:,}"]
+
+
+def test_text_and_json_carry_the_band_and_the_warnings(capsys):
+    assert main(["train", "llama-3.1-8b", "--gpu", "l40s", "--finetune", "lora"]) == 0
+    out = capsys.readouterr().out
+    assert "how sure: ±" in out and "outside what was validated: GPU l40s" in out
+    assert main(["train", "llama-3.1-8b", "--gpu", "l40s", "--finetune", "lora", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)["speed_confidence"]
+    assert doc["category"] == "dense_fsdp" and doc["held_out_runs"] >= 1
+    assert 0 < doc["median_abs_error"] <= doc["p90_abs_error"]
+    assert any(o.startswith("GPU l40s") for o in doc["outside_validated"])
