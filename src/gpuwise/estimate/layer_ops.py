@@ -70,7 +70,7 @@ def _moe_expert_tokens(spec: ModelSpec, tokens: int, ep: int) -> tuple[int, int]
     return local, per_expert
 
 
-def block_ops(spec: ModelSpec, layer: int, *, tokens: int, keys: float, tp: int = 1, ep: int = 1,
+def block_ops(spec: ModelSpec, layer: int, *, tokens: int, keys: float, tp: int = 1, ep: int = 1, etp: int | None = None,
               kv_rows: float | None = None, active_experts: float | None = None, style: str = "eager") -> BlockOps:
     """Forward kernels of block `layer` for `tokens` query rows, each attending to `keys` keys on average.
 
@@ -114,13 +114,16 @@ def block_ops(spec: ModelSpec, layer: int, *, tokens: int, keys: float, tp: int 
     act_bytes = sb["act_gated"] if gated else sb["act"]
     if moe is not None and moe.moe_layers[layer]:
         e_i = moe.expert_intermediate_size
-        local, per_expert = _moe_expert_tokens(spec, tokens, ep)
+        # Expert TP below the dense TP (Megatron-Core's parallel folding, torchtitan's etp 1): each rank routes its
+        # own tp / etp share of the tokens to whole (etp-split) experts instead of all tokens to tp-split ones.
+        etp = tp if etp is None else etp
+        local, per_expert = _moe_expert_tokens(spec, tokens * etp // tp, ep)
         if active_experts is not None:
             local = max(1, round(min(local, active_experts)))
             per_expert = max(1, round(tokens * moe.top_k / local))
         gemms.append(Gemm("router", tokens, moe.num_experts, h, weight=True))
-        gemms += [Gemm("experts_up", per_expert, (mats - 1) * e_i // tp, h, local),
-                  Gemm("experts_down", per_expert, h, e_i // tp, local)]
+        gemms += [Gemm("experts_up", per_expert, (mats - 1) * e_i // etp, h, local),
+                  Gemm("experts_down", per_expert, h, e_i // etp, local)]
         act += act_bytes * moe.top_k * e_i / tp
         if moe.shared_intermediate_size:
             s_i = moe.shared_intermediate_size

@@ -59,7 +59,10 @@ class Layout:
     cp: int = 1
     """Context parallel degree (the sequence split across ranks, K/V exchanged)."""
     ep: int = 1
-    """Expert parallel degree (routed experts split over the data-parallel x context-parallel ranks)."""
+    """Expert parallel degree: routed experts split over ranks folded from tp x cp x dp (Megatron-Core's MoE
+    parallel folding, torchtitan's EP borrowing data-parallel, context-parallel and, with etp 1, TP ranks)."""
+    etp: int | None = None
+    """Expert tensor parallel degree (Megatron-Core --expert-tensor-parallel-size; default: tp)."""
     sp: bool = False
     """Sequence parallelism with TP (norms, dropout and their activations split along the sequence)."""
     sharding: str = "ddp"
@@ -71,6 +74,19 @@ class Layout:
     --decoder-first-pipeline-num-layers; default: an even split)."""
     pp_last_layers: int | None = None
     """Layers on the last pipeline stage when it differs from the others (default: an even split)."""
+
+    @property
+    def expert_tp(self) -> int:
+        """TP degree of the routed experts (their weights and GEMMs split over it)."""
+        return self.tp if self.etp is None else self.etp
+
+    @property
+    def expert_shard_size(self) -> int:
+        """Ranks that hold the same routed experts and shard their states: the expert data-parallel group,
+        tp x cp x dp / (ep x etp), within the dense shard group's reach."""
+        if self.sharding == "ddp":
+            return 1
+        return max(1, self.shard_size * self.tp // (self.ep * self.expert_tp))
 
     @property
     def dp(self) -> int:

@@ -169,7 +169,7 @@ def stage_tensors(spec: ModelSpec, layout: Layout, stage: int) -> StageTensors:
     costs the number of distinct tensors, not the number of layers (results are cached per stage).
     """
     per_stage = stage_layers(layout, spec.num_layers)
-    key = (id(spec), layout.tp, layout.ep, per_stage, stage)
+    key = (id(spec), layout.tp, layout.ep, layout.expert_tp, per_stage, stage)
     hit = _STAGE_CACHE.get(key)
     if hit is not None:
         return hit[0]
@@ -183,7 +183,8 @@ def _stage_tensors(spec: ModelSpec, layout: Layout, stage: int, per_stage: tuple
 
     def add(t: Tensor, reps: int) -> float:
         expert = t.experts > 1 or t.role.endswith("_exps")
-        share = 1.0 / layout.tp if t.is_matrix and t.role not in ("pos_embd", "ffn_gate_inp") else 1.0
+        tp = layout.expert_tp if expert else layout.tp
+        share = 1.0 / tp if t.is_matrix and t.role not in ("pos_embd", "ffn_gate_inp") else 1.0
         if expert:
             share /= layout.ep
         n = t.numel * share
@@ -279,7 +280,8 @@ class ModelStates:
 
 def model_states(spec: ModelSpec, layout: Layout, stage: int, job: TrainJob) -> ModelStates:
     """Model-state bytes on one rank of pipeline stage `stage` (cached: the planner asks for the same often)."""
-    key = (id(spec), layout.tp, layout.ep, stage_layers(layout, spec.num_layers), stage, layout.shard_size,
+    key = (id(spec), layout.tp, layout.ep, layout.expert_tp, stage_layers(layout, spec.num_layers), stage,
+           layout.shard_size,
            layout.sharding, job.framework, job.precision, job.optimizer, job.finetune, job.lora_rank, job.lora_targets,
            job.offload, job.optimizer_in_backward, job.fp8_param_gather, job.grad_reduce_in_fp32, job.kbit_upcast)
     hit = _STATES_CACHE.get(key)
@@ -298,7 +300,7 @@ def _model_states(spec: ModelSpec, layout: Layout, stage: int, job: TrainJob) ->
     adapter_lay = precision_layout("hf", "bf16" if precision != "fp32" else "fp32")  # PEFT: fp32 adapters
     sh = layout.sharding_spec
     dense_n = layout.shard_size
-    expert_n = max(1, dense_n // layout.ep)
+    expert_n = layout.expert_shard_size
     held = stage_tensors(spec, layout, stage)
     targets = lora_targets(job.lora_targets) if finetune != "full" else frozenset()
     frozen_bits = None

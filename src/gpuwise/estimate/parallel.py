@@ -131,8 +131,19 @@ def validate_layout(layout: Layout, spec: ModelSpec, *, seq: int, global_batch: 
             raise InvalidArgument("--ep needs a mixture-of-experts model; this one is dense")
         assert spec.moe is not None
         _require_divides("ep", layout.ep, "the number of experts", spec.moe.num_experts)
-        _require_divides("ep", layout.ep, "the data-parallel x context-parallel degree num_gpus / (tp x pp)",
-                         dp * layout.cp)
+        etp = layout.expert_tp
+        require_positive_int("--etp", etp, 1 << 16)
+        if etp not in (1, layout.tp):
+            raise InvalidArgument(f"--etp {etp}: expert tensor parallelism is 1 or the dense --tp ({layout.tp}), "
+                                  f"as torchtitan allows (Megatron-Core allows others; not modelled)")
+        folded = dp * layout.cp * layout.tp
+        if folded % (layout.ep * etp):
+            raise InvalidArgument(
+                f"--ep {layout.ep} x --etp {etp} must divide tp x cp x dp = num_gpus / pp = {folded} (the ranks the "
+                f"experts fold over); valid --ep nearby: "
+                f"{nearby(layout.ep, [e for e in divisors(folded // etp) if spec.moe.num_experts % e == 0])}")
+    elif layout.etp not in (None, 1, layout.tp):
+        raise InvalidArgument("--etp applies to the routed experts of a MoE model with --ep")
     if layout.sharding == "hsdp":
         if layout.shard_group is None:
             raise InvalidArgument("HSDP (--fsdp hybrid) needs --shard-group K: the ranks that shard model states")

@@ -119,19 +119,19 @@ def _unfused_attention_s(profile: DeviceProfile, spec: ModelSpec, *, seq_local: 
 
 def _block_time(profile: DeviceProfile, spec: ModelSpec, layer: int, *, tokens: int, seq_local: int, cp: int,
                 tp: int, ep: int, dtype: str, e: float, recompute: str, frozen_base: bool, framework: str,
-                attention: str = "flash", compile: bool = False) -> _BlockTime:
+                attention: str = "flash", compile: bool = False, etp: int | None = None) -> _BlockTime:
     key = (id(profile), id(spec), block_signature(spec, layer), tokens, seq_local, cp, tp, ep, dtype, e, recompute,
-           frozen_base, framework, attention, compile)
+           frozen_base, framework, attention, compile, etp)
     hit = _CACHE.get(key)
     if hit is not None:
         return hit[0]
     return remember(_CACHE, key, _time_block(profile, spec, layer, tokens, seq_local, cp, tp, ep, dtype, e, recompute,
-                                             frozen_base, framework, attention, compile), profile, spec)
+                                             frozen_base, framework, attention, compile, etp), profile, spec)
 
 
 def _time_block(profile: DeviceProfile, spec: ModelSpec, layer: int, tokens: int, seq_local: int, cp: int, tp: int,
                 ep: int, dtype: str, e: float, recompute: str, frozen_base: bool, framework: str,
-                attention: str, compile: bool) -> _BlockTime:
+                attention: str, compile: bool, etp: int | None) -> _BlockTime:
     context = seq_local * cp
     keys = keys_per_query(spec, layer, context)
     # Transformer Engine's fused kernels (Megatron) and torch.compile's generated ones stream each tensor about
@@ -141,7 +141,7 @@ def _time_block(profile: DeviceProfile, spec: ModelSpec, layer: int, tokens: int
     sdpa = framework != "megatron"
     # each rank: its seq/cp queries against the keys they attend to over the whole context (the load-balanced
     # split of Megatron-Core and torchtitan gives every rank 1/cp of the causal work)
-    ops = block_ops(spec, layer, tokens=tokens, keys=keys, tp=tp, ep=ep, style=style)
+    ops = block_ops(spec, layer, tokens=tokens, keys=keys, tp=tp, ep=ep, etp=etp, style=style)
     fwd_gemm = bwd_gemm = 0.0
     for g in ops.gemms:
         fwd_gemm += g.count * matmul_s(profile, g.m, g.n, g.k, dtype, e)
@@ -254,7 +254,10 @@ def step_time(spec: ModelSpec, layout: Layout, job: TrainJob, *, profile: Device
     cp_step = topo.collective_s("send_recv", tokens * kv_dim * e / tp, cp, inner["cp"]) if cp > 1 else 0.0
     a2a = 0.0
     if ep > 1 and spec.moe is not None:
-        a2a = topo.collective_s("all_to_all", tokens * spec.moe.top_k * h * e, ep, inner["ep"])
+        # each rank dispatches its etp / tp share of the tokens; the EP ranks sit next to the expert-TP ranks
+        # (Megatron-Core's folded expert rank order tp-ep-dp: with etp = tp the same stride as before)
+        a2a = topo.collective_s("all_to_all", tokens * layout.expert_tp // tp * spec.moe.top_k * h * e, ep,
+                                layout.expert_tp if layout.expert_tp < tp else inner["ep"])
     # Each hop is one send/recv; the pipeline runs at the pace of its slowest hop, so the level is the one the
     # whole pipeline group spans (a node boundary anywhere in it is on every micro-batch's path).
     pp_p2p = topo.collective_s("send_recv", tokens * h * e / (tp if layout.sp else 1), pp, inner["pp"]) if pp > 1 else 0.0
@@ -268,7 +271,7 @@ def step_time(spec: ModelSpec, layout: Layout, job: TrainJob, *, profile: Device
         for layer, reps in blocks:
             bt = _block_time(profile, spec, layer, tokens=tokens, seq_local=seq_local, cp=cp, tp=tp, ep=ep,
                              dtype=dtype, e=e, recompute=recompute, frozen_base=frozen_base, framework=framework,
-                             attention=attention, compile=job.compile)
+                             attention=attention, compile=job.compile, etp=layout.expert_tp)
             parts["forward"] += reps * bt.forward
             parts["backward"] += reps * bt.backward
             parts["recompute"] += reps * bt.recompute * scale

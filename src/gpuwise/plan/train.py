@@ -61,6 +61,9 @@ class TrainRequest:
     vpp: int = field_default(Layout, "vpp")
     cp: int = field_default(Layout, "cp")
     ep: int = field_default(Layout, "ep")
+    etp: int | None = None
+    """Expert tensor parallelism of the routed experts: 1 or --tp (Megatron-Core --expert-tensor-parallel-size,
+    torchtitan expert_tensor_parallel_degree; default --tp). --ep x --etp folds over tp x cp x dp."""
     sp: bool = field_default(Layout, "sp")
     """Sequence parallelism with TP (Megatron-LM's --sequence-parallel); always on under torchtitan's TP plan."""
     pp_first_layers: int | None = None
@@ -227,7 +230,7 @@ class TrainRequest:
         # torchtitan/models/llama3/infra/parallelize.py, apply_tp); Megatron-LM needs --sequence-parallel.
         sp = self.sp or (self.tp > 1 and self._job.framework == "torchtitan")
         return Layout(num_gpus=self.num_gpus, tp=self.tp, pp=self.pp, vpp=self.vpp, cp=self.cp, ep=self.ep,
-                      sp=sp, sharding=self.sharding, shard_group=self.shard_group, schedule=schedule,
+                      etp=self.etp, sp=sp, sharding=self.sharding, shard_group=self.shard_group, schedule=schedule,
                       pp_first_layers=self.pp_first_layers, pp_last_layers=self.pp_last_layers)
 
 

@@ -87,7 +87,7 @@ def train_to_dict(r: TrainResult) -> dict[str, Any]:
         "framework": r.framework,
         "framework_reason": r.framework_reason,
         "layout": {"dp": lay.dp, "tp": lay.tp, "pp": lay.pp, "vpp": lay.vpp, "cp": lay.cp, "ep": lay.ep,
-                   "sp": lay.sp, "sharding": lay.sharding, "shard_size": lay.shard_size,
+                   "etp": lay.expert_tp, "sp": lay.sp, "sharding": lay.sharding, "shard_size": lay.shard_size,
                    "schedule": lay.schedule, "layers_per_stage": list(stage_layers(lay, spec.num_layers))},
         "seq": req.seq,
         "global_batch": req.global_batch,

@@ -148,7 +148,8 @@ def render_train(r: TrainResult) -> str:
     gpu = req.gpu
     params = fmt_count(r.params.total) + (f", {fmt_count(r.params.active)} active" if spec.is_moe else "")
     degrees = f"dp {lay.dp} x tp {lay.tp}{' (sp)' if lay.sp and lay.tp > 1 else ''} x pp {lay.pp}" + \
-        (f" (vpp {lay.vpp})" if lay.vpp > 1 else "") + f" x cp {lay.cp}" + (f", ep {lay.ep}" if lay.ep > 1 else "")
+        (f" (vpp {lay.vpp})" if lay.vpp > 1 else "") + f" x cp {lay.cp}" + (f", ep {lay.ep}" if lay.ep > 1 else "") \
+        + (f" (expert tp {lay.expert_tp})" if lay.ep > 1 and lay.expert_tp != lay.tp else "")
     tune = "" if req.finetune == "full" else f", {req.finetune} rank {req.lora_rank} on {req.lora_targets}"
     lines = [
         f"{req.model.id}: {params} params, {spec.family}, {spec.num_layers} layers",
