@@ -83,6 +83,33 @@ class Topology:
             return min(self.intra.busbw_bytes_per_s, k * lv.busbw_bytes_per_s) if k > 1 else lv.busbw_bytes_per_s
         return lv.busbw_bytes_per_s
 
+    def expert_all_to_all_s(self, token_bytes: float, top_k: int, group: int, inner: int = 1, *,
+                            per_node: bool = False) -> float:
+        """One MoE dispatch (or combine) over an expert-parallel group: `token_bytes` of tokens on each rank, each
+        sent to `top_k` experts spread evenly over the group's ranks.
+
+        Inside one node it is NCCL's all-to-all. Across nodes the copies bound for other nodes leave through the
+        rank's own NIC while those for its node's ranks go over NVLink, at the same time. `per_node` (DeepEP,
+        HybridEP: Megatron-Core's flex dispatcher) sends a token to each destination node once, where NVLink
+        forwards it to that node's experts: with n nodes and top-k experts drawn evenly it crosses to
+        (n - 1)(1 - (1 - 1/n)^k) other nodes instead of k (n - 1) / n times."""
+        if group <= 1 or token_bytes <= 0:
+            return 0.0
+        if self.level(group, inner) is self.intra:
+            return self.collective_s("all_to_all", token_bytes * top_k, group, inner)
+        members = self.members_per_node(group, inner)
+        nodes = max(2, math.ceil(group / members))
+        remote = (nodes - 1) / nodes
+        if per_node:
+            cross = token_bytes * (nodes - 1) * (1 - (1 - 1 / nodes) ** top_k)
+            nvlink = token_bytes * top_k  # every copy is delivered (or forwarded) inside a node once
+        else:
+            cross = token_bytes * top_k * remote
+            nvlink = token_bytes * top_k * (members - 1) / group
+        steps = math.ceil(math.log2(group))
+        return self.inter.latency_s * steps + max(cross / self.inter.busbw_bytes_per_s,
+                                                  nvlink / self.intra.busbw_bytes_per_s)
+
     def collective_s(self, op: str, message_bytes: float, group: int, inner: int = 1) -> float:
         if group <= 1 or message_bytes <= 0:
             return 0.0

@@ -30,6 +30,7 @@ Recompute = str
 spellings resolve to these in plan/train.py)."""
 Finetune = Literal["full", "lora", "qlora"]
 Attention = Literal["flash", "unfused"]
+MoeDispatcher = Literal["alltoall", "flex"]
 FlopsConvention = Literal["causal", "full"]
 OffloadTarget = Literal["optimizer", "params", "activations"]
 
@@ -49,6 +50,7 @@ TE_FP8: tuple[str, ...] = ("megatron", "deepspeed", "hf")
 FINETUNE: tuple[str, ...] = get_args(Finetune)
 ATTENTION: tuple[str, ...] = get_args(Attention)
 CONVENTIONS: tuple[str, ...] = get_args(FlopsConvention)
+DISPATCHERS: tuple[str, ...] = get_args(MoeDispatcher)
 OFFLOAD_TARGETS: tuple[str, ...] = get_args(OffloadTarget)
 
 
@@ -93,6 +95,13 @@ class TrainJob:
     in memory: Megatron-LM before --use-flash-attn, eager attention)."""
     tp_comm_overlap: bool = False
     """Tensor-parallel collectives overlapped with the split GEMMs (Megatron-LM --tp-comm-overlap)."""
+    moe_token_dispatcher: MoeDispatcher = "alltoall"
+    """Megatron-Core --moe-token-dispatcher-type: alltoall (NCCL all-to-all: every routed copy of a token crosses
+    the network on its own) or flex (DeepEP / HybridEP: a token crosses to each destination node once and is
+    forwarded to that node's experts over NVLink)."""
+    moe_a2a_overlap: bool = False
+    """Expert-parallel dispatch and combine hidden behind another micro-batch's compute (Megatron-Core
+    --overlap-moe-expert-parallel-comm, DeepSeek-V3's dual micro-batch overlap): only what exceeds the block shows."""
     flops_convention: FlopsConvention = "causal"
     """Attention FLOPs: causal (half the score matrix) or full (what FlopCounterMode counts)."""
     compile: bool = False
@@ -119,7 +128,8 @@ class TrainJob:
         for name, value, valid in (("--framework", self.framework, FRAMEWORKS), ("--precision", self.precision, PRECISIONS),
                                    ("--optimizer", self.optimizer, OPTIMIZERS),
                                    ("--finetune", self.finetune, FINETUNE), ("--attention", self.attention, ATTENTION),
-                                   ("--flops-convention", self.flops_convention, CONVENTIONS)):
+                                   ("--flops-convention", self.flops_convention, CONVENTIONS),
+                                   ("--moe-token-dispatcher", self.moe_token_dispatcher, DISPATCHERS)):
             if value not in valid:
                 raise InvalidArgument(f"{name}: unknown value '{value}'; valid: {', '.join(valid)}")
         from .recompute import recompute_plan

@@ -26,6 +26,10 @@ from dataclasses import dataclass
 
 from ..model.spec import SLIDING, ModelSpec
 
+PERMUTE_BYTES = 8.0
+"""Bytes per (token x hidden) element of an MoE layer's permute + unpermute per routed copy and per token: each
+reads (2 B) and writes (2 B) the element once on the way in and once on the way out."""
+
 # Bytes per element moved by the streaming kernels of one block, forward (see the module docstring).
 STREAM_BYTES = {
     "eager": {"norm": 36.0, "rope": 12.0, "act_gated": 10.0, "act": 4.0, "residual": 6.0, "attn_copy": 4.0},
@@ -122,6 +126,9 @@ def block_ops(spec: ModelSpec, layer: int, *, tokens: int, keys: float, tp: int 
             local = max(1, round(min(local, active_experts)))
             per_expert = max(1, round(tokens * moe.top_k / local))
         gemms.append(Gemm("router", tokens, moe.num_experts, h, weight=True))
+        # permute (read each token, write its top-k copies in expert order) and unpermute (read the copies, write
+        # their weighted sum): 2 (k + 1) elements of width h moved per token the rank routes, 2 bytes each way
+        act += PERMUTE_BYTES * (moe.top_k + 1) * h * etp / tp
         gemms += [Gemm("experts_up", per_expert, (mats - 1) * e_i // etp, h, local),
                   Gemm("experts_down", per_expert, h, e_i // etp, local)]
         act += act_bytes * moe.top_k * e_i / tp

@@ -10,7 +10,9 @@ attention core). Communication is timed on the topology (`comm.py`) and counted 
   `tp_overlap` (Megatron-LM's --tp-comm-overlap, Transformer Engine userbuffers) only what exceeds the block's
   GEMMs in that pass shows.
 - CP ring attention passes K/V chunks while attention computes: only what exceeds the attention time shows.
-- EP all-to-all (dispatch and combine, forward and backward) is exposed.
+- EP all-to-all (dispatch and combine, forward and backward): across nodes the copies for other nodes leave through
+  each rank's NIC while NVLink carries the rest (`Topology.expert_all_to_all_s`; the flex dispatcher sends a token
+  to each node once); exposed, or with `moe_a2a_overlap` only what exceeds the block's compute.
 - PP send/recv of activations and gradients: once per micro-batch, direction and model chunk (v with the
   interleaved schedule).
 - DP gradient all-reduce / reduce-scatter overlaps the last micro-batch's backward (bucketed): what exceeds it
@@ -256,8 +258,9 @@ def step_time(spec: ModelSpec, layout: Layout, job: TrainJob, *, profile: Device
     if ep > 1 and spec.moe is not None:
         # each rank dispatches its etp / tp share of the tokens; the EP ranks sit next to the expert-TP ranks
         # (Megatron-Core's folded expert rank order tp-ep-dp: with etp = tp the same stride as before)
-        a2a = topo.collective_s("all_to_all", tokens * layout.expert_tp // tp * spec.moe.top_k * h * e, ep,
-                                layout.expert_tp if layout.expert_tp < tp else inner["ep"])
+        a2a = topo.expert_all_to_all_s(tokens * layout.expert_tp // tp * h * e, spec.moe.top_k, ep,
+                                       layout.expert_tp if layout.expert_tp < tp else inner["ep"],
+                                       per_node=job.moe_token_dispatcher == "flex")
     # Each hop is one send/recv; the pipeline runs at the pace of its slowest hop, so the level is the one the
     # whole pipeline group spans (a node boundary anywhere in it is on every micro-batch's path).
     pp_p2p = topo.collective_s("send_recv", tokens * h * e / (tp if layout.sp else 1), pp, inner["pp"]) if pp > 1 else 0.0
@@ -285,7 +288,11 @@ def step_time(spec: ModelSpec, layout: Layout, job: TrainJob, *, profile: Device
                 parts["cp_comm"] += reps * (_exposed((cp - 1) * cp_step, bt.attention_forward)
                                             + _exposed(2 * (cp - 1) * cp_step, bt.attention_backward))
             if a2a and spec.moe.moe_layers[layer]:
-                parts["ep_comm"] += reps * (4 * a2a + 2 * a2a * whole)
+                if job.moe_a2a_overlap:  # another micro-batch's block computes meanwhile
+                    parts["ep_comm"] += reps * (_exposed(4 * a2a, bt.forward + bt.backward)
+                                                + _exposed(2 * a2a, bt.forward) * whole)
+                else:
+                    parts["ep_comm"] += reps * (4 * a2a + 2 * a2a * whole)
         if stage == 0:
             parts["forward"] += memory_s(profile, tokens * h * e)  # embedding gather
         if stage == pp - 1:

@@ -16,8 +16,8 @@ from ..catalog.models import LoadedModel
 from ..errors import InvalidArgument, require_positive_int, require_positive_number
 from ..estimate.comm import Topology
 from ..estimate.flops import StepFlops, gemm_dtype, job_flops, utilization
-from ..estimate.job import (FSDP2_OFFLOAD_ALL, Attention, Finetune, FlopsConvention, Framework, OffloadTarget,
-                            Optimizer, Precision, Recompute, TrainJob, job_default)
+from ..estimate.job import (FSDP2_OFFLOAD_ALL, Attention, Finetune, FlopsConvention, Framework, MoeDispatcher,
+                            OffloadTarget, Optimizer, Precision, Recompute, TrainJob, job_default)
 from ..estimate.layout import PARAM_OFFLOAD_SHARDINGS, Layout, Schedule, divisors
 from ..estimate.model_states import adapter_input_bytes, lora_targets
 from ..estimate.parallel import validate_layout
@@ -121,6 +121,8 @@ class TrainRequest:
     flops_convention: FlopsConvention = job_default("flops_convention")
     attention: Attention = job_default("attention")
     tp_comm_overlap: bool = job_default("tp_comm_overlap")
+    moe_token_dispatcher: MoeDispatcher = job_default("moe_token_dispatcher")
+    moe_a2a_overlap: bool = job_default("moe_a2a_overlap")
     gpus_per_node: int | None = None
     """GPUs per node (default 8, or the job's GPU count when smaller)."""
     inter_node_gbps: float | None = None
@@ -177,7 +179,8 @@ class TrainRequest:
                        lora_targets=self.lora_targets, lora_dropout=self.lora_dropout,
                        kbit_upcast=self.kbit_upcast and framework == "hf" and self.finetune == "qlora",
                        offload=frozenset(self.offload), attention=self.attention,
-                       tp_comm_overlap=self.tp_comm_overlap, flops_convention=self.flops_convention,
+                       tp_comm_overlap=self.tp_comm_overlap, moe_token_dispatcher=self.moe_token_dispatcher,
+                       moe_a2a_overlap=self.moe_a2a_overlap, flops_convention=self.flops_convention,
                        compile=self.compile, loss_chunks=chunks, fused_loss=self.fused_loss,
                        fp8_param_gather=self.fp8_param_gather, grad_reduce_in_fp32=self.grad_reduce_in_fp32,
                        optimizer_in_backward=self.optimizer_in_backward)
