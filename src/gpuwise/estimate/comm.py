@@ -123,10 +123,10 @@ def _arch(gpu: GPU) -> str:
 
 
 def default_gpus_per_node(gpu: GPU) -> int:
-    """GPUs in one server of this kind when the job does not say (data/devices.toml [network] gpus_per_node, by the
-    GPU's segment, else the default: an HGX/DGX server's 8)."""
+    """GPUs in one NVLink domain (server or rack) of this kind when the job does not say (data/devices.toml [network]
+    gpus_per_node, by GPU id or segment, else the default: an HGX/DGX server's 8; GB200: its NVL72 rack)."""
     table = network_defaults()["gpus_per_node"]
-    return int(table.get(gpu.segment, table["default"]))
+    return int(table.get(gpu.id, table.get(gpu.segment, table["default"])))
 
 
 def topology(gpu: GPU, *, num_gpus: int, gpus_per_node: int | None = None, inter_node_gbps: float | None = None,
