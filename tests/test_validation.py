@@ -115,3 +115,17 @@ def test_the_shipped_error_bands_are_those_of_the_held_out_rows():
     speed = _speed()
     scored, _ = speed.run()
     assert speed.BANDS.read_text() == speed.bands_toml(scored)
+
+
+def test_the_planner_is_compared_with_every_published_layout_it_can_express():
+    """Issue 18: for the validation runs' models the planner's best is the published layout, or a line says by how
+    much (predicted) and where its step is shorter."""
+    layouts = _module("layouts")
+    speed = _speed()
+    row = next(r for r in speed.load() if r["name"].startswith("NeMo 24.07 perf summary: Llama 2 13B"))
+    c = layouts.compare(row)
+    assert c is not None and c.published.startswith("TP 1, PP 4x10")
+    assert c.published_s > 0 and c.best_s > 0 and c.best_s <= c.published_s * 1.0001
+    assert (c.best == c.published) == (c.why == "")
+    if c.best != c.published:
+        assert "published layout spends more on" in c.why or c.why == "no single part dominates"

@@ -1,0 +1,106 @@
+"""The planner against the layouts published runs used (issue 18): `python -m validation.layouts`.
+
+For every scored 2023-2026 speed row that trains the whole model with a framework the planner searches, gpuwise plans
+the same model, GPUs, sequence, global batch, framework and precision, and compares its best plan with the published
+layout, both predicted by the same step-time model: the same layout, a tie (within 3%), or the planner's choice with
+the predicted gain and the parts of the step where it comes from. A published layout the planner's search space
+cannot express (a schedule, an uneven pipeline split) is listed with why.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+from dataclasses import dataclass
+
+from validation.speed import LEGACY, _model, load
+
+PLANNED = ("megatron", "torchtitan", "fsdp", "deepspeed")
+TIE = 0.03
+
+
+@dataclass(frozen=True, slots=True)
+class Compared:
+    name: str
+    published: str
+    best: str
+    published_s: float
+    best_s: float
+    why: str
+
+    @property
+    def gain(self) -> float:
+        """Predicted step-time saving of the planner's best over the published layout (0: same or worse)."""
+        return max(0.0, 1 - self.best_s / self.published_s)
+
+
+def _layout(lay, micro_batch: int) -> str:
+    parts = [f"TP {lay.tp}", f"PP {lay.pp}" + (f"x{lay.vpp}" if lay.vpp > 1 else ""), f"CP {lay.cp}"]
+    if lay.ep > 1:
+        parts.append(f"EP {lay.ep}")
+    return ", ".join(parts) + f", DP {lay.dp}, mb {micro_batch}"
+
+
+def _why(pub_breakdown: dict, best_breakdown: dict) -> str:
+    diffs = sorted(((pub_breakdown.get(k, 0.0) - best_breakdown.get(k, 0.0), k)
+                    for k in set(pub_breakdown) | set(best_breakdown)), reverse=True)
+    top = [f"{k.replace('_', ' ')} {d:+.3g} s" for d, k in diffs[:2] if d > 0]
+    return "published layout spends more on " + ", ".join(top) if top else "no single part dominates"
+
+
+def compare(row: dict) -> Compared | None:
+    import gpuwise
+
+    opts = row["options"]
+    r = gpuwise.train(_model(row["model"]), gpu=row["gpu"], **opts)
+    if r.framework not in PLANNED or r.request.finetune != "full":
+        return None
+    plan_opts = dict(num_gpus=opts["num_gpus"], seq=opts["seq"], global_batch=r.request.global_batch,
+                     framework=r.framework, precision=r.request.precision)
+    for key in ("gpus_per_node", "inter_node_gbps"):
+        if key in opts:
+            plan_opts[key] = opts[key]
+    p = gpuwise.plan(_model(row["model"]), gpu=row["gpu"], **plan_opts)
+    published = _layout(r.layout, r.request.micro_batch)
+    pub_s = r.perf.step.step_time_s
+    if not p.plans:
+        return Compared(row["name"], published, "none fits", pub_s, pub_s, p.why)
+    best = p.plans[0]
+    best_name = _layout(best.layout, best.micro_batch)
+    why = "" if best_name == published else _why(r.perf.step.breakdown, best.step.breakdown)
+    return Compared(row["name"], published, best_name, pub_s, best.step_time_s, why)
+
+
+def main() -> int:
+    from gpuwise.errors import GpuwiseError
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    out, skipped = [], []
+    for row in load():
+        if row["category"] == LEGACY or row["model"].startswith("custom:") or row["gpu"].startswith("custom:"):
+            continue
+        try:
+            c = compare(row)
+        except GpuwiseError as exc:
+            skipped.append((row["name"], str(exc).split(";")[0]))
+            continue
+        if c is not None:
+            out.append(c)
+    same = [c for c in out if c.best == c.published]
+    tie = [c for c in out if c not in same and c.gain <= TIE]
+    better = [c for c in out if c not in same and c.gain > TIE]
+    for c in sorted(better, key=lambda c: -c.gain):
+        print(f"{c.name[:90]}\n    published {c.published}: {c.published_s:.3g} s predicted; planner {c.best}: "
+              f"{c.best_s:.3g} s ({100 * c.gain:.0f}% shorter); {c.why}")
+    print(f"\n{len(out)} published layouts: {len(same)} are the planner's best, {len(tie)} within {100 * TIE:.0f}% of "
+          f"it, {len(better)} predicted slower than the planner's best (median {100 * statistics.median([c.gain for c in better] or [0]):.0f}% "
+          f"shorter steps; every gain inherits the step-time model's error, docs/performance.md)")
+    for name, why in skipped:
+        print(f"  not compared: {name[:90]}: {why}")
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main())
