@@ -31,6 +31,7 @@ spellings resolve to these in plan/train.py)."""
 Finetune = Literal["full", "lora", "qlora"]
 Attention = Literal["flash", "unfused"]
 MoeDispatcher = Literal["alltoall", "flex"]
+CpCommType = Literal["p2p", "allgather", "a2a"]
 FlopsConvention = Literal["causal", "full"]
 OffloadTarget = Literal["optimizer", "params", "activations"]
 
@@ -51,6 +52,7 @@ FINETUNE: tuple[str, ...] = get_args(Finetune)
 ATTENTION: tuple[str, ...] = get_args(Attention)
 CONVENTIONS: tuple[str, ...] = get_args(FlopsConvention)
 DISPATCHERS: tuple[str, ...] = get_args(MoeDispatcher)
+CP_COMM_TYPES: tuple[str, ...] = get_args(CpCommType)
 OFFLOAD_TARGETS: tuple[str, ...] = get_args(OffloadTarget)
 
 
@@ -99,6 +101,12 @@ class TrainJob:
     """Megatron-Core --moe-token-dispatcher-type: alltoall (NCCL all-to-all: every routed copy of a token crosses
     the network on its own) or flex (DeepEP / HybridEP: a token crosses to each destination node once and is
     forwarded to that node's experts over NVLink)."""
+    cp_comm_type: CpCommType | None = None
+    """How context-parallel ranks exchange keys and values (Megatron-Core --cp-comm-type): p2p (a ring, each step's
+    chunk sent while the previous one is attended to), allgather (the whole context's K/V gathered before attention
+    and their gradients reduce-scattered after it: PyTorch's context_parallel default rotate method, which
+    torchtitan uses) or a2a (DeepSpeed-Ulysses: all-to-alls switch q, k, v and the output between sequence and head
+    sharding). None: the framework's default (p2p for Megatron, allgather otherwise)."""
     moe_a2a_overlap: bool = False
     """Expert-parallel dispatch and combine hidden behind another micro-batch's compute (Megatron-Core
     --overlap-moe-expert-parallel-comm, DeepSeek-V3's dual micro-batch overlap): only what exceeds the block shows."""
@@ -129,7 +137,8 @@ class TrainJob:
                                    ("--optimizer", self.optimizer, OPTIMIZERS),
                                    ("--finetune", self.finetune, FINETUNE), ("--attention", self.attention, ATTENTION),
                                    ("--flops-convention", self.flops_convention, CONVENTIONS),
-                                   ("--moe-token-dispatcher", self.moe_token_dispatcher, DISPATCHERS)):
+                                   ("--moe-token-dispatcher", self.moe_token_dispatcher, DISPATCHERS),
+                                   ("--cp-comm-type", self.cp_comm_type or "p2p", CP_COMM_TYPES)):
             if value not in valid:
                 raise InvalidArgument(f"{name}: unknown value '{value}'; valid: {', '.join(valid)}")
         from .recompute import recompute_plan

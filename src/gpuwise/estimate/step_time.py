@@ -9,7 +9,9 @@ attention core). Communication is timed on the topology (`comm.py`) and counted 
 - TP/SP collectives (two per block forward, two backward) sit on the critical path: no overlap by default; with
   `tp_overlap` (Megatron-LM's --tp-comm-overlap, Transformer Engine userbuffers) only what exceeds the block's
   GEMMs in that pass shows.
-- CP ring attention passes K/V chunks while attention computes: only what exceeds the attention time shows.
+- CP ring attention (p2p, Megatron's default) passes K/V chunks while attention computes: only what exceeds the
+  attention time shows; all-gather (PyTorch's context_parallel, torchtitan) and all-to-all (Ulysses) exchanges
+  sit before and after the attention kernels, exposed.
 - EP all-to-all (dispatch and combine, forward and backward): across nodes the copies for other nodes leave through
   each rank's NIC while NVLink carries the rest (`Topology.expert_all_to_all_s`; the flex dispatcher sends a token
   to each node once); exposed, or with `moe_a2a_overlap` only what exceeds the block's compute.
@@ -254,6 +256,15 @@ def step_time(spec: ModelSpec, layout: Layout, job: TrainJob, *, profile: Device
     tp_ar = topo.collective_s("all_reduce", tokens * h * e, tp, inner["tp"]) if tp > 1 else 0.0
     kv_dim = (spec.mla.kv_lora_rank + spec.mla.qk_rope_head_dim) if spec.mla else 2 * spec.num_kv_heads * spec.head_dim
     cp_step = topo.collective_s("send_recv", tokens * kv_dim * e / tp, cp, inner["cp"]) if cp > 1 else 0.0
+    cp_type = job.cp_comm_type or ("p2p" if framework == "megatron" else "allgather")
+    cp_fwd = cp_bwd = 0.0  # exposed per block, all-gather and all-to-all kinds
+    if cp > 1 and cp_type == "allgather":  # gather the context's K/V; the backward gathers again, scatters dK/dV
+        ag = topo.collective_s("all_gather", cp * tokens * kv_dim * e / tp, cp, inner["cp"])
+        cp_fwd, cp_bwd = ag, ag + topo.collective_s("reduce_scatter", cp * tokens * kv_dim * e / tp, cp, inner["cp"])
+    elif cp > 1 and cp_type == "a2a":  # q, k, v in and the output back, each way
+        q_dim = (spec.num_heads * (spec.mla.qk_head_dim if spec.mla else spec.head_dim))
+        moved = tokens * (2 * q_dim + kv_dim) * e / tp
+        cp_fwd = cp_bwd = topo.collective_s("all_to_all", moved, cp, inner["cp"])
     a2a = 0.0
     if ep > 1 and spec.moe is not None:
         # each rank dispatches its etp / tp share of the tokens; the EP ranks sit next to the expert-TP ranks
@@ -285,8 +296,11 @@ def step_time(spec: ModelSpec, layout: Layout, job: TrainJob, *, profile: Device
             else:
                 parts["tp_comm"] += reps * (4 * tp_ar + 2 * tp_ar * whole)
             if cp > 1:  # ring: cp - 1 exchanges per pass, overlapped with the attention of the step before
-                parts["cp_comm"] += reps * (_exposed((cp - 1) * cp_step, bt.attention_forward)
-                                            + _exposed(2 * (cp - 1) * cp_step, bt.attention_backward))
+                if cp_type == "p2p":
+                    parts["cp_comm"] += reps * (_exposed((cp - 1) * cp_step, bt.attention_forward)
+                                                + _exposed(2 * (cp - 1) * cp_step, bt.attention_backward))
+                else:  # before and after the attention kernels, on the critical path
+                    parts["cp_comm"] += reps * (cp_fwd + cp_bwd + cp_fwd * whole)
             if a2a and spec.moe.moe_layers[layer]:
                 if job.moe_a2a_overlap:  # another micro-batch's block computes meanwhile
                     parts["ep_comm"] += reps * (_exposed(4 * a2a, bt.forward + bt.backward)

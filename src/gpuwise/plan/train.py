@@ -16,7 +16,7 @@ from ..catalog.models import LoadedModel
 from ..errors import InvalidArgument, require_positive_int, require_positive_number
 from ..estimate.comm import Topology
 from ..estimate.flops import StepFlops, gemm_dtype, job_flops, utilization
-from ..estimate.job import (FSDP2_OFFLOAD_ALL, Attention, Finetune, FlopsConvention, Framework, MoeDispatcher,
+from ..estimate.job import (FSDP2_OFFLOAD_ALL, Attention, CpCommType, Finetune, FlopsConvention, Framework, MoeDispatcher,
                             OffloadTarget, Optimizer, Precision, Recompute, TrainJob, job_default)
 from ..estimate.layout import PARAM_OFFLOAD_SHARDINGS, Layout, Schedule, divisors
 from ..estimate.model_states import adapter_input_bytes, lora_targets
@@ -123,6 +123,9 @@ class TrainRequest:
     tp_comm_overlap: bool = job_default("tp_comm_overlap")
     moe_token_dispatcher: MoeDispatcher = job_default("moe_token_dispatcher")
     moe_a2a_overlap: bool = job_default("moe_a2a_overlap")
+    cp_comm_type: CpCommType | None = None
+    """Context-parallel K/V exchange (Megatron-Core --cp-comm-type): p2p ring, allgather or a2a (Ulysses); default
+    p2p for Megatron, allgather for PyTorch's context_parallel (torchtitan)."""
     gpus_per_node: int | None = None
     """GPUs per node (default 8, or the job's GPU count when smaller)."""
     inter_node_gbps: float | None = None
@@ -180,7 +183,8 @@ class TrainRequest:
                        kbit_upcast=self.kbit_upcast and framework == "hf" and self.finetune == "qlora",
                        offload=frozenset(self.offload), attention=self.attention,
                        tp_comm_overlap=self.tp_comm_overlap, moe_token_dispatcher=self.moe_token_dispatcher,
-                       moe_a2a_overlap=self.moe_a2a_overlap, flops_convention=self.flops_convention,
+                       moe_a2a_overlap=self.moe_a2a_overlap, cp_comm_type=self.cp_comm_type,
+                       flops_convention=self.flops_convention,
                        compile=self.compile, loss_chunks=chunks, fused_loss=self.fused_loss,
                        fp8_param_gather=self.fp8_param_gather, grad_reduce_in_fp32=self.grad_reduce_in_fp32,
                        optimizer_in_backward=self.optimizer_in_backward)
@@ -199,6 +203,9 @@ class TrainRequest:
         if self.finetune != "full":
             lora_targets(self.lora_targets)
         spec = self.model.spec
+        if self.cp_comm_type == "a2a" and self.cp > 1 and spec.num_heads % (self.cp * self.tp):
+            raise InvalidArgument(f"--cp-comm-type a2a splits attention heads over cp x tp = {self.cp * self.tp}: the "
+                                  f"model's {spec.num_heads} heads do not divide by it (use p2p or allgather)")
         if spec.position == "learned" and spec.learned_positions and self.seq > spec.max_position_embeddings:
             raise InvalidArgument(f"--seq {self.seq} is longer than the model's {spec.max_position_embeddings} "
                                   f"learned positions")
