@@ -117,8 +117,10 @@ def layer_terms(spec: ModelSpec, layer: int, *, framework: str, e: float = 2.0, 
     lin_in = 1.0 if fp8 else e  # Transformer Engine saves fp8 copies of linear inputs
     megatron = framework == "megatron"
     compiled = compiled and not megatron
-    if megatron or compiled:
-        frozen = None  # fused kernels / the partitioner: what they keep does not follow the weights' grads
+    if compiled:
+        frozen = None  # the partitioner: what it keeps does not follow the weights' grads
+    # Transformer Engine's Linear saves its input only when its weight needs a gradient (backward_needs_input),
+    # like autograd: a frozen Megatron matrix keeps none either
     se = stream or e  # residual stream, norms, MLP
     lin_se = lin_in if stream is None else stream
     keeps = (lambda *names: True) if frozen is None else (lambda *names: any(n in frozen for n in names))
