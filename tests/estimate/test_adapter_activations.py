@@ -77,3 +77,14 @@ def test_kbit_upcast_is_peft_s_qlora_only(kw, expected) -> None:
 def test_lora_dropout_is_a_probability(p) -> None:
     with pytest.raises(InvalidArgument):
         _job(lora_dropout=p)
+
+
+def test_a_frozen_megatron_matrix_keeps_no_input_as_in_transformer_engine():
+    """TE's Linear saves its input only when its weight needs a gradient (backward_needs_input): under LoRA on
+    attention only, Megatron's frozen MLP matrices keep no inputs, so a micro-batch holds less than full training."""
+    import gpuwise
+
+    kw = dict(gpu="h100-sxm", framework="megatron", seq=4096, recompute="none")
+    full = gpuwise.train("llama-3.1-8b", **kw).memory.activations_per_microbatch
+    lora = gpuwise.train("llama-3.1-8b", finetune="lora", lora_targets="q,k,v,o", **kw).memory.activations_per_microbatch
+    assert lora < 0.95 * full
