@@ -16,8 +16,8 @@ def _cp(**kw):
 
 
 def test_a_long_ring_hides_behind_attention_but_a_gather_does_not():
-    assert _cp(framework="megatron") == 0.0
-    assert _cp(framework="megatron", cp_comm_type="allgather") > 0.0
+    ring, gather = _cp(framework="megatron"), _cp(framework="megatron", cp_comm_type="allgather")
+    assert 0.0 < ring < gather  # the hidden ring costs only the compute it slows
     assert _cp(framework="torchtitan") == _cp(framework="torchtitan", cp_comm_type="allgather") > 0.0
     assert _cp(framework="megatron", cp_comm_type="a2a") > 0.0
 
