@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpuwise.catalog._toml import tomllib
+from validation.memory import _model  # noqa: F401 (validation.layouts imports it from here)
 
 HERE = Path(__file__).parent
 ROOT = HERE.parent
@@ -59,10 +60,6 @@ def load() -> list[dict]:
     with open(HERE / "train.toml", "rb") as fh:
         rows += [dict(row, file="train", category=LEGACY, split="calibration") for row in tomllib.load(fh)["run"]]
     return rows
-
-
-def _model(ref: str) -> str:
-    return str(ROOT / ref) if ref.startswith("validation/") else ref
 
 
 def _predicted(row: dict, r) -> float:

@@ -1,4 +1,4 @@
-"""Flash attention for transformers models on the meta device, shared by the saved-tensor oracles.
+"""Flash attention for transformers models on the meta device, and the saved-tensor count, shared by the oracles.
 
 On meta, SDPA takes the math path and materializes the score matrix, which no bf16 GPU run does. This attention
 function calls aten's flash-attention op instead, whose meta implementation allocates what the CUDA kernel returns
@@ -22,3 +22,22 @@ def register(name: str) -> str:
     """Register the function as transformers attention implementation `name`; return the name."""
     transformers.AttentionInterface.register(name, _flash_attention)
     return name
+
+
+def saved_bytes(model, batch: int, seq: int) -> int:
+    """Bytes autograd keeps for one forward of `model` (meta device) on `batch` x `seq` tokens: each saved tensor's
+    storage counted once, parameters excluded."""
+    model.train()
+    params = {p.untyped_storage()._cdata for p in model.parameters()}
+    seen: dict[int, int] = {}
+
+    def pack(t):
+        storage = t.untyped_storage()
+        if storage._cdata not in params:
+            seen.setdefault(storage._cdata, storage.nbytes())
+        return t
+
+    ids = torch.zeros(batch, seq, dtype=torch.long, device="meta")
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        model(input_ids=ids, labels=ids)
+    return sum(seen.values())

@@ -29,7 +29,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 
-from _meta_flash import register  # noqa: E402
+from _meta_flash import register, saved_bytes  # noqa: E402
 
 register("gpu_sdpa")
 
@@ -58,20 +58,7 @@ def _saved_bytes(config: dict, batch: int, seq: int) -> int:
         with torch.device("meta"):
             model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16,
                                                                   attn_implementation="gpu_sdpa")
-    model.train()
-    params = {p.untyped_storage()._cdata for p in model.parameters()}
-    seen: dict[int, int] = {}
-
-    def pack(t):
-        storage = t.untyped_storage()
-        if storage._cdata not in params:
-            seen.setdefault(storage._cdata, storage.nbytes())
-        return t
-
-    ids = torch.zeros(batch, seq, dtype=torch.long, device="meta")
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        model(input_ids=ids, labels=ids)
-    return sum(seen.values())
+    return saved_bytes(model, batch, seq)
 
 
 @pytest.mark.parametrize(("family", "overrides", "batch", "seq"), CASES,

@@ -24,7 +24,7 @@ from gpuwise.model import spec_from_hf_config
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from _meta_flash import register  # noqa: E402
+from _meta_flash import register, saved_bytes  # noqa: E402
 
 ATTN = register("gpu_sdpa_lora")
 CONFIG = dict(model_type="llama", hidden_size=512, intermediate_size=1376, num_hidden_layers=16, num_attention_heads=8,
@@ -59,20 +59,7 @@ def _saved_bytes(targets: tuple[str, ...], dropout: float, batch: int, seq: int)
                 for short in targets:
                     owner = layer.self_attn if short in ("q", "k", "v", "o") else layer.mlp
                     setattr(owner, PROJ[short], _LoRA(getattr(owner, PROJ[short]), 8, dropout))
-    model.train()
-    params = {p.untyped_storage()._cdata for p in model.parameters()}
-    seen: dict[int, int] = {}
-
-    def pack(t):
-        storage = t.untyped_storage()
-        if storage._cdata not in params:
-            seen.setdefault(storage._cdata, storage.nbytes())
-        return t
-
-    ids = torch.zeros(batch, seq, dtype=torch.long, device="meta")
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        model(input_ids=ids, labels=ids)
-    return sum(seen.values())
+    return saved_bytes(model, batch, seq)
 
 
 def _predicted(targets: tuple[str, ...], dropout: float, batch: int, seq: int) -> float:
