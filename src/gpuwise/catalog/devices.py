@@ -20,6 +20,7 @@ from ..errors import InvalidArgument, require_positive_number
 from ..jsonfile import read_json_object
 from ..units import GB
 from ._toml import load_toml
+from .attention_kernels import FAMILIES
 from .gpus import GPU
 
 PROFILE_KIND = "gpuwise-device-profile"
@@ -41,6 +42,9 @@ class DeviceProfile:
     """PyTorch's scaled_dot_product_attention (its flash backend runs FlashAttention-2 kernels, as the flash-attn 2
     package does): what PyTorch-native trainers get, where the best kernel (above) is Transformer Engine's."""
     sdpa_backward_efficiency: float
+    attention_kernel: str = "fa2"
+    """Kernel family of the device's best attention (`attention_kernels.FAMILIES`): how its throughput falls at short
+    sequences (the efficiencies above are its long-sequence plateau); SDPA runs the `fa2` family."""
     kernel_overhead_s: float
     """Smallest GPU time of one kernel (launch latency, ramp-up and tail), added once per kernel."""
     tile: tuple[int, int]
@@ -117,6 +121,7 @@ def _build(gpu: GPU, v: dict, sources: dict[str, str]) -> DeviceProfile:
         attention_backward_efficiency=float(v["attention_backward_efficiency"]),
         sdpa_forward_efficiency=float(v.get("sdpa_forward_efficiency", v["attention_forward_efficiency"])),
         sdpa_backward_efficiency=float(v.get("sdpa_backward_efficiency", v["attention_backward_efficiency"])),
+        attention_kernel=str(v.get("attention_kernel", "fa2")),
         kernel_overhead_s=float(v["kernel_overhead_us"]) * 1e-6, tile=tuple(v["tile"]), sources=dict(sources),
         host_copy_bytes_per_s=None)
 
@@ -132,7 +137,8 @@ def load_profile(path: str | Path, gpu: GPU) -> DeviceProfile:
 
     Keys (all optional; see docs/performance.md): `matmul_efficiency` {dtype: fraction} or `matmul_tflops`
     {dtype: TFLOP/s}, `memory_efficiency` or `memory_bandwidth_gb_s`, `attention_forward_efficiency`,
-    `attention_backward_efficiency`, `sdpa_forward_efficiency`, `sdpa_backward_efficiency`, `kernel_overhead_us`, `host_to_device_gb_s` (pinned), and `network`
+    `attention_backward_efficiency`, `sdpa_forward_efficiency`, `sdpa_backward_efficiency`, `attention_kernel`
+    (fa2, cudnn or fa3), `kernel_overhead_us`, `host_to_device_gb_s` (pinned), and `network`
     {intra_node_busbw_gb_s, inter_node_busbw_gb_s, intra_node_latency_us, inter_node_latency_us}. Measured absolute figures are divided by the catalog
     peak. A profile that names the catalog `gpu` it was measured on applies to that GPU only.
     """
@@ -165,6 +171,11 @@ def load_profile(path: str | Path, gpu: GPU) -> DeviceProfile:
                 "sdpa_forward_efficiency", "sdpa_backward_efficiency"):
         if key in doc:
             changes[key] = _fraction(key, doc[key])
+    if "attention_kernel" in doc:
+        if doc["attention_kernel"] not in FAMILIES:
+            raise InvalidArgument(f"profile: attention_kernel must be one of {', '.join(FAMILIES)}, "
+                                  f"got {doc['attention_kernel']!r}")
+        changes["attention_kernel"] = doc["attention_kernel"]
     if "kernel_overhead_us" in doc:
         us = doc["kernel_overhead_us"]
         if isinstance(us, bool) or not isinstance(us, (int, float)) or not 0 <= us < 1e4:

@@ -164,9 +164,11 @@ def _time_block(profile: DeviceProfile, spec: ModelSpec, layer: int, tokens: int
         attn_bytes = ops.attention_io_elements * e
         # fp8 recipes keep attention in 16 bits; fp32 training runs it at the fp32 (TF32) rate, no flash kernel
         attn_dtype = dtype if dtype in ("fp32", "tf32") else "bf16"
-        attn_f = attention_s(profile, ops.attention_flops, attn_bytes, backward=False, dtype=attn_dtype, sdpa=sdpa)
+        # the kernel iterates over one rank's chunk of keys (the whole sequence without context parallelism)
+        attn_f = attention_s(profile, ops.attention_flops, attn_bytes, backward=False, dtype=attn_dtype, sdpa=sdpa,
+                             seq=seq_local)
         attn_b = attention_s(profile, 2.5 * ops.attention_flops, 2 * attn_bytes, backward=True, dtype=attn_dtype,
-                             sdpa=sdpa)
+                             sdpa=sdpa, seq=seq_local)
     stream = memory_s(profile, ops.stream_bytes * e / 2) + ops.kernels * profile.kernel_overhead_s
     cast_f = cast_b = 0.0
     if dtype == "fp8":  # every weight GEMM's operands quantized (forward) and transposed (backward)

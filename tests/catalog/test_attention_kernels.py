@@ -1,0 +1,64 @@
+"""The attention kernels' sequence-length curves (catalog/data/attention_kernels.toml) and how step time uses them."""
+
+import pytest
+
+import gpuwise
+from gpuwise.catalog.attention_kernels import FAMILIES, shape
+from gpuwise.catalog.devices import default_profile
+from gpuwise.catalog.gpus import get_gpu
+from gpuwise.estimate.kernels import attention_s
+
+LENGTHS = (128, 512, 1024, 1500, 2048, 4096, 8192, 16384, 65536, 1 << 20)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("backward", [False, True])
+def test_causal_throughput_never_falls_as_the_sequence_grows(family, backward):
+    """What training and prefill run (causal): rising to the 16k plateau. (cuDNN's non-causal curves peak at 2k-8k
+    in the paper, a few percent above their 16k values.)"""
+    values = [shape(family, s, backward=backward) for s in LENGTHS]
+    assert all(0 < v <= 1.0 + 1e-9 for v in values)
+    assert values == sorted(values)
+    assert shape(family, 16384, backward=backward) == pytest.approx(1.0)
+    assert all(0 < shape(family, s, backward=backward, causal=False) < 1.05 for s in LENGTHS)
+
+
+def test_the_curves_are_the_papers_bars():
+    """FlashAttention-3 paper Fig. 5-6 (H100, head dim 128): FA2 causal forward 191 at 512 of 335 at 16k; FA3 backward
+    316 at 512 of 561 at 16k; a causal backward takes the forward's causal / non-causal ratio."""
+    assert shape("fa2", 512, backward=False) == pytest.approx(191 / 335)
+    assert shape("fa3", 512, backward=True, causal=False) == pytest.approx(316 / 561)
+    ratio_512, ratio_16k = 191 / 309, 335 / 370
+    assert shape("fa2", 512, backward=True) == pytest.approx(214 * ratio_512 / (322 * ratio_16k))
+    # halfway in log2 between 1k and 2k
+    assert shape("fa2", 1448.15, backward=False) == pytest.approx((260 + 298) / 2 / 335, rel=1e-3)
+
+
+def test_short_sequences_pay_more_per_attention_flop():
+    h100 = default_profile(get_gpu("h100-sxm"))
+    per_flop = [attention_s(h100, 1e12, 0.0, backward=b, seq=s) for b in (False, True) for s in (2048, 16384)]
+    assert per_flop[0] > per_flop[1] and per_flop[2] > per_flop[3]
+    assert attention_s(h100, 1e12, 0.0, backward=False, seq=1 << 20) == attention_s(h100, 1e12, 0.0, backward=False)
+
+
+def test_context_parallel_chunks_run_at_their_own_length():
+    """A CP rank's kernel iterates over its chunk of keys: 4 ranks at 16k run 4k-long kernels, which are slower per
+    FLOP than one 16k kernel, so CP 4 takes more than a quarter of the attention time."""
+    common = dict(gpu="h100-sxm", seq=16384, global_batch=8, micro_batch=1, framework="megatron", tp=1)
+    one = gpuwise.train("llama-3-8b", num_gpus=8, cp=1, **common).perf.step
+    four = gpuwise.train("llama-3-8b", num_gpus=32, cp=4, **common).perf.step
+    assert four.breakdown["forward"] > one.breakdown["forward"] / 4
+
+
+def test_a_profile_may_name_its_attention_kernel(tmp_path):
+    from gpuwise.catalog.devices import load_profile
+    from gpuwise.errors import InvalidArgument
+
+    gpu = get_gpu("h100-sxm")
+    assert default_profile(gpu).attention_kernel == "cudnn"
+    path = tmp_path / "p.json"
+    path.write_text('{"attention_kernel": "fa3"}')
+    assert load_profile(path, gpu).attention_kernel == "fa3"
+    path.write_text('{"attention_kernel": "xformers"}')
+    with pytest.raises(InvalidArgument, match="attention_kernel"):
+        load_profile(path, gpu)
