@@ -88,3 +88,31 @@ def test_a_frozen_megatron_matrix_keeps_no_input_as_in_transformer_engine():
     full = gpuwise.train("llama-3.1-8b", **kw).memory.activations_per_microbatch
     lora = gpuwise.train("llama-3.1-8b", finetune="lora", lora_targets="q,k,v,o", **kw).memory.activations_per_microbatch
     assert lora < 0.95 * full
+
+
+def test_megatron_lora_on_a_fused_matrix_keeps_one_input_copy():
+    """Megatron fuses q, k, v into linear_qkv and gate, up into linear_fc1; its LoRA wraps the fused module, so one
+    dropped-out input copy serves q, k and v (PEFT on separate nn.Linear modules keeps one per matrix)."""
+    from gpuwise.estimate.model_states import adapter_inputs_per_token
+
+    h = SPEC.hidden_size
+    per = adapter_input_bytes(_job(framework="megatron", precision="bf16", lora_dropout=0.1))
+    assert per == 3.0
+    mg = adapter_inputs_per_token(SPEC, 0, _job(framework="megatron", precision="bf16", lora_dropout=0.1,
+                                                lora_targets="q,k,v,o"))
+    hf = adapter_inputs_per_token(SPEC, 0, _job(precision="bf16-pure", lora_dropout=0.1, lora_targets="q,k,v,o"))
+    assert mg == pytest.approx(per * 2 * h)  # linear_qkv and linear_proj
+    assert hf == pytest.approx(per * 4 * h)  # q, k, v, o
+    mlp = adapter_inputs_per_token(SPEC, 0, _job(framework="megatron", precision="bf16", lora_dropout=0.1,
+                                                 lora_targets="gate,up,down"))
+    assert mlp == pytest.approx(per * (h + SPEC.intermediate_size))  # linear_fc1 (h) and linear_fc2 (its width)
+
+
+def test_a_frozen_megatron_fc2_keeps_no_input():
+    """The fused SwiGLU keeps fc1's output for its own backward either way; fc2's input (the SwiGLU output) is kept
+    only for fc2's weight gradient, so LoRA on attention alone saves exactly that width per token."""
+    from gpuwise.estimate.activations import layer_terms
+
+    trained = layer_terms(SPEC, 0, framework="megatron", e=2.0)
+    frozen = layer_terms(SPEC, 0, framework="megatron", e=2.0, frozen=frozenset("qkvo"))
+    assert trained.split["mlp"] - frozen.split["mlp"] == pytest.approx(2.0 * SPEC.intermediate_size)

@@ -76,8 +76,8 @@ def _mlp_terms(spec: ModelSpec, width: int, e: float, lin_in: float, framework: 
     if compiled and framework != "megatron":  # matmul outputs only: the activation and product are recomputed
         return e * (2 if spec.gated_mlp else 1) * width
     if spec.gated_mlp:
-        if framework == "megatron":  # fused SwiGLU: fc1 output (gate and up) and the fc2 input
-            return e * 2 * width + lin_in * width
+        if framework == "megatron":  # fused SwiGLU: fc1 output (gate and up) and the fc2 input (kept for its grad)
+            return e * 2 * width + fc2
         return e * 3 * width + fc2  # gate out (act input), act out, up out, product (fc2 input)
     if spec.activation == "relu" and framework != "megatron":
         return lin_in * width  # relu keeps its output, which is also the fc2 input

@@ -242,11 +242,24 @@ def adapter_inputs_per_token(spec: ModelSpec, layer: int, job: TrainJob, tp: int
     targets = lora_targets(job.lora_targets)
     moe = spec.moe
     total = 0.0
+    fused_seen: set[tuple[str, int]] = set()
     for t in _inventory_by_layer(spec)[1][layer]:
         if t.role in targets and t.is_matrix:
+            group = _MEGATRON_FUSED.get(t.role) if job.framework == "megatron" else None
+            if group is not None:  # one adapter on the fused matrix: one copy of the input they all read
+                if (group, t.experts) in fused_seen:
+                    continue
+                fused_seen.add((group, t.experts))
             width = t.shape[-1] / (tp if t.role in _ROW_PARALLEL else 1)
             total += width * (moe.top_k if t.experts > 1 and moe is not None else 1)
     return total * per_element
+
+
+_MEGATRON_FUSED = {"attn_q": "linear_qkv", "attn_k": "linear_qkv", "attn_v": "linear_qkv",
+                   "ffn_gate": "linear_fc1", "ffn_up": "linear_fc1", "ffn_gate_shexp": "shared_fc1",
+                   "ffn_up_shexp": "shared_fc1"}
+"""Megatron-Core fuses q, k, v into linear_qkv and gate, up into linear_fc1, and its LoRA (NeMo's
+ParallelLinearAdapter, Megatron-Bridge's LoRA) wraps those modules: one adapter, one dropped-out input copy each."""
 
 
 @dataclass(frozen=True, slots=True)
