@@ -69,15 +69,16 @@ def _dims(spec: ModelSpec) -> tuple[int, int, int, int, int]:
 
 
 def _mlp_terms(spec: ModelSpec, width: int, e: float, lin_in: float, framework: str, compiled: bool = False,
-               down_input: bool = True) -> float:
+               down_input: bool = True, act_in: float | None = None) -> float:
     """Bytes per token a dense MLP of `width` keeps beyond its input; `down_input` False: nothing keeps the fc2
-    input for its own sake (a frozen fc2 without an adapter reading it)."""
+    input for its own sake (a frozen fc2 without an adapter reading it); `act_in`: bytes per element of the
+    activation function's saved input where Megatron stores it in fp8 (--activation-func-fp8-input-store)."""
     fc2 = lin_in * width if down_input else 0.0
     if compiled and framework != "megatron":  # matmul outputs only: the activation and product are recomputed
         return e * (2 if spec.gated_mlp else 1) * width
     if spec.gated_mlp:
         if framework == "megatron":  # fused SwiGLU: fc1 output (gate and up) and the fc2 input (kept for its grad)
-            return e * 2 * width + fc2
+            return (act_in or e) * 2 * width + fc2
         return e * 3 * width + fc2  # gate out (act input), act out, up out, product (fc2 input)
     if spec.activation == "relu" and framework != "megatron":
         return lin_in * width  # relu keeps its output, which is also the fc2 input
@@ -102,7 +103,7 @@ def _norm_bytes(spec: ModelSpec, dim: int, e: float, framework: str, compiled: b
 
 def layer_terms(spec: ModelSpec, layer: int, *, framework: str, e: float = 2.0, fp8: bool = False,
                 flash: bool = True, compiled: bool = False, frozen: frozenset[str] | None = None,
-                stream: float | None = None) -> LayerTerms:
+                stream: float | None = None, fp8_saved: frozenset[str] = frozenset()) -> LayerTerms:
     """What layer `layer` saves per token, by term (bytes, 16-bit activations when e = 2); `fp8`: Transformer
     Engine's fp8 saved linear inputs; `compiled`: torch.compile's partitioner (module docstring).
 
@@ -111,7 +112,10 @@ def layer_terms(spec: ModelSpec, layer: int, *, framework: str, e: float = 2.0, 
     gradient, so a frozen matrix keeps none, and neither does a frozen norm its normalized output; an adapter's
     lora_A keeps the input it reads (a dropout's own copy when lora_dropout > 0, counted apart). None: every
     weight is trained. `stream`: bytes of the residual stream's and the MLP's elements when they differ from `e`
-    (4 under a kbit-upcast QLoRA, TrainJob.kbit_upcast; the attention kernel still gets 16-bit q, k, v)."""
+    (4 under a kbit-upcast QLoRA, TrainJob.kbit_upcast; the attention kernel still gets 16-bit q, k, v).
+    `fp8_saved` (Megatron under fp8, TrainJob.fp8_saved): "activation" keeps the SwiGLU's input in fp8
+    (--activation-func-fp8-input-store), "attention" keeps q, k, v and the output in fp8 (fp8 dot-product
+    attention: Transformer Engine saves the fp8 tensors the kernel read and wrote)."""
     h = spec.hidden_size
     q, k, v, out, a = _dims(spec)
     lin_in = 1.0 if fp8 else e  # Transformer Engine saves fp8 copies of linear inputs
@@ -146,9 +150,11 @@ def layer_terms(spec: ModelSpec, layer: int, *, framework: str, e: float = 2.0, 
         lat = (m.q_lora_rank or 0) + m.kv_lora_rank
         split["mla_latents"] = (_norm_bytes(spec, lat, e, framework, compiled, frozen is not None)
                                 + (0 if compiled or not keeps("q", "v") else lin_in * lat))
-    split["qkv"] = e * (q + k + v)
+    fp8_attention = flash and "attention" in fp8_saved
+    split["qkv"] = (1.0 if fp8_attention else e) * (q + k + v)
     if flash or keeps("o"):
-        split["attention_output"] = lin_in * out  # the output projection's input (flash output shares it)
+        # the output projection's input (flash output shares it)
+        split["attention_output"] = (1.0 if fp8_attention else lin_in) * out
     score = 0.0
     if flash:
         split["softmax_stats"] = 4 * a  # fp32 log-sum-exp per head
@@ -157,18 +163,19 @@ def layer_terms(spec: ModelSpec, layer: int, *, framework: str, e: float = 2.0, 
         # its fp32 output (the softmax's backward) and the 16-bit cast (the matmul with V)
         softmax = (4 + (e if se < 4 else 0)) if framework == "hf" else se  # fp32 q, k: fp32 scores, no cast
         score = a * (softmax + (1 + e if spec.attention_dropout > 0 else 0))
+    act_in = 1.0 if "activation" in fp8_saved else None
     moe = spec.moe
     if moe is not None and moe.moe_layers[layer]:
         rep["router"] = 4 * moe.num_experts + (0 if megatron else e * moe.num_experts)
         # tokens permuted to top_k experts: their input copies and the experts' MLP activations
         rep["expert_inputs"] = moe.top_k * lin_in * h
         split["routed_experts"] = moe.top_k * _mlp_terms(spec, moe.expert_intermediate_size, se, lin_se, framework,
-                                                         compiled, keeps("down"))
+                                                         compiled, keeps("down"), act_in)
         if moe.shared_intermediate_size:
             split["shared_experts"] = _mlp_terms(spec, moe.shared_intermediate_size, se, lin_se, framework, compiled,
-                                                 keeps("down"))
+                                                 keeps("down"), act_in)
     else:
-        split["mlp"] = _mlp_terms(spec, spec.intermediate_size, se, lin_se, framework, compiled, keeps("down"))
+        split["mlp"] = _mlp_terms(spec, spec.intermediate_size, se, lin_se, framework, compiled, keeps("down"), act_in)
     return LayerTerms(replicated=rep, split=split, score_per_key=score)
 
 
@@ -260,11 +267,11 @@ _PER_TOKEN: dict = {}
 
 def _per_token(spec: ModelSpec, layer: int, framework: str, e: float, fp8: bool, flash: bool, compiled: bool,
                mode: str, tp: int, sp: bool, keys: float, frozen: frozenset[str] | None = None,
-               stream: float | None = None) -> float:
+               stream: float | None = None, fp8_saved: frozenset[str] = frozenset()) -> float:
     """Bytes per token saved by blocks of the kind of `layer` with nothing recomputed (`mode` none), the attention
     core recomputed (selective) or torchtitan's per-op policy (op); cached per block kind."""
     key = (id(spec), block_signature(spec, layer), framework, e, fp8, flash, compiled, mode, tp, sp, keys, frozen,
-           stream)
+           stream, fp8_saved)
     hit = _PER_TOKEN.get(key)
     if hit is not None:
         return hit[0]
@@ -272,7 +279,7 @@ def _per_token(spec: ModelSpec, layer: int, framework: str, e: float, fp8: bool,
         value = op_saved_per_token(spec, layer, e=e, tp=tp, sp=sp)
     else:
         terms = layer_terms(spec, layer, framework=framework, e=e, fp8=fp8, flash=flash, compiled=compiled,
-                            frozen=frozen, stream=stream)
+                            frozen=frozen, stream=stream, fp8_saved=fp8_saved)
         if mode == "selective":
             terms = LayerTerms(terms.replicated, terms.split, 0.0)
         elif mode != "none":  # Megatron-Core's recompute_modules: each module keeps its input only
@@ -395,7 +402,7 @@ def stage_activation_terms(spec: ModelSpec, layout: Layout, stage: int, job: Tra
     lora = adapter_input_bytes(job) > 0
     key = (id(spec), per_stage, stage, layout.tp, sp, layout.cp, seq, framework, job.precision, flash, compiled,
            job.loss_chunks, job.fused_loss, modules, frozen, (job.lora_targets, job.lora_dropout) if lora else None,
-           job.kbit_upcast)
+           job.kbit_upcast, job.fp8_saved)
     hit = _STAGE_TERMS.get(key)
     if hit is not None:
         return hit[0]
@@ -408,7 +415,8 @@ def stage_activation_terms(spec: ModelSpec, layout: Layout, stage: int, job: Tra
     blocks = stage_blocks(spec, per_stage, stage)
 
     def kinds(mode: str) -> tuple[tuple[float, int], ...]:
-        return tuple((_per_token(spec, layer, framework, e, fp8, flash, compiled, mode, tp, sp, keys, frozen, stream)
+        return tuple((_per_token(spec, layer, framework, e, fp8, flash, compiled, mode, tp, sp, keys, frozen, stream,
+                                 job.fp8_saved)
                       + (adapter_inputs_per_token(spec, layer, job, tp) if lora else 0.0), count)
                      for layer, count in blocks)
 

@@ -131,6 +131,17 @@ class TrainJob:
     optimizer_in_backward: bool = False
     """Each parameter's optimizer step runs as soon as its gradient is ready, which is then freed (torchtune
     optimizer_in_bwd): no step-wide gradients."""
+    activation_func_fp8_input_store: bool = False
+    """Megatron --activation-func-fp8-input-store: under fp8 the MLP activation function (SwiGLU) keeps its input
+    in fp8 for the backward (1 B instead of 2)."""
+    fp8_dot_product_attention: bool = False
+    """Megatron --fp8-dot-product-attention (Transformer Engine's fp8 fused attention, NVTE_FP8_DPA): under fp8
+    attention reads and writes fp8 q, k, v and output, which it saves (1 B each). Time stays at the 16-bit
+    attention rate: no fp8 attention kernel curve is in the catalog yet."""
+    fp8_transpose_cache: bool = True
+    """Transformer Engine keeps a transposed fp8 copy beside each fp8 weight: Hopper's fp8 tensor cores take only
+    K-major (TN) operands. False on Blackwell, whose fp8 GEMMs take either layout (TE's non_tn_fp8_gemm_supported):
+    the fp8 weight alone. Set from the GPU, not an option."""
 
     def __post_init__(self) -> None:
         for name, value, valid in (("--framework", self.framework, FRAMEWORKS), ("--precision", self.precision, PRECISIONS),
@@ -177,8 +188,28 @@ class TrainJob:
         return self.precision == "fp8" and self.framework in TE_FP8
 
     @property
+    def fp8_saved(self) -> frozenset[str]:
+        """Saved activations Megatron keeps in fp8 beyond the linear inputs ("activation", "attention")."""
+        if not (self.te_fp8 and self.framework == "megatron"):
+            return frozenset()
+        return frozenset(n for n, on in (("activation", self.activation_func_fp8_input_store),
+                                         ("attention", self.fp8_dot_product_attention)) if on)
+
+    @property
+    def fp8_weight_bytes(self) -> float:
+        """Bytes per element of a Transformer Engine fp8 weight copy: the weight, and its transpose on Hopper."""
+        return 2.0 if self.fp8_transpose_cache else 1.0
+
+    @property
     def flash(self) -> bool:
         return self.attention == "flash"
+
+
+def fp8_transpose_cached(architecture: str | None, *, disabled: bool = False) -> bool:
+    """Whether Transformer Engine keeps a transposed fp8 copy of each fp8 weight on this GPU (`TrainJob.
+    fp8_transpose_cache`): not on Blackwell (fp8 GEMMs in either layout), nor where Megatron's
+    --disable-parameter-transpose-cache builds it in the backward instead."""
+    return not disabled and not (architecture or "").startswith("Blackwell")
 
 
 def job_default(name: str) -> object:

@@ -10,7 +10,7 @@ parameters a rank holds at all (`stage_tensors`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..errors import InvalidArgument
 from ..memo import remember
@@ -50,7 +50,7 @@ class PrecisionLayout:
 
 
 def precision_layout(framework: str, precision: str, *, fp8_param_gather: bool = False,
-                     grad_reduce_in_fp32: bool = True) -> PrecisionLayout:
+                     grad_reduce_in_fp32: bool = True, fp8_weight_bytes: float = 2.0) -> PrecisionLayout:
     """Per-framework bytes per parameter.
 
     - fp32: 4 + 4 + fp32 states. bf16-pure: 2 + 2 + states in bf16 (torch optimizers keep the param dtype).
@@ -63,7 +63,8 @@ def precision_layout(framework: str, precision: str, *, fp8_param_gather: bool =
       without sharded parameters, torch.autocast's cached casts hold it through the step).
     - hf (Trainer with bf16=True: fp32 weights under torch.autocast): 4 master + 2 cached bf16 casts + 4 + 8.
     - fp8: the framework's bf16 layout, plus Transformer Engine's cached fp8 weight and transpose (2 B per matrix
-      element; TE docs, performance_considerations) where fp8 is TE's (megatron, deepspeed, hf). torchao's float8
+      element; TE docs, performance_considerations; `fp8_weight_bytes` 1 on Blackwell, which needs no transpose)
+      where fp8 is TE's (megatron, deepspeed, hf). torchao's float8
       (torchtitan, FSDP2, torchtune) casts per matmul and keeps no copy: float8 all-gather sends fp8 shards
       and the unsharded fp8 weight lives only while its block runs.
     """
@@ -72,10 +73,10 @@ def precision_layout(framework: str, precision: str, *, fp8_param_gather: bool =
     if precision == "bf16-pure":
         return PrecisionLayout(working=2, master=0, grad=2, state=2)
     fp16 = precision == "fp16"
-    fp8 = 2.0 if precision == "fp8" and framework in TE_FP8 else 0.0
+    fp8 = fp8_weight_bytes if precision == "fp8" and framework in TE_FP8 else 0.0
     if framework == "megatron":
-        # --fp8-param-gather: a block matrix is an fp8 weight and TE's cached fp8 transpose, 1 + 1 B, in place of
-        # the bf16 weight and TE's 2 B of caches; embeddings and norms stay bf16: 2 B working, no cache, for all
+        # --fp8-param-gather: a block matrix is an fp8 weight and (Hopper) TE's cached fp8 transpose, in place of
+        # the bf16 weight and TE's caches (`_model_states` sets their bytes); embeddings and norms stay bf16
         fp8_cache = 0.0 if fp8_param_gather else fp8
         return PrecisionLayout(working=2, master=4, grad=2 if fp16 or not grad_reduce_in_fp32 else 4, state=4,
                                grad_copy=4 if fp16 else 0, fp8_cache=fp8_cache)
@@ -296,7 +297,8 @@ def model_states(spec: ModelSpec, layout: Layout, stage: int, job: TrainJob) -> 
     key = (id(spec), layout.tp, layout.ep, layout.expert_tp, stage_layers(layout, spec.num_layers), stage,
            layout.shard_size,
            layout.sharding, job.framework, job.precision, job.optimizer, job.finetune, job.lora_rank, job.lora_targets,
-           job.offload, job.optimizer_in_backward, job.fp8_param_gather, job.grad_reduce_in_fp32, job.kbit_upcast)
+           job.offload, job.optimizer_in_backward, job.fp8_param_gather, job.grad_reduce_in_fp32, job.kbit_upcast,
+           job.fp8_transpose_cache)
     hit = _STATES_CACHE.get(key)
     if hit is not None:
         return hit[0]
@@ -309,7 +311,11 @@ _STATES_CACHE: dict = {}
 def _model_states(spec: ModelSpec, layout: Layout, stage: int, job: TrainJob) -> ModelStates:
     precision, optimizer, finetune, offload = job.precision, job.optimizer, job.finetune, job.offload
     lay = precision_layout(job.framework, precision, fp8_param_gather=job.fp8_param_gather,
-                           grad_reduce_in_fp32=job.grad_reduce_in_fp32)
+                           grad_reduce_in_fp32=job.grad_reduce_in_fp32, fp8_weight_bytes=job.fp8_weight_bytes)
+    # Megatron's fp8 parameters (--fp8-param-gather; TE's fp8_model_init): every block matrix is an fp8 tensor
+    # (and, on Hopper, its cached transpose), trained or frozen; embeddings, norms and the output layer stay 16-bit
+    fp8_params = job.fp8_param_gather and precision == "fp8" and job.framework == "megatron"
+    fp8_lay = replace(lay, working=job.fp8_weight_bytes) if fp8_params else lay
     adapter_lay = precision_layout("hf", "bf16" if precision != "fp32" else "fp32")  # PEFT: fp32 adapters
     sh = layout.sharding_spec
     dense_n = layout.shard_size
@@ -332,6 +338,8 @@ def _model_states(spec: ModelSpec, layout: Layout, stage: int, job: TrainJob) ->
         if finetune != "full":
             # Frozen base: stored once in the compute dtype (NF4 + double-quantized scales under QLoRA).
             bits = frozen_bits[t] if frozen_bits is not None else frozen_working * 8
+            if fp8_params and _fp8_matrix(t):
+                bits = job.fp8_weight_bytes * 8
             if job.kbit_upcast and precision == "fp16" and bits >= 16:
                 bits = 32  # prepare_model_for_kbit_training's fp32 casts stay (TRL recasts to 16-bit under bf16 only)
             base = count * n * bits / 8 / (shard if sh.params else 1)
@@ -345,8 +353,8 @@ def _model_states(spec: ModelSpec, layout: Layout, stage: int, job: TrainJob) ->
             n = job.lora_rank * (rows + cols) * t.experts / (layout.tp if t.is_matrix else 1)  # A (r x in) + B (out x r)
             parts = _tensor_states(adapter_lay, optimizer, t, n, shard, sh, offload)
         else:
-            parts = _tensor_states(lay, optimizer, t, n, shard, sh, offload)
-            if lay.fp8_cache and t.is_matrix and t.role not in ("token_embd", "pos_embd", "output"):
+            parts = _tensor_states(fp8_lay if _fp8_matrix(t) else lay, optimizer, t, n, shard, sh, offload)
+            if lay.fp8_cache and _fp8_matrix(t):
                 acc["params"] += count * lay.fp8_cache * n
                 acc["transient"] += count * lay.fp8_cache * n
         trainable += count * n
@@ -365,6 +373,11 @@ def _model_states(spec: ModelSpec, layout: Layout, stage: int, job: TrainJob) ->
                        working_bytes_per_param=lay.working if finetune == "full" else frozen_working,
                        grad_bytes_per_param=lay.grad if finetune == "full" else adapter_lay.grad,
                        transient_params=acc["transient"])
+
+
+def _fp8_matrix(t: Tensor) -> bool:
+    """A block matrix: what Transformer Engine's fp8 modules hold (not embeddings or the output layer)."""
+    return t.is_matrix and t.role not in ("token_embd", "pos_embd", "output")
 
 
 def _tensor_states(lay: PrecisionLayout, optimizer: str, t: Tensor, n: float, shard: int, sh,

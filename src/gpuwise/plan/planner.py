@@ -32,7 +32,7 @@ from ..catalog.models import LoadedModel
 from ..errors import InvalidArgument, require_positive_int, require_positive_number
 from ..estimate.comm import Topology
 from ..estimate.flops import gemm_dtype, job_flops, utilization
-from ..estimate.job import FSDP2_OFFLOAD_ALL, RECOMPUTE, Optimizer, Precision, TrainJob, job_default
+from ..estimate.job import FSDP2_OFFLOAD_ALL, RECOMPUTE, Optimizer, Precision, TrainJob, fp8_transpose_cached, job_default
 from ..estimate.layout import PARAM_OFFLOAD_SHARDINGS, Layout, divisors
 from ..estimate.model_states import ModelStates
 from ..estimate.parallel import cp_splits, ep_fits, hsdp_holds_experts, sp_splits, valid_tp_degrees
@@ -141,7 +141,8 @@ class PlanRequest:
         """The training job the search evaluates with this recompute mode and offload: what `gpuwise train
         --framework F` builds for the same options (see `Plan.train_options`)."""
         return TrainJob(framework=self.framework, precision=self.precision, optimizer=self.optimizer, seq=self.seq,
-                        recompute=framework_mode(recompute, self.framework), offload=frozenset(offload))
+                        recompute=framework_mode(recompute, self.framework), offload=frozenset(offload),
+                        fp8_transpose_cache=fp8_transpose_cached(self.gpu.architecture))
 
 
 @dataclass(frozen=True, slots=True)

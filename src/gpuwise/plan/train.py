@@ -17,7 +17,7 @@ from ..errors import InvalidArgument, require_positive_int, require_positive_num
 from ..estimate.comm import Topology
 from ..estimate.flops import StepFlops, gemm_dtype, job_flops, utilization
 from ..estimate.job import (FSDP2_OFFLOAD_ALL, Attention, CpCommType, Finetune, FlopsConvention, Framework, MoeDispatcher,
-                            OffloadTarget, Optimizer, Precision, Recompute, TrainJob, job_default)
+                            OffloadTarget, Optimizer, Precision, Recompute, TrainJob, fp8_transpose_cached, job_default)
 from ..estimate.layout import PARAM_OFFLOAD_SHARDINGS, Layout, Schedule, divisors
 from ..estimate.model_states import adapter_input_bytes, lora_targets
 from ..estimate.parallel import validate_layout
@@ -100,6 +100,11 @@ class TrainRequest:
     recipes use CEWithChunkedOutputLoss, else 1: the whole logits at once)."""
     fused_loss: bool = job_default("fused_loss")
     fp8_param_gather: bool = job_default("fp8_param_gather")
+    activation_func_fp8_input_store: bool = job_default("activation_func_fp8_input_store")
+    fp8_dot_product_attention: bool = job_default("fp8_dot_product_attention")
+    disable_parameter_transpose_cache: bool = False
+    """Megatron's --disable-parameter-transpose-cache (TransformerConfig disable_parameter_transpose_cache): fp8
+    weights keep no cached transpose; it is built in each backward (Blackwell needs none either way)."""
     grad_reduce_in_fp32: bool = job_default("grad_reduce_in_fp32")
     optimizer_in_backward: bool = job_default("optimizer_in_backward")
     offload: tuple[OffloadTarget, ...] = ()
@@ -187,7 +192,17 @@ class TrainRequest:
                        flops_convention=self.flops_convention,
                        compile=self.compile, loss_chunks=chunks, fused_loss=self.fused_loss,
                        fp8_param_gather=self.fp8_param_gather, grad_reduce_in_fp32=self.grad_reduce_in_fp32,
-                       optimizer_in_backward=self.optimizer_in_backward)
+                       optimizer_in_backward=self.optimizer_in_backward,
+                       activation_func_fp8_input_store=self.activation_func_fp8_input_store,
+                       fp8_dot_product_attention=self.fp8_dot_product_attention,
+                       fp8_transpose_cache=fp8_transpose_cached(self.gpu.architecture,
+                                                                disabled=self.disable_parameter_transpose_cache))
+        for flag, on in (("--activation-func-fp8-input-store", self.activation_func_fp8_input_store),
+                         ("--fp8-dot-product-attention", self.fp8_dot_product_attention),
+                         ("--disable-parameter-transpose-cache", self.disable_parameter_transpose_cache)):
+            if on and not (framework == "megatron" and self.precision == "fp8"):
+                raise InvalidArgument(f"{flag} is a Megatron-LM fp8 option: it needs --framework megatron and "
+                                      f"--precision fp8 (got {framework}, {self.precision})")
         if self.fsdp is not None and framework in FSDP2_OFFLOAD_ALL and "optimizer" in self.offload \
                 and "params" not in self.offload:
             raise InvalidArgument("FSDP2 offloads parameters, gradients and optimizer states together "

@@ -1,0 +1,72 @@
+"""What fp8 training stores in fp8: Megatron's fp8 parameters (frozen or trained), the transposed copies Hopper
+needs, the SwiGLU input (--activation-func-fp8-input-store) and fp8 dot-product attention's saved tensors."""
+
+import pytest
+
+import gpuwise
+from gpuwise.errors import InvalidArgument
+from gpuwise.estimate.activations import layer_terms
+from gpuwise.catalog.models import load_model
+
+GiB = 2**30
+LORA = dict(num_gpus=8, seq=4096, global_batch=8, micro_batch=1, precision="fp8", framework="megatron",
+            finetune="lora", lora_targets="q,k,v,o")
+
+
+def _params(gpu: str, **kw) -> float:
+    return gpuwise.train("llama-3.1-8b", gpu=gpu, **LORA, **kw).memory.params
+
+
+def test_fp8_parameters_store_a_frozen_base_in_one_byte_plus_hoppers_transpose():
+    """TE's fp8_model_init holds only fp8 copies of its weights (the LoRA use TE names); Hopper's fp8 GEMMs take
+    K-major operands only, so TE caches the transpose too; Blackwell's take either (non_tn_fp8_gemm_supported)."""
+    from gpuwise.model.params import tensor_inventory
+
+    spec = load_model("llama-3.1-8b").spec
+    matrices = sum(t.numel for t in tensor_inventory(spec)
+                   if t.is_matrix and t.role not in ("token_embd", "pos_embd", "output"))
+    bf16_h100 = _params("h100-sxm")
+    fp8_h100 = _params("h100-sxm", fp8_param_gather=True)
+    fp8_b200 = _params("b200", fp8_param_gather=True)
+    no_cache = _params("h100-sxm", fp8_param_gather=True, disable_parameter_transpose_cache=True)
+    assert fp8_h100 == pytest.approx(bf16_h100)  # 1 + 1 B per block matrix element, as bf16's 2
+    assert bf16_h100 - fp8_b200 == pytest.approx(matrices)  # 2 B -> 1 B; embeddings, norms, adapters unchanged
+    assert no_cache == pytest.approx(fp8_b200)
+
+
+def test_full_fp8_training_on_blackwell_caches_no_transpose():
+    kw = dict(num_gpus=8, seq=4096, global_batch=8, micro_batch=1, precision="fp8", framework="megatron", tp=1)
+    h100 = gpuwise.train("llama-3.1-8b", gpu="h100-sxm", **kw).memory.params
+    b200 = gpuwise.train("llama-3.1-8b", gpu="b200", **kw).memory.params
+    assert b200 < h100
+
+
+def test_fp8_input_store_halves_the_swiglu_input_and_fp8_attention_its_tensors():
+    spec = load_model("llama-3.1-8b").spec
+    i, h = spec.intermediate_size, spec.hidden_size
+    q, kv = spec.num_heads * spec.head_dim, spec.num_kv_heads * spec.head_dim
+    base = layer_terms(spec, 0, framework="megatron", fp8=True)
+    act = layer_terms(spec, 0, framework="megatron", fp8=True, fp8_saved=frozenset({"activation"}))
+    dpa = layer_terms(spec, 0, framework="megatron", fp8=True, fp8_saved=frozenset({"attention"}))
+    assert base.split["mlp"] - act.split["mlp"] == pytest.approx(2 * i)  # gate and up outputs: 2 B -> 1 B
+    assert base.split["qkv"] - dpa.split["qkv"] == pytest.approx(q + 2 * kv)
+    assert dpa.split["attention_output"] == base.split["attention_output"]  # already fp8 (the proj's fp8 input)
+
+
+def test_the_stores_reach_the_memory_answer_and_its_caches():
+    """Two jobs that differ only in these options must not share cached stage terms."""
+    kw = dict(gpu="h100-sxm", **LORA, fp8_param_gather=True)
+    plain = gpuwise.train("llama-3.1-8b", **kw).memory.activations_per_microbatch
+    act = gpuwise.train("llama-3.1-8b", activation_func_fp8_input_store=True, **kw).memory.activations_per_microbatch
+    both = gpuwise.train("llama-3.1-8b", activation_func_fp8_input_store=True, fp8_dot_product_attention=True,
+                         **kw).memory.activations_per_microbatch
+    assert plain > act > both
+
+
+@pytest.mark.parametrize("flag", ["activation_func_fp8_input_store", "fp8_dot_product_attention",
+                                  "disable_parameter_transpose_cache"])
+@pytest.mark.parametrize("other", [dict(precision="bf16", framework="megatron"),
+                                   dict(precision="fp8", framework="torchtitan")])
+def test_megatron_fp8_options_need_megatron_fp8(flag, other):
+    with pytest.raises(InvalidArgument, match="Megatron-LM fp8 option"):
+        gpuwise.train("llama-3.1-8b", gpu="h100-sxm", **other, **{flag: True})
