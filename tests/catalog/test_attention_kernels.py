@@ -42,12 +42,21 @@ def test_short_sequences_pay_more_per_attention_flop():
 
 
 def test_context_parallel_chunks_run_at_their_own_length():
-    """A CP rank's kernel iterates over its chunk of keys: 4 ranks at 16k run 4k-long kernels, which are slower per
-    FLOP than one 16k kernel, so CP 4 takes more than a quarter of the attention time."""
-    common = dict(gpu="h100-sxm", seq=16384, global_batch=8, micro_batch=1, framework="megatron", tp=1)
-    one = gpuwise.train("llama-3-8b", num_gpus=8, cp=1, **common).perf.step
-    four = gpuwise.train("llama-3-8b", num_gpus=32, cp=4, **common).perf.step
-    assert four.breakdown["forward"] > one.breakdown["forward"] / 4
+    """A CP rank's kernel iterates over its chunk of keys: 4 ranks at 16k run 4k-long kernels, each with a quarter of
+    the causal work at cuDNN's 4k rate; Ulysses (all-to-all) CP runs 16k-long kernels over a quarter of the heads."""
+    from gpuwise.catalog.models import load_model
+    from gpuwise.estimate import step_time as st
+
+    spec = load_model("llama-3-8b").spec
+    h100 = default_profile(get_gpu("h100-sxm"))
+    kw = dict(tokens=16384, tp=1, ep=1, dtype="bf16", e=2.0, recompute="none", frozen_base=False,
+              framework="megatron", attention="flash", compile=False, etp=None)
+    one = st._time_block(h100, spec, 0, seq_local=16384, cp=1, **kw).attention_forward
+    ring = st._time_block(h100, spec, 0, seq_local=4096, cp=4, **{**kw, "tokens": 4096}).attention_forward
+    ulysses = st._time_block(h100, spec, 0, seq_local=4096, cp=4, **{**kw, "tokens": 4096}, whole_sequence=True)
+    overhead = h100.kernel_overhead_s
+    assert (ring - overhead) / (one - overhead) == pytest.approx(0.25 / shape("cudnn", 4096, backward=False), rel=0.01)
+    assert (ulysses.attention_forward - overhead) / (one - overhead) == pytest.approx(0.25, rel=0.01)
 
 
 def test_a_profile_may_name_its_attention_kernel(tmp_path):

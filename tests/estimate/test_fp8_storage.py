@@ -63,10 +63,33 @@ def test_the_stores_reach_the_memory_answer_and_its_caches():
     assert plain > act > both
 
 
-@pytest.mark.parametrize("flag", ["activation_func_fp8_input_store", "fp8_dot_product_attention",
-                                  "disable_parameter_transpose_cache"])
-@pytest.mark.parametrize("other", [dict(precision="bf16", framework="megatron"),
-                                   dict(precision="fp8", framework="torchtitan")])
-def test_megatron_fp8_options_need_megatron_fp8(flag, other):
-    with pytest.raises(InvalidArgument, match="Megatron-LM fp8 option"):
+@pytest.mark.parametrize(("flag", "other", "why"), [
+    ("activation_func_fp8_input_store", dict(precision="bf16", framework="torchtitan"), "needs --framework megatron"),
+    ("fp8_dot_product_attention", dict(precision="bf16", framework="megatron"), "needs --precision fp8"),
+    ("fp8_dot_product_attention", dict(precision="fp8", framework="torchtitan"), "needs --framework megatron"),
+    ("disable_parameter_transpose_cache", dict(precision="fp8", framework="megatron"), "add --fp8-param-gather"),
+])
+def test_megatron_options_say_what_they_need(flag, other, why):
+    with pytest.raises(InvalidArgument, match=why):
         gpuwise.train("llama-3.1-8b", gpu="h100-sxm", **other, **{flag: True})
+
+
+def test_the_swiglu_fp8_store_works_in_bf16_too():
+    """Megatron's fused bias-SwiGLU casts its saved input to fp8 whatever the training precision."""
+    kw = dict(gpu="h100-sxm", num_gpus=8, seq=4096, global_batch=8, micro_batch=1, framework="megatron", tp=1)
+    plain = gpuwise.train("llama-3.1-8b", **kw).memory.activations_per_microbatch
+    stored = gpuwise.train("llama-3.1-8b", activation_func_fp8_input_store=True, **kw).memory.activations_per_microbatch
+    assert stored < plain
+
+
+def test_doctor_keeps_its_remedies_when_megatron_options_are_on():
+    """A remedy that moves the job off Megatron (more GPUs under FSDP, LoRA with the framework chosen again) drops
+    the Megatron-only options instead of failing, so it is still offered."""
+    from gpuwise.plan.doctor import doctor
+    from gpuwise.plan.train import TrainRequest
+    from gpuwise.catalog.gpus import get_gpu
+
+    kw = dict(model=load_model("llama-3.1-8b"), gpu=get_gpu("h100-sxm"), num_gpus=8, seq=8192, global_batch=64,
+              micro_batch=8, framework="megatron", precision="fp8")
+    names = lambda r: sorted(x.name for x in r.remedies)  # noqa: E731
+    assert names(doctor(TrainRequest(**kw, activation_func_fp8_input_store=True))) == names(doctor(TrainRequest(**kw)))

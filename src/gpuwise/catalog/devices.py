@@ -44,7 +44,10 @@ class DeviceProfile:
     sdpa_backward_efficiency: float
     attention_kernel: str = "fa2"
     """Kernel family of the device's best attention (`attention_kernels.FAMILIES`): how its throughput falls at short
-    sequences (the efficiencies above are its long-sequence plateau); SDPA runs the `fa2` family."""
+    sequences (the efficiencies above are its long-sequence plateau)."""
+    sdpa_kernel: str = "fa2"
+    """The family PyTorch's SDPA runs here: FlashAttention-2 kernels on Hopper and older; where the profile gives
+    no SDPA rates of its own (Blackwell), the device's best kernel, whose rates it then uses."""
     kernel_overhead_s: float
     """Smallest GPU time of one kernel (launch latency, ramp-up and tail), added once per kernel."""
     tile: tuple[int, int]
@@ -121,9 +124,17 @@ def _build(gpu: GPU, v: dict, sources: dict[str, str]) -> DeviceProfile:
         attention_backward_efficiency=float(v["attention_backward_efficiency"]),
         sdpa_forward_efficiency=float(v.get("sdpa_forward_efficiency", v["attention_forward_efficiency"])),
         sdpa_backward_efficiency=float(v.get("sdpa_backward_efficiency", v["attention_backward_efficiency"])),
-        attention_kernel=str(v.get("attention_kernel", "fa2")),
+        attention_kernel=_family("attention_kernel", v.get("attention_kernel", "fa2")),
+        sdpa_kernel=_family("sdpa_kernel", v.get("sdpa_kernel", "fa2") if "sdpa_forward_efficiency" in v
+                            else v.get("attention_kernel", "fa2")),
         kernel_overhead_s=float(v["kernel_overhead_us"]) * 1e-6, tile=tuple(v["tile"]), sources=dict(sources),
         host_copy_bytes_per_s=None)
+
+
+def _family(name: str, value: object) -> str:
+    if value not in FAMILIES:
+        raise InvalidArgument(f"profile: {name} must be one of {', '.join(FAMILIES)}, got {value!r}")
+    return str(value)
 
 
 def _fraction(name: str, value: object) -> float:
@@ -171,11 +182,9 @@ def load_profile(path: str | Path, gpu: GPU) -> DeviceProfile:
                 "sdpa_forward_efficiency", "sdpa_backward_efficiency"):
         if key in doc:
             changes[key] = _fraction(key, doc[key])
-    if "attention_kernel" in doc:
-        if doc["attention_kernel"] not in FAMILIES:
-            raise InvalidArgument(f"profile: attention_kernel must be one of {', '.join(FAMILIES)}, "
-                                  f"got {doc['attention_kernel']!r}")
-        changes["attention_kernel"] = doc["attention_kernel"]
+    for key in ("attention_kernel", "sdpa_kernel"):
+        if key in doc:
+            changes[key] = _family(key, doc[key])
     if "kernel_overhead_us" in doc:
         us = doc["kernel_overhead_us"]
         if isinstance(us, bool) or not isinstance(us, (int, float)) or not 0 <= us < 1e4:

@@ -129,7 +129,10 @@ def forward_pass_s(spec: ModelSpec, *, profile: DeviceProfile, topo: Topology, e
                 f += op.flops
                 b += op.count * moved
             attn_bytes = ops.attention_io_elements * (kv_bytes_per_element if decode else e)
-            a = attention_s(profile, ops.attention_flops, attn_bytes, backward=False)
+            # prefill: a flash kernel over the prompt (or the sliding window); decode reads the cache, memory-bound
+            window = spec.sliding_window if (spec.sliding_window and sig[1] == "sliding") else None
+            kernel_seq = None if decode else min(context, window or context)
+            a = attention_s(profile, ops.attention_flops, attn_bytes, backward=False, seq=kernel_seq)
             s = memory_s(profile, ops.stream_bytes) + (ops.kernels - len(ops.gemms) - 1) * profile.kernel_overhead_s
             hit = cache[key] = (g, a, s, f + ops.attention_flops, b + attn_bytes + ops.stream_bytes)
         gemm += hit[0]

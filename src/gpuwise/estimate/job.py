@@ -132,8 +132,8 @@ class TrainJob:
     """Each parameter's optimizer step runs as soon as its gradient is ready, which is then freed (torchtune
     optimizer_in_bwd): no step-wide gradients."""
     activation_func_fp8_input_store: bool = False
-    """Megatron --activation-func-fp8-input-store: under fp8 the MLP activation function (SwiGLU) keeps its input
-    in fp8 for the backward (1 B instead of 2)."""
+    """Megatron --activation-func-fp8-input-store: the MLP activation function (SwiGLU) keeps its input in fp8 for
+    the backward (1 B instead of 2; Megatron's fused bias-SwiGLU casts it whatever the training precision)."""
     fp8_dot_product_attention: bool = False
     """Megatron --fp8-dot-product-attention (Transformer Engine's fp8 fused attention, NVTE_FP8_DPA): under fp8
     attention reads and writes fp8 q, k, v and output, which it saves (1 B each). Time stays at the 16-bit
@@ -189,11 +189,12 @@ class TrainJob:
 
     @property
     def fp8_saved(self) -> frozenset[str]:
-        """Saved activations Megatron keeps in fp8 beyond the linear inputs ("activation", "attention")."""
-        if not (self.te_fp8 and self.framework == "megatron"):
+        """Saved activations Megatron keeps in fp8 beyond the linear inputs: "activation" (the SwiGLU's input, cast
+        to fp8 for storage whatever the training precision), "attention" (fp8 attention, under fp8 training)."""
+        if self.framework != "megatron":
             return frozenset()
         return frozenset(n for n, on in (("activation", self.activation_func_fp8_input_store),
-                                         ("attention", self.fp8_dot_product_attention)) if on)
+                                         ("attention", self.fp8_dot_product_attention and self.te_fp8)) if on)
 
     @property
     def fp8_weight_bytes(self) -> float:

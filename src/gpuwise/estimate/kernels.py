@@ -65,5 +65,5 @@ def attention_s(profile: DeviceProfile, flops: float, nbytes: float, *, backward
     else:
         eff = profile.attention_backward_efficiency if backward else profile.attention_forward_efficiency
     if seq is not None:
-        eff *= attention_shape("fa2" if sdpa else profile.attention_kernel, seq, backward=backward)
+        eff *= attention_shape(profile.sdpa_kernel if sdpa else profile.attention_kernel, seq, backward=backward)
     return max(flops / (peak * eff), nbytes / profile.bandwidth) + profile.kernel_overhead_s

@@ -332,6 +332,7 @@ def _model_states(spec: ModelSpec, layout: Layout, stage: int, job: TrainJob) ->
 
     acc = dict(params=0.0, master=0.0, grads=0.0, optimizer=0.0, cpu=0.0, transient=0.0)
     trainable = 0.0
+    fused_seen: set[tuple[str, int]] = set()
     for rt in held.groups:
         t, n, count = rt.tensor, rt.numel, rt.count
         shard = expert_n if rt.expert else dense_n
@@ -350,6 +351,11 @@ def _model_states(spec: ModelSpec, layout: Layout, stage: int, job: TrainJob) ->
             if t.role not in targets:
                 continue
             rows, cols = t.shape[0], t.shape[-1]
+            group = _MEGATRON_FUSED.get(t.role) if job.framework == "megatron" else None
+            if group is not None and (group, t.layer) in fused_seen:
+                cols = 0  # one adapter on Megatron's fused matrix: one lora_A for the input q, k, v (gate, up) share
+            elif group is not None:
+                fused_seen.add((group, t.layer))
             n = job.lora_rank * (rows + cols) * t.experts / (layout.tp if t.is_matrix else 1)  # A (r x in) + B (out x r)
             parts = _tensor_states(adapter_lay, optimizer, t, n, shard, sh, offload)
         else:
@@ -370,7 +376,9 @@ def _model_states(spec: ModelSpec, layout: Layout, stage: int, job: TrainJob) ->
     return ModelStates(params=acc["params"], master_weights=acc["master"], grads=acc["grads"],
                        optimizer=acc["optimizer"], cpu=acc["cpu"], trainable_params=trainable,
                        params_on_rank=held.params, layer_params=held.largest_layer,
-                       working_bytes_per_param=lay.working if finetune == "full" else frozen_working,
+                       # fp8 parameters travel in fp8 (--fp8-param-gather); the transpose is rebuilt locally
+                       working_bytes_per_param=(1.0 if fp8_params else lay.working) if finetune == "full"
+                       else frozen_working,
                        grad_bytes_per_param=lay.grad if finetune == "full" else adapter_lay.grad,
                        transient_params=acc["transient"])
 

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 from ..catalog.devices import DeviceProfile, host_copy_bytes_per_s, network_defaults
 from ..memo import remember
-from ..model.spec import ModelSpec
+from ..model.spec import SLIDING, ModelSpec
 from ..units import GB
 from .comm import Topology
 from .flops import gemm_dtype
@@ -128,21 +128,30 @@ def _unfused_attention_s(profile: DeviceProfile, spec: ModelSpec, *, seq_local: 
 
 def _block_time(profile: DeviceProfile, spec: ModelSpec, layer: int, *, tokens: int, seq_local: int, cp: int,
                 tp: int, ep: int, dtype: str, e: float, recompute: str, frozen_base: bool, framework: str,
-                attention: str = "flash", compile: bool = False, etp: int | None = None) -> _BlockTime:
+                attention: str = "flash", compile: bool = False, etp: int | None = None,
+                whole_sequence: bool = False) -> _BlockTime:
+    """`whole_sequence`: each attention kernel covers the whole context (Ulysses all-to-all CP: all tokens, 1/cp of
+    the heads) rather than one rank's chunk of it."""
     key = (id(profile), id(spec), block_signature(spec, layer), tokens, seq_local, cp, tp, ep, dtype, e, recompute,
-           frozen_base, framework, attention, compile, etp)
+           frozen_base, framework, attention, compile, etp, whole_sequence)
     hit = _CACHE.get(key)
     if hit is not None:
         return hit[0]
     return remember(_CACHE, key, _time_block(profile, spec, layer, tokens, seq_local, cp, tp, ep, dtype, e, recompute,
-                                             frozen_base, framework, attention, compile, etp), profile, spec)
+                                             frozen_base, framework, attention, compile, etp, whole_sequence),
+                    profile, spec)
 
 
 def _time_block(profile: DeviceProfile, spec: ModelSpec, layer: int, tokens: int, seq_local: int, cp: int, tp: int,
                 ep: int, dtype: str, e: float, recompute: str, frozen_base: bool, framework: str,
-                attention: str, compile: bool, etp: int | None) -> _BlockTime:
+                attention: str, compile: bool, etp: int | None, whole_sequence: bool = False) -> _BlockTime:
     context = seq_local * cp
     keys = keys_per_query(spec, layer, context)
+    # the keys one attention kernel iterates over: a rank's chunk (ring or gathered K/V attended chunk by chunk), the
+    # whole context under all-to-all CP, at most a sliding window
+    kernel_seq = context if whole_sequence else seq_local
+    if spec.layer_types[layer] == SLIDING and spec.sliding_window:
+        kernel_seq = min(kernel_seq, spec.sliding_window)
     # Transformer Engine's fused kernels (Megatron) and torch.compile's generated ones stream each tensor about
     # once; eager PyTorch runs every pointwise op as its own kernel. PyTorch's attention is SDPA's
     # (FlashAttention-2 kernels), Megatron's Transformer Engine's (cuDNN / FlashAttention-3 class on Hopper).
@@ -164,11 +173,10 @@ def _time_block(profile: DeviceProfile, spec: ModelSpec, layer: int, tokens: int
         attn_bytes = ops.attention_io_elements * e
         # fp8 recipes keep attention in 16 bits; fp32 training runs it at the fp32 (TF32) rate, no flash kernel
         attn_dtype = dtype if dtype in ("fp32", "tf32") else "bf16"
-        # the kernel iterates over one rank's chunk of keys (the whole sequence without context parallelism)
         attn_f = attention_s(profile, ops.attention_flops, attn_bytes, backward=False, dtype=attn_dtype, sdpa=sdpa,
-                             seq=seq_local)
+                             seq=kernel_seq)
         attn_b = attention_s(profile, 2.5 * ops.attention_flops, 2 * attn_bytes, backward=True, dtype=attn_dtype,
-                             sdpa=sdpa, seq=seq_local)
+                             sdpa=sdpa, seq=kernel_seq)
     stream = memory_s(profile, ops.stream_bytes * e / 2) + ops.kernels * profile.kernel_overhead_s
     cast_f = cast_b = 0.0
     if dtype == "fp8":  # every weight GEMM's operands quantized (forward) and transposed (backward)
@@ -299,7 +307,8 @@ def step_time(spec: ModelSpec, layout: Layout, job: TrainJob, *, profile: Device
         for layer, reps in blocks:
             bt = _block_time(profile, spec, layer, tokens=tokens, seq_local=seq_local, cp=cp, tp=tp, ep=ep,
                              dtype=dtype, e=e, recompute=recompute, frozen_base=frozen_base, framework=framework,
-                             attention=attention, compile=job.compile, etp=layout.expert_tp)
+                             attention=attention, compile=job.compile, etp=layout.expert_tp,
+                             whole_sequence=cp_type == "a2a")
             parts["forward"] += reps * bt.forward
             parts["backward"] += reps * bt.backward
             parts["recompute"] += reps * bt.recompute * scale

@@ -23,7 +23,7 @@ from ..estimate.parallel import cp_splits
 from ..estimate.recompute import recompute_plan
 from ..estimate.train_memory import FRAGMENTATION_RISK
 from ..units import GiB, MiB
-from .train import TrainRequest, TrainResult, train
+from .train import MEGATRON_OPTIONS, TrainRequest, TrainResult, megatron_option_problem, train
 
 RECOMPUTE_LADDER = ("none", "selective", "full")
 ZERO_LADDER = (0, 1, 2, 3)
@@ -128,7 +128,7 @@ def doctor(req: TrainRequest, *, oom_at_gib: float | None = None) -> DoctorResul
 
     def remedy(name: str, change: str, changes_job: bool = False, note: str = "", **options) -> Remedy | None:
         try:
-            r = train(replace(req, **options))
+            r = train(_changed(req, **options))
         except GpuwiseError:
             return None  # not a valid job with this change (e.g. a batch that no longer divides)
         mem = r.memory.total + offset
@@ -196,6 +196,16 @@ def _single_changes(req: TrainRequest, base: TrainResult, remedy):
                 break
     yield from _more_gpus(req, base, remedy)
     yield from _bigger_gpu(req, remedy)
+
+
+def _changed(req: TrainRequest, **options) -> TrainRequest:
+    """`req` with a remedy's changes, leaving behind the Megatron options the changed job cannot take (a remedy that
+    moves to another framework, leaves it to be chosen, or changes the precision)."""
+    changed = replace(req, **{k: False for k in MEGATRON_OPTIONS}, **{k: v for k, v in options.items()
+                                                                         if k not in MEGATRON_OPTIONS})
+    keep = {k: getattr(req, k) for k in MEGATRON_OPTIONS if getattr(req, k) and not megatron_option_problem(
+        k, changed.framework, changed.precision, changed.fp8_param_gather)}
+    return replace(changed, **keep) if keep else changed
 
 
 def _stronger_shardings(req: TrainRequest, lay) -> list[dict]:
@@ -279,10 +289,10 @@ def _combination(req: TrainRequest, base: TrainResult, remedy) -> Remedy | None:
         return best
     for _, changes in _more_gpu_options(req, base):
         try:
-            wider = train(replace(req, **changes))
+            wider = train(_changed(req, **changes))
         except GpuwiseError:
             continue
-        best = _knob_search(replace(req, **changes), wider, remedy, changes, True, req)
+        best = _knob_search(_changed(req, **changes), wider, remedy, changes, True, req)
         if best is not None:
             return best
     for g in _bigger_gpus(req):

@@ -39,6 +39,27 @@ LIMITS = {"num_gpus": 1 << 20, "seq": 1 << 24, "micro_batch": 1 << 24, "tp": 1 <
 """Checked in this order: the global batch's default needs the degrees before it."""
 
 
+MEGATRON_OPTIONS = ("activation_func_fp8_input_store", "fp8_dot_product_attention",
+                    "disable_parameter_transpose_cache")
+"""Megatron-LM options gpuwise models; each needs Megatron, and some its fp8 training (`megatron_option_problem`)."""
+
+
+def megatron_option_problem(name: str, framework: str | None, precision: str, fp8_param_gather: bool) -> str | None:
+    """Why Megatron option `name` cannot apply to this job, or None. The SwiGLU's fp8 input store casts whatever
+    the training precision; fp8 attention needs fp8 training; dropping the transpose cache is modelled for fp8
+    parameters (without them Megatron's is_first_microbatch=None drops Transformer Engine's whole fp8 weight cache)."""
+    flag = "--" + name.replace("_", "-")
+    if framework != "megatron":
+        return f"{flag} is a Megatron-LM option: it needs --framework megatron (got {framework})"
+    if name == "activation_func_fp8_input_store":
+        return None
+    if precision != "fp8":
+        return f"{flag} needs --precision fp8 (got {precision})"
+    if name == "disable_parameter_transpose_cache" and not fp8_param_gather:
+        return f"{flag} is modelled with fp8 parameters: add --fp8-param-gather"
+    return None
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TrainRequest:
     """A training job on a cluster: the options of `gpuwise train`, one field each (the CLI is built from them: a
@@ -197,12 +218,10 @@ class TrainRequest:
                        fp8_dot_product_attention=self.fp8_dot_product_attention,
                        fp8_transpose_cache=fp8_transpose_cached(self.gpu.architecture,
                                                                 disabled=self.disable_parameter_transpose_cache))
-        for flag, on in (("--activation-func-fp8-input-store", self.activation_func_fp8_input_store),
-                         ("--fp8-dot-product-attention", self.fp8_dot_product_attention),
-                         ("--disable-parameter-transpose-cache", self.disable_parameter_transpose_cache)):
-            if on and not (framework == "megatron" and self.precision == "fp8"):
-                raise InvalidArgument(f"{flag} is a Megatron-LM fp8 option: it needs --framework megatron and "
-                                      f"--precision fp8 (got {framework}, {self.precision})")
+        for name in MEGATRON_OPTIONS:
+            problem = megatron_option_problem(name, framework, self.precision, self.fp8_param_gather)
+            if getattr(self, name) and problem:
+                raise InvalidArgument(problem)
         if self.fsdp is not None and framework in FSDP2_OFFLOAD_ALL and "optimizer" in self.offload \
                 and "params" not in self.offload:
             raise InvalidArgument("FSDP2 offloads parameters, gradients and optimizer states together "
@@ -439,9 +458,12 @@ def _assumptions(req: TrainRequest, framework: str, layout: Layout, mem: TrainMe
                    "a x s^2 per sequence; gradients counted in full (as from the second micro-batch on)")
     if framework == "hf" and req.finetune == "full" and req.precision in ("bf16", "fp16", "fp8"):
         out.append("mixed precision as torch.autocast: fp32 weights (master) plus cached 16-bit casts (params)")
+    fp8_params = req.fp8_param_gather and req.precision == "fp8" and framework == "megatron"
     if req.finetune != "full":
+        base = ("NF4 with double quantization" if req.finetune == "qlora" else
+                ("fp8 (Megatron's fp8 parameters)" if fp8_params else "the compute dtype"))
         out.append(f"LoRA rank {req.lora_rank} on {req.lora_targets}, adapters in fp32 (PEFT's default), "
-                   f"frozen base in {'NF4 with double quantization' if req.finetune == 'qlora' else 'the compute dtype'}"
+                   f"frozen base in {base}"
                    f"; lora_dropout {req.lora_dropout:g}: frozen matrices keep no inputs, "
                    + ("each adapter keeps its own copy of its input" if adapter_input_bytes(req.job) > 0
                       else "the adapters share their matrices' inputs"))
@@ -451,6 +473,15 @@ def _assumptions(req: TrainRequest, framework: str, layout: Layout, mem: TrainMe
     if req.job.recompute == "selective" and framework != "megatron" and req.attention == "flash":
         out.append("selective recompute = the attention core only (Megatron's); with flash attention it saves almost "
                    "nothing (torchtitan's per-op policy is --ac op)")
+    if req.job.te_fp8:
+        out.append("Transformer Engine fp8 weights: " + ("the fp8 weight and its transpose (Hopper's fp8 GEMMs take "
+                   "K-major operands only), 2 B per block-matrix element" if req.job.fp8_transpose_cache else
+                   "the fp8 weight alone (Blackwell, or no transpose cache), 1 B per block-matrix element"))
+    if "activation" in req.job.fp8_saved:
+        out.append("--activation-func-fp8-input-store: the SwiGLU keeps its input in fp8")
+    if "attention" in req.job.fp8_saved:
+        out.append("--fp8-dot-product-attention: q, k, v and the output saved in fp8; attention time is still the "
+                   "16-bit kernel's (no fp8 attention curve in the catalog)")
     if req.compile:
         out.append("torch.compile: the blocks keep matmul and attention tensors; pointwise ops are recomputed")
     if req.job.loss_chunks > 1:

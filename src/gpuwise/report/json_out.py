@@ -143,7 +143,7 @@ def profile_to_dict(p) -> dict[str, Any]:
             "attention_forward_efficiency": p.attention_forward_efficiency,
             "attention_backward_efficiency": p.attention_backward_efficiency,
             "sdpa_forward_efficiency": p.sdpa_forward_efficiency,
-            "sdpa_backward_efficiency": p.sdpa_backward_efficiency,
+            "sdpa_backward_efficiency": p.sdpa_backward_efficiency, "attention_kernel": p.attention_kernel, "sdpa_kernel": p.sdpa_kernel,
             "kernel_overhead_s": p.kernel_overhead_s, "sources": dict(p.sources)}
 
 
