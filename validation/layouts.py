@@ -57,7 +57,7 @@ def compare(row: dict) -> Compared | None:
         return None
     plan_opts = dict(num_gpus=opts["num_gpus"], seq=opts["seq"], global_batch=r.request.global_batch,
                      framework=r.framework, precision=r.request.precision)
-    for key in ("gpus_per_node", "inter_node_gbps"):
+    for key in ("gpus_per_node", "inter_node_gbps", "sdpa_backend"):
         if key in opts:
             plan_opts[key] = opts[key]
     p = gpuwise.plan(_model(row["model"]), gpu=row["gpu"], **plan_opts)

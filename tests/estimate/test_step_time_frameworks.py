@@ -51,11 +51,26 @@ def test_pytorch_attention_runs_flashattention2_rates_on_hopper_but_not_on_amper
     assert attention_s(a100, flops, 0.0, backward=True) == attention_s(a100, flops, 0.0, backward=True, sdpa=True)
 
 
-def test_megatron_attention_is_faster_than_torchtitans_on_h100(monkeypatch):
+def test_sdpa_flash_is_slower_than_transformer_engines_attention_on_h100(monkeypatch):
+    """PyTorch trainers that leave SDPA's default order run FlashAttention-2 (fsdp, torchtune, older torchtitan);
+    torchtitan asks for cuDNN first today (#1776), the kernel Transformer Engine runs for Megatron."""
+    _, old_tt = _blocks(monkeypatch, gpu="h100-sxm", framework="torchtitan", sdpa_backend="flash", **ONE)
+    _, fsdp = _blocks(monkeypatch, gpu="h100-sxm", framework="fsdp", **ONE)
     _, tt = _blocks(monkeypatch, gpu="h100-sxm", framework="torchtitan", **ONE)
     _, mg = _blocks(monkeypatch, gpu="h100-sxm", framework="megatron", **ONE)
-    assert tt.attention_forward > 1.5 * mg.attention_forward
-    assert tt.gemm_forward == mg.gemm_forward
+    assert old_tt.attention_forward > 1.5 * mg.attention_forward
+    assert fsdp.attention_forward == old_tt.attention_forward
+    assert tt.attention_forward == mg.attention_forward
+    assert old_tt.gemm_forward == mg.gemm_forward
+
+
+def test_megatron_takes_no_sdpa_backend():
+    from gpuwise.errors import InvalidArgument
+
+    with pytest.raises(InvalidArgument, match="Transformer Engine"):
+        gpuwise.train(MODEL, gpu="h100-sxm", framework="megatron", sdpa_backend="flash")
+    with pytest.raises(InvalidArgument, match="--sdpa-backend"):
+        gpuwise.train(MODEL, gpu="h100-sxm", framework="torchtitan", sdpa_backend="xformers")
 
 
 def test_compile_fuses_pointwise_work_but_not_gemms(monkeypatch):

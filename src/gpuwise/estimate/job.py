@@ -32,6 +32,7 @@ Finetune = Literal["full", "lora", "qlora"]
 Attention = Literal["flash", "unfused"]
 MoeDispatcher = Literal["alltoall", "flex"]
 CpCommType = Literal["p2p", "allgather", "a2a"]
+SdpaBackend = Literal["flash", "cudnn"]
 FlopsConvention = Literal["causal", "full"]
 OffloadTarget = Literal["optimizer", "params", "activations"]
 
@@ -53,6 +54,7 @@ ATTENTION: tuple[str, ...] = get_args(Attention)
 CONVENTIONS: tuple[str, ...] = get_args(FlopsConvention)
 DISPATCHERS: tuple[str, ...] = get_args(MoeDispatcher)
 CP_COMM_TYPES: tuple[str, ...] = get_args(CpCommType)
+SDPA_BACKENDS: tuple[str, ...] = get_args(SdpaBackend)
 OFFLOAD_TARGETS: tuple[str, ...] = get_args(OffloadTarget)
 
 
@@ -107,6 +109,10 @@ class TrainJob:
     and their gradients reduce-scattered after it: PyTorch's context_parallel default rotate method, which
     torchtitan uses) or a2a (DeepSpeed-Ulysses: all-to-alls switch q, k, v and the output between sequence and head
     sharding). None: the framework's default (p2p for Megatron, allgather otherwise)."""
+    sdpa_backend: SdpaBackend | None = None
+    """The backend PyTorch's scaled_dot_product_attention runs (torch.nn.attention.SDPBackend): flash (the
+    FlashAttention-2 kernels) or cudnn (cuDNN fused attention, the device's best kernel on Hopper and Blackwell).
+    None: the framework's own choice (`sdpa_runs_flash`). Megatron runs Transformer Engine's attention instead."""
     moe_a2a_overlap: bool = False
     """Expert-parallel dispatch and combine hidden behind another micro-batch's compute (Megatron-Core
     --overlap-moe-expert-parallel-comm, DeepSeek-V3's dual micro-batch overlap): only what exceeds the block shows."""
@@ -149,9 +155,13 @@ class TrainJob:
                                    ("--finetune", self.finetune, FINETUNE), ("--attention", self.attention, ATTENTION),
                                    ("--flops-convention", self.flops_convention, CONVENTIONS),
                                    ("--moe-token-dispatcher", self.moe_token_dispatcher, DISPATCHERS),
-                                   ("--cp-comm-type", self.cp_comm_type or "p2p", CP_COMM_TYPES)):
+                                   ("--cp-comm-type", self.cp_comm_type or "p2p", CP_COMM_TYPES),
+                                   ("--sdpa-backend", self.sdpa_backend or "flash", SDPA_BACKENDS)):
             if value not in valid:
                 raise InvalidArgument(f"{name}: unknown value '{value}'; valid: {', '.join(valid)}")
+        if self.sdpa_backend is not None and self.framework == "megatron":
+            raise InvalidArgument("--sdpa-backend is PyTorch's SDPA backend: Megatron runs Transformer Engine's "
+                                  "attention (cuDNN fused attention by default)")
         from .recompute import recompute_plan
 
         recompute_plan(self.recompute)  # raises on an unknown mode
@@ -186,6 +196,19 @@ class TrainJob:
         """fp8 training as Transformer Engine does it (cached fp8 weights, fp8 saved linear inputs); torchao's float8
         (torchtitan, FSDP2, torchtune) keeps bf16 weights and saves bf16 inputs."""
         return self.precision == "fp8" and self.framework in TE_FP8
+
+    @property
+    def sdpa_runs_flash(self) -> bool:
+        """Whether attention runs PyTorch SDPA's FlashAttention-2 kernels rather than the device's best kernel.
+        Megatron: never (Transformer Engine's attention). torchtitan asks SDPA for cuDNN first (its
+        ScaledDotProductAttention: on Blackwell since torchtitan #1196, 2025-05-14, on every GPU since #1776,
+        2025-10-09); other PyTorch trainers leave SDPA's default order, flash first (transformers, torchtune,
+        flash-attn 2 in llm-foundry)."""
+        if self.framework == "megatron":
+            return False
+        if self.sdpa_backend is not None:
+            return self.sdpa_backend == "flash"
+        return self.framework != "torchtitan"
 
     @property
     def fp8_saved(self) -> frozenset[str]:

@@ -129,22 +129,26 @@ def _unfused_attention_s(profile: DeviceProfile, spec: ModelSpec, *, seq_local: 
 def _block_time(profile: DeviceProfile, spec: ModelSpec, layer: int, *, tokens: int, seq_local: int, cp: int,
                 tp: int, ep: int, dtype: str, e: float, recompute: str, frozen_base: bool, framework: str,
                 attention: str = "flash", compile: bool = False, etp: int | None = None,
-                whole_sequence: bool = False) -> _BlockTime:
+                whole_sequence: bool = False, sdpa_flash: bool | None = None) -> _BlockTime:
     """`whole_sequence`: each attention kernel covers the whole context (Ulysses all-to-all CP: all tokens, 1/cp of
-    the heads) rather than one rank's chunk of it."""
+    the heads) rather than one rank's chunk of it. `sdpa_flash`: attention runs SDPA's FlashAttention-2 kernels
+    (`TrainJob.sdpa_runs_flash`; None: every framework but Megatron)."""
+    if sdpa_flash is None:
+        sdpa_flash = framework != "megatron"
     key = (id(profile), id(spec), block_signature(spec, layer), tokens, seq_local, cp, tp, ep, dtype, e, recompute,
-           frozen_base, framework, attention, compile, etp, whole_sequence)
+           frozen_base, framework, attention, compile, etp, whole_sequence, sdpa_flash)
     hit = _CACHE.get(key)
     if hit is not None:
         return hit[0]
     return remember(_CACHE, key, _time_block(profile, spec, layer, tokens, seq_local, cp, tp, ep, dtype, e, recompute,
-                                             frozen_base, framework, attention, compile, etp, whole_sequence),
-                    profile, spec)
+                                             frozen_base, framework, attention, compile, etp, whole_sequence,
+                                             sdpa_flash), profile, spec)
 
 
 def _time_block(profile: DeviceProfile, spec: ModelSpec, layer: int, tokens: int, seq_local: int, cp: int, tp: int,
                 ep: int, dtype: str, e: float, recompute: str, frozen_base: bool, framework: str,
-                attention: str, compile: bool, etp: int | None, whole_sequence: bool = False) -> _BlockTime:
+                attention: str, compile: bool, etp: int | None, whole_sequence: bool = False,
+                sdpa_flash: bool | None = None) -> _BlockTime:
     context = seq_local * cp
     keys = keys_per_query(spec, layer, context)
     # the keys one attention kernel iterates over: a rank's chunk (ring or gathered K/V attended chunk by chunk), the
@@ -153,10 +157,12 @@ def _time_block(profile: DeviceProfile, spec: ModelSpec, layer: int, tokens: int
     if spec.layer_types[layer] == SLIDING and spec.sliding_window:
         kernel_seq = min(kernel_seq, spec.sliding_window)
     # Transformer Engine's fused kernels (Megatron) and torch.compile's generated ones stream each tensor about
-    # once; eager PyTorch runs every pointwise op as its own kernel. PyTorch's attention is SDPA's
-    # (FlashAttention-2 kernels), Megatron's Transformer Engine's (cuDNN / FlashAttention-3 class on Hopper).
+    # once; eager PyTorch runs every pointwise op as its own kernel. Attention: SDPA's FlashAttention-2 kernels or
+    # the device's best (Transformer Engine's, SDPA's cuDNN backend).
     style = "fused" if framework == "megatron" or compile else "eager"
-    sdpa = framework != "megatron"
+    if sdpa_flash is None:
+        sdpa_flash = framework != "megatron"
+    sdpa = sdpa_flash
     # each rank: its seq/cp queries against the keys they attend to over the whole context (the load-balanced
     # split of Megatron-Core and torchtitan gives every rank 1/cp of the causal work)
     ops = block_ops(spec, layer, tokens=tokens, keys=keys, tp=tp, ep=ep, etp=etp, style=style)
@@ -308,7 +314,7 @@ def step_time(spec: ModelSpec, layout: Layout, job: TrainJob, *, profile: Device
             bt = _block_time(profile, spec, layer, tokens=tokens, seq_local=seq_local, cp=cp, tp=tp, ep=ep,
                              dtype=dtype, e=e, recompute=recompute, frozen_base=frozen_base, framework=framework,
                              attention=attention, compile=job.compile, etp=layout.expert_tp,
-                             whole_sequence=cp_type == "a2a")
+                             whole_sequence=cp_type == "a2a", sdpa_flash=job.sdpa_runs_flash)
             parts["forward"] += reps * bt.forward
             parts["backward"] += reps * bt.backward
             parts["recompute"] += reps * bt.recompute * scale

@@ -32,7 +32,8 @@ from ..catalog.models import LoadedModel
 from ..errors import InvalidArgument, require_positive_int, require_positive_number
 from ..estimate.comm import Topology
 from ..estimate.flops import gemm_dtype, job_flops, utilization
-from ..estimate.job import FSDP2_OFFLOAD_ALL, RECOMPUTE, Optimizer, Precision, TrainJob, fp8_transpose_cached, job_default
+from ..estimate.job import (FSDP2_OFFLOAD_ALL, RECOMPUTE, Optimizer, Precision, SdpaBackend, TrainJob,
+                            fp8_transpose_cached, job_default)
 from ..estimate.layout import PARAM_OFFLOAD_SHARDINGS, Layout, divisors
 from ..estimate.model_states import ModelStates
 from ..estimate.parallel import cp_splits, ep_fits, hsdp_holds_experts, sp_splits, valid_tp_degrees
@@ -115,6 +116,7 @@ class PlanRequest:
     gpus_per_node: int | None = None
     inter_node_gbps: float | None = None
     profile: str | None = None
+    sdpa_backend: SdpaBackend | None = None
 
     def __post_init__(self) -> None:
         for name in ("num_gpus", "seq", "global_batch", "top"):
@@ -142,7 +144,8 @@ class PlanRequest:
         --framework F` builds for the same options (see `Plan.train_options`)."""
         return TrainJob(framework=self.framework, precision=self.precision, optimizer=self.optimizer, seq=self.seq,
                         recompute=framework_mode(recompute, self.framework), offload=frozenset(offload),
-                        fp8_transpose_cache=fp8_transpose_cached(self.gpu.architecture))
+                        fp8_transpose_cache=fp8_transpose_cached(self.gpu.architecture),
+                        sdpa_backend=self.sdpa_backend)
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,7 +174,8 @@ class Plan:
                          schedule=None if lay.schedule == ("interleaved" if lay.vpp > 1 else "1f1b") else lay.schedule,
                          recompute=self.recompute, offload=tuple(self.offload),
                          optimizer=req.optimizer, precision=req.precision, framework=req.framework,
-                         gpus_per_node=req.gpus_per_node, inter_node_gbps=req.inter_node_gbps, profile=req.profile)
+                         gpus_per_node=req.gpus_per_node, inter_node_gbps=req.inter_node_gbps, profile=req.profile,
+                         sdpa_backend=req.sdpa_backend)
         out.update(TRAIN_SHARDING[lay.sharding])
         if lay.sharding == "hsdp":
             out["shard_group"] = lay.shard_group

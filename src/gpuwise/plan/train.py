@@ -16,8 +16,9 @@ from ..catalog.models import LoadedModel
 from ..errors import InvalidArgument, require_positive_int, require_positive_number
 from ..estimate.comm import Topology
 from ..estimate.flops import StepFlops, gemm_dtype, job_flops, utilization
-from ..estimate.job import (FSDP2_OFFLOAD_ALL, Attention, CpCommType, Finetune, FlopsConvention, Framework, MoeDispatcher,
-                            OffloadTarget, Optimizer, Precision, Recompute, TrainJob, fp8_transpose_cached, job_default)
+from ..estimate.job import (FSDP2_OFFLOAD_ALL, Attention, CpCommType, Finetune, FlopsConvention, Framework,
+                            MoeDispatcher, OffloadTarget, Optimizer, Precision, Recompute, SdpaBackend, TrainJob,
+                            fp8_transpose_cached, job_default)
 from ..estimate.layout import PARAM_OFFLOAD_SHARDINGS, Layout, Schedule, divisors
 from ..estimate.model_states import adapter_input_bytes, lora_targets
 from ..estimate.parallel import validate_layout
@@ -152,6 +153,10 @@ class TrainRequest:
     cp_comm_type: CpCommType | None = None
     """Context-parallel K/V exchange (Megatron-Core --cp-comm-type): p2p ring, allgather or a2a (Ulysses); default
     p2p for Megatron, allgather for PyTorch's context_parallel (torchtitan)."""
+    sdpa_backend: SdpaBackend | None = None
+    """PyTorch SDPA's backend (torch.nn.attention.SDPBackend) for PyTorch trainers: flash (FlashAttention-2 kernels)
+    or cudnn (cuDNN fused attention); default cudnn for torchtitan (which asks for it first: on Blackwell since
+    May 2025, on every GPU since October 2025), flash for the others. Megatron uses Transformer Engine's."""
     gpus_per_node: int | None = None
     """GPUs per node (default 8, or the job's GPU count when smaller)."""
     inter_node_gbps: float | None = None
@@ -210,6 +215,7 @@ class TrainRequest:
                        offload=frozenset(self.offload), attention=self.attention,
                        tp_comm_overlap=self.tp_comm_overlap, moe_token_dispatcher=self.moe_token_dispatcher,
                        moe_a2a_overlap=self.moe_a2a_overlap, cp_comm_type=self.cp_comm_type,
+                       sdpa_backend=self.sdpa_backend,
                        flops_convention=self.flops_convention,
                        compile=self.compile, loss_chunks=chunks, fused_loss=self.fused_loss,
                        fp8_param_gather=self.fp8_param_gather, grad_reduce_in_fp32=self.grad_reduce_in_fp32,
