@@ -96,7 +96,8 @@ def score(row: dict) -> Scored:
                           architecture=req.gpu.architecture or "", precision=req.precision, framework=r.framework,
                           tp=lay.tp, pp=lay.pp)
     config = {"gpu": req.gpu.id, "precision": req.precision, "framework": r.framework, "num_gpus": req.num_gpus,
-              "seq": req.seq, "degrees": {"tp": lay.tp, "pp": lay.pp, "cp": lay.cp, "ep": lay.ep}}
+              "seq": req.seq, "finetune": req.finetune,
+              "degrees": {"tp": lay.tp, "pp": lay.pp, "cp": lay.cp, "ep": lay.ep}}
     return Scored(row["category"], row["split"], row["name"], row["metric"], published, predicted, error,
                   required <= capacity, required, capacity, rule, config)
 
@@ -214,7 +215,8 @@ def bands_toml(scored: list[Scored]) -> str:
 
     degrees = {d: max(c["degrees"][d] for c in cover) for d in ("tp", "pp", "cp", "ep")}
     out.extend(["[covered]", f"gpus = {strings('gpu')}", f"precisions = {strings('precision')}",
-                f"frameworks = {strings('framework')}", f"max_gpus = {max(c['num_gpus'] for c in cover)}",
+                f"frameworks = {strings('framework')}", f"finetunes = {strings('finetune')}",
+                f"max_gpus = {max(c['num_gpus'] for c in cover)}",
                 f"max_seq = {max(c['seq'] for c in cover)}",
                 "max_degree = { " + ", ".join(f"{d} = {v}" for d, v in degrees.items()) + " }", ""])
     return "\n".join(out)

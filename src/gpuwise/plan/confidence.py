@@ -101,7 +101,7 @@ def speed_confidence(*, category: str, gpu: str, precision: str, framework: str,
         outside.append(f"{num_gpus:,} GPUs (largest validated {cov['max_gpus']:,})")
     if seq > cov["max_seq"]:
         outside.append(f"sequence {seq:,} (longest validated {cov['max_seq']:,})")
-    if finetune != "full":
+    if finetune not in cov.get("finetunes", ("full",)):
         outside.append(f"{finetune} fine-tuning (no published speed run)")
     return SpeedConfidence(category=category, runs=int(band["runs"]), of_category=band is own,
                            median_abs_error=float(band["median"]), p90_abs_error=float(band["p90"]),
