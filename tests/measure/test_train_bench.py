@@ -77,6 +77,7 @@ def test_configuration_maps_to_the_prediction_options() -> None:
     assert (cfg.dp, cfg.accumulation, cfg.tokens_per_step) == (2, 2, 8 * 2048)
     opts = cfg.train_options()
     assert opts["fsdp"] == "full" and opts["tp"] == 2 and opts["sp"] and opts["framework"] == "torchtitan"
+    assert opts["sdpa_backend"] == "flash"  # the bench model calls plain F.scaled_dot_product_attention
     assert _cfg(FIXTURE).sharding == "ddp" and _cfg(FIXTURE, world=1).sharding == "none"
 
 

@@ -325,3 +325,13 @@ def test_cli_emit_writes_the_best_plans_recipe(tmp_path, capsys):
     best = doc["plans"][0]
     toml = (out / "torchtitan.toml").read_text()
     assert f"tensor_parallel_degree = {best['tp']}" in toml
+
+
+def test_a_flash_priced_torchtitan_plan_says_torchtitan_runs_cudnn():
+    """torchtitan asks SDPA for cuDNN first and has no key to change it: a plan priced with --sdpa-backend flash
+    says so in the recipe; the default (cuDNN) plan needs no such line."""
+    flash = _plan("llama-3.1-8b", num_gpus=8, seq=4096, global_batch=16, framework="torchtitan", sdpa_backend="flash")
+    text = recipes(flash, flash.plans[0])["torchtitan.toml"]
+    assert "asks SDPA for cuDNN attention first" in text
+    default = _plan("llama-3.1-8b", num_gpus=8, seq=4096, global_batch=16, framework="torchtitan")
+    assert "asks SDPA for cuDNN" not in recipes(default, default.plans[0])["torchtitan.toml"]

@@ -160,8 +160,9 @@ class TrainJob:
             if value not in valid:
                 raise InvalidArgument(f"{name}: unknown value '{value}'; valid: {', '.join(valid)}")
         if self.sdpa_backend is not None and self.framework == "megatron":
-            raise InvalidArgument("--sdpa-backend is PyTorch's SDPA backend: Megatron runs Transformer Engine's "
-                                  "attention (cuDNN fused attention by default)")
+            raise InvalidArgument("--sdpa-backend is PyTorch's SDPA backend, and the framework is megatron, which "
+                                  "runs Transformer Engine's attention: pass --framework torchtitan, fsdp, torchtune "
+                                  "or hf with it")
         from .recompute import recompute_plan
 
         recompute_plan(self.recompute)  # raises on an unknown mode

@@ -57,7 +57,8 @@ class BenchConfig:
         return dict(num_gpus=self.world_size, seq=self.seq, global_batch=self.global_batch,
                     micro_batch=self.micro_batch, tp=self.tp, sp=self.sp, recompute=self.recompute,
                     precision=self.precision, optimizer=self.optimizer, framework="torchtitan",
-                    gpus_per_node=self.local_world_size, **sh[self.sharding])
+                    # the benchmark's own model calls plain F.scaled_dot_product_attention: SDPA's flash-first order
+                    sdpa_backend="flash", gpus_per_node=self.local_world_size, **sh[self.sharding])
 
     def describe(self) -> str:
         parts = [f"dp {self.dp}"] + ([f"tp {self.tp}" + (" + sp" if self.sp else "")] if self.tp > 1 else [])

@@ -77,7 +77,8 @@ def _flags(cfg: BenchConfig) -> str:
     o = cfg.train_options()
     out = [f"--num-gpus {o['num_gpus']}", f"--seq {o['seq']}", f"--global-batch {o['global_batch']}",
            f"--micro-batch {o['micro_batch']}", f"--precision {o['precision']}", f"--optimizer {o['optimizer']}",
-           f"--recompute {o['recompute']}", "--framework torchtitan", f"--gpus-per-node {o['gpus_per_node']}"]
+           f"--recompute {o['recompute']}", "--framework torchtitan", f"--sdpa-backend {o['sdpa_backend']}",
+           f"--gpus-per-node {o['gpus_per_node']}"]
     if cfg.tp > 1:
         out.append(f"--tp {cfg.tp}" + (" --sp" if cfg.sp else ""))
     if "fsdp" in o:

@@ -156,7 +156,8 @@ class TrainRequest:
     sdpa_backend: SdpaBackend | None = None
     """PyTorch SDPA's backend (torch.nn.attention.SDPBackend) for PyTorch trainers: flash (FlashAttention-2 kernels)
     or cudnn (cuDNN fused attention); default cudnn for torchtitan (which asks for it first: on Blackwell since
-    May 2025, on every GPU since October 2025), flash for the others. Megatron uses Transformer Engine's."""
+    May 2025, on every GPU since October 2025), flash for the others. Megatron runs Transformer Engine's attention
+    instead."""
     gpus_per_node: int | None = None
     """GPUs per node (default 8, or the job's GPU count when smaller)."""
     inter_node_gbps: float | None = None
@@ -479,6 +480,10 @@ def _assumptions(req: TrainRequest, framework: str, layout: Layout, mem: TrainMe
     if req.job.recompute == "selective" and framework != "megatron" and req.attention == "flash":
         out.append("selective recompute = the attention core only (Megatron's); with flash attention it saves almost "
                    "nothing (torchtitan's per-op policy is --ac op)")
+    if req.attention == "flash" and framework != "megatron":
+        out.append("attention: PyTorch SDPA's " + ("FlashAttention-2 kernels (its flash backend)"
+                   if req.job.sdpa_runs_flash else "cuDNN backend (torchtitan asks for it first)"
+                   if req.sdpa_backend is None else "cuDNN backend") + "; --sdpa-backend flash|cudnn to choose")
     if req.job.te_fp8:
         out.append("Transformer Engine fp8 weights: " + ("the fp8 weight and its transpose (Hopper's fp8 GEMMs take "
                    "K-major operands only), 2 B per block-matrix element" if req.job.fp8_transpose_cache else

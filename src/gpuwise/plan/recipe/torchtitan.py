@@ -167,6 +167,9 @@ def _torchtitan_toml(job: _Job) -> tuple[str, str, list[str]]:
             differs.append("fp8 applies to nn.Linear only; routed experts (grouped GEMMs) stay in bfloat16")
     if req.optimizer != "adamw":
         differs.append(f"optimizer {req.optimizer} is not set here ([optimizer] name defaults to AdamW)")
+    if req.sdpa_backend == "flash":
+        differs.append(f"{TORCHTITAN_VERSION} asks SDPA for cuDNN attention first (no config key changes "
+                       "it); the plan was priced with SDPA's FlashAttention-2 kernels (--sdpa-backend flash)")
 
     sections: list[tuple[str, dict]] = [
         ("job", {"description": f"gpuwise plan: {describe(p)}"}),
