@@ -50,7 +50,8 @@ def test_context_parallel_chunks_run_at_their_own_length():
     spec = load_model("llama-3-8b").spec
     h100 = default_profile(get_gpu("h100-sxm"))
     kw = dict(tokens=16384, tp=1, ep=1, dtype="bf16", e=2.0, recompute="none", frozen_base=False,
-              framework="megatron", attention="flash", compile=False, etp=None)
+              framework="megatron", attention="flash", compile=False, etp=None,
+              sdpa_flash=False)
     one = st._time_block(h100, spec, 0, seq_local=16384, cp=1, **kw).attention_forward
     ring = st._time_block(h100, spec, 0, seq_local=4096, cp=4, **{**kw, "tokens": 4096}).attention_forward
     ulysses = st._time_block(h100, spec, 0, seq_local=4096, cp=4, **{**kw, "tokens": 4096}, whole_sequence=True)

@@ -148,7 +148,7 @@ def _block_time(profile: DeviceProfile, spec: ModelSpec, layer: int, *, tokens: 
 def _time_block(profile: DeviceProfile, spec: ModelSpec, layer: int, tokens: int, seq_local: int, cp: int, tp: int,
                 ep: int, dtype: str, e: float, recompute: str, frozen_base: bool, framework: str,
                 attention: str, compile: bool, etp: int | None, whole_sequence: bool = False,
-                sdpa_flash: bool | None = None) -> _BlockTime:
+                sdpa_flash: bool = False) -> _BlockTime:
     context = seq_local * cp
     keys = keys_per_query(spec, layer, context)
     # the keys one attention kernel iterates over: a rank's chunk (ring or gathered K/V attended chunk by chunk), the
@@ -160,9 +160,6 @@ def _time_block(profile: DeviceProfile, spec: ModelSpec, layer: int, tokens: int
     # once; eager PyTorch runs every pointwise op as its own kernel. Attention: SDPA's FlashAttention-2 kernels or
     # the device's best (Transformer Engine's, SDPA's cuDNN backend).
     style = "fused" if framework == "megatron" or compile else "eager"
-    if sdpa_flash is None:
-        sdpa_flash = framework != "megatron"
-    sdpa = sdpa_flash
     # each rank: its seq/cp queries against the keys they attend to over the whole context (the load-balanced
     # split of Megatron-Core and torchtitan gives every rank 1/cp of the causal work)
     ops = block_ops(spec, layer, tokens=tokens, keys=keys, tp=tp, ep=ep, etp=etp, style=style)
@@ -179,10 +176,10 @@ def _time_block(profile: DeviceProfile, spec: ModelSpec, layer: int, tokens: int
         attn_bytes = ops.attention_io_elements * e
         # fp8 recipes keep attention in 16 bits; fp32 training runs it at the fp32 (TF32) rate, no flash kernel
         attn_dtype = dtype if dtype in ("fp32", "tf32") else "bf16"
-        attn_f = attention_s(profile, ops.attention_flops, attn_bytes, backward=False, dtype=attn_dtype, sdpa=sdpa,
-                             seq=kernel_seq)
+        attn_f = attention_s(profile, ops.attention_flops, attn_bytes, backward=False, dtype=attn_dtype,
+                             sdpa=sdpa_flash, seq=kernel_seq)
         attn_b = attention_s(profile, 2.5 * ops.attention_flops, 2 * attn_bytes, backward=True, dtype=attn_dtype,
-                             sdpa=sdpa, seq=kernel_seq)
+                             sdpa=sdpa_flash, seq=kernel_seq)
     stream = memory_s(profile, ops.stream_bytes * e / 2) + ops.kernels * profile.kernel_overhead_s
     cast_f = cast_b = 0.0
     if dtype == "fp8":  # every weight GEMM's operands quantized (forward) and transposed (backward)
