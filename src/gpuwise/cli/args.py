@@ -52,6 +52,14 @@ def finite_float(text: str) -> float:
     return value
 
 
+def rate(text: str) -> float:
+    """A positive number or 'inf' (vLLM bench's request rate: inf sends every request at once)."""
+    value = _number(text)
+    if not value > 0:  # also NaN
+        raise argparse.ArgumentTypeError(f"must be a positive number or inf, got {text}")
+    return value
+
+
 def comma_list(text: str) -> tuple[str, ...]:
     """'a, b,c' -> ('a', 'b', 'c'); '' -> ()."""
     return tuple(x.strip() for x in text.split(",") if x.strip())

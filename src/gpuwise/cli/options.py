@@ -23,11 +23,13 @@ from typing import Any, Literal, get_args, get_origin
 
 from ..errors import InvalidArgument
 from ..fields import default_value, field_docs, flag, option_fields, strip_optional, type_hints
-from .args import comma_list, finite_float, positive_int
+from .args import comma_list, finite_float, positive_int, rate
 
 MODEL_HELP = "catalog name, Hugging Face id, or path to a config.json (or its folder)"
 GPU_HELP = "GPU id or name, e.g. h100-sxm, rtx-4090, 'NVIDIA A100-SXM4-80GB'"
 FLAG_ALIASES = {"prices": ("--price",)}
+INFINITE_OK = frozenset({"request_rate"})
+"""Number options where inf means something (vLLM bench's --request-rate inf: every request at once)."""
 """The flag an option was first published under, where it differs from its field's name: listed first, so that it
 stays the option's name in the HTTP API and its help; the field's own flag is accepted too."""
 
@@ -81,7 +83,7 @@ def add_request_options(parser: argparse.ArgumentParser, cls: type, *, skip: fro
         elif tp is int:
             kw.update(type=positive_int)
         elif tp is float:
-            kw.update(type=finite_float)
+            kw.update(type=rate if f.name in INFINITE_OK else finite_float)
         if kw.get("type") is None:
             kw.pop("type", None)
         if "action" not in kw:

@@ -121,11 +121,13 @@ def forward_pass_s(spec: ModelSpec, *, profile: DeviceProfile, topo: Topology, e
                             active_experts=_active_experts(spec, rows) if decode else None, style=engine.kernel_style)
             g = f = b = 0.0
             for op in ops.gemms:
+                # the routed experts of a layer run as one grouped kernel (vLLM/SGLang fused_moe, TensorRT-LLM's MoE
+                # plugin, llama.cpp's mul_mat_id): every touched expert's weights are read once, one launch
                 moved = op.n * op.k * weight_bytes_per_param + (op.m * op.k + op.m * op.n) * e
                 if own_rate is not None:
-                    g += op.count * (max(op.flops / op.count / own_rate, moved / gemv_bw) + profile.kernel_overhead_s)
+                    g += max(op.flops / own_rate, op.count * moved / gemv_bw) + profile.kernel_overhead_s
                 else:
-                    g += op.count * matmul_s(profile, op.m, op.n, op.k, dtype, e, weight_bytes_per_param)
+                    g += matmul_s(profile, op.m, op.n, op.k, dtype, e, weight_bytes_per_param, batch=op.count)
                 f += op.flops
                 b += op.count * moved
             attn_bytes = ops.attention_io_elements * (kv_bytes_per_element if decode else e)

@@ -19,11 +19,15 @@ from ..estimate.comm import Topology, topology
 from ..estimate.engines import Engine
 from ..estimate.infer_time import ENGINES, EnginePerf, PassTime, engine_perf, forward_pass_s
 from ..estimate.inference_memory import inference_memory
+from ..estimate.kv_cache import kv_bytes_per_token
 from ..fields import field_default
 from ..quant.formats import tensor_bytes
+from . import serve
 from .fit import FitRequest, FitResult, fit
+from .serve import ServingAnswer
 
 MAX_TOKENS = 1 << 22
+MAX_PROMPTS = 200_000
 SAMPLE_CURVE = (1, 2, 4, 8, 16, 32, 64, 128)
 
 
@@ -53,6 +57,29 @@ class InferRequest:
     """Measured device profile (JSON, from `gpuwise calibrate`) overriding the defaults."""
     usd_per_gpu_hour: float | None = None
     """Price per GPU-hour (default: the catalog's on-demand rental price, unknown if it has none)."""
+    request_rate: float | None = None
+    """Serve under load: requests per second, Poisson arrivals (vLLM bench's --request-rate; inf sends all at
+    once); reports TTFT, TPOT, ITL and end-to-end latency percentiles and throughput from a simulation of the
+    engine's continuous batching."""
+    max_concurrency: int | None = None
+    """Serve under load with at most this many requests in flight (vLLM bench's --max-concurrency: the client
+    sends the next request when one finishes)."""
+    num_prompts: int = 1000
+    """Requests sent under load (vLLM bench's --num-prompts)."""
+    dataset_path: str | None = None
+    """Prompt and output lengths of the requests under load: a JSONL file ({{"prompt_tokens": P, "output_tokens":
+    O}} per line) or a CSV file with those columns, cycled to --num-prompts (default: every request
+    --prompt-tokens + --output-tokens, as vLLM bench's random dataset)."""
+    max_num_seqs: int | None = None
+    """Requests the engine runs at once (vLLM --max-num-seqs; default: vLLM's for the GPU)."""
+    max_num_batched_tokens: int | None = None
+    """Tokens per engine step, prompt chunks included (vLLM --max-num-batched-tokens; default: vLLM's for the
+    GPU)."""
+    slo_ttft_ms: float | None = None
+    """Time-to-first-token target (ms) under load: goodput counts the requests that meet it (vLLM bench
+    --goodput ttft:MS)."""
+    slo_tpot_ms: float | None = None
+    """Time-per-output-token target (ms) under load (vLLM bench --goodput tpot:MS)."""
 
     def __post_init__(self) -> None:
         require_positive_int("--num-gpus", self.num_gpus, 4096)
@@ -64,7 +91,33 @@ class InferRequest:
             raise InvalidArgument(f"unknown engine '{self.engine}'; use one of: {', '.join(ENGINES)}")
         if self.usd_per_gpu_hour is not None:
             require_positive_number("--usd-per-gpu-hour", self.usd_per_gpu_hour, 1e4)
+        if self.request_rate is not None and not (self.request_rate > 0):  # also NaN
+            raise InvalidArgument(f"--request-rate must be a positive number of requests per second (or inf), "
+                                  f"got {self.request_rate}")
+        if self.max_concurrency is not None:
+            require_positive_int("--max-concurrency", self.max_concurrency, 1 << 20)
+        require_positive_int("--num-prompts", self.num_prompts, MAX_PROMPTS)
+        for name, v in (("--max-num-seqs", self.max_num_seqs), ("--max-num-batched-tokens", self.max_num_batched_tokens)):
+            if v is not None:
+                require_positive_int(name, v, 1 << 24)
+        for name, v in (("--slo-ttft-ms", self.slo_ttft_ms), ("--slo-tpot-ms", self.slo_tpot_ms)):
+            if v is not None:
+                require_positive_number(name, v, 1e9)
+        load_only = [n for n, v in (("--dataset-path", self.dataset_path), ("--max-num-seqs", self.max_num_seqs),
+                                    ("--max-num-batched-tokens", self.max_num_batched_tokens),
+                                    ("--slo-ttft-ms", self.slo_ttft_ms), ("--slo-tpot-ms", self.slo_tpot_ms))
+                     if v is not None]
+        if load_only and not self.under_load:
+            raise InvalidArgument(f"{', '.join(load_only)} describe serving under load: add --request-rate or "
+                                  "--max-concurrency")
+        if self.under_load and self.engine == "hf":
+            raise InvalidArgument("transformers' generate runs one static batch, not continuous batching; serve "
+                                  "under load with --engine vllm, trtllm or llamacpp")
 
+    @property
+    def under_load(self) -> bool:
+        """A load was given: simulate the engine serving a stream of requests."""
+        return self.request_rate is not None or self.max_concurrency is not None
     @property
     def memory_engine(self) -> str:
         """TensorRT-LLM pre-allocates a paged KV pool like vLLM: its memory follows vLLM's model."""
@@ -108,6 +161,8 @@ class InferResult:
     usd_source: str
     usd_per_million_output_tokens: float | None
     samples_curve: tuple[SamplesPoint, ...]
+    serving: ServingAnswer | None = None
+    """Under load (--request-rate / --max-concurrency): the simulated engine's latencies and throughput."""
     assumptions: tuple[str, ...] = field(default_factory=tuple)
 
 
@@ -177,6 +232,7 @@ def infer(req: InferRequest) -> InferResult:
                                 weights=w, kv_dtype=mem.kv, context=context, batch=seqs,
                                 engine=req.memory_engine).fits
         curve.append(SamplesPoint(samples=n, seconds=t, seconds_per_sample=t / n, fits=fits))
+    serving = _under_load(req, step, mem, eng, profile) if req.under_load else None
     # The weight GEMMs of a decode step read every weight once for the whole batch and do 2 x batch FLOPs per
     # weight: they turn compute-bound when batch x 2 / bytes-per-weight reaches the achievable ridge point.
     rate = profile.matmul_flops(dtype)
@@ -185,8 +241,38 @@ def infer(req: InferRequest) -> InferResult:
                        prefill=pre, decode_first=d_first, decode_last=d_last, ttft_s=ttft, tpot_s=tpot,
                        request_s=request_s, output_tokens_per_s_per_sequence=1 / tpot, output_tokens_per_s=out_per_s,
                        requests_per_s=rps, compute_bound_batch=turn, usd_per_gpu_hour=price, usd_source=price_source,
-                       usd_per_million_output_tokens=usd_per_m, samples_curve=tuple(curve),
+                       usd_per_million_output_tokens=usd_per_m, samples_curve=tuple(curve), serving=serving,
                        assumptions=_assumptions(req, eng, mem))
+
+
+def _under_load(req: InferRequest, step, mem: FitResult, eng: EnginePerf, profile: DeviceProfile) -> ServingAnswer:
+    """Simulate the engine serving the request stream (plan/serve.py, estimate/serving.py)."""
+    spec = req.model.spec
+    tp = req.num_gpus if eng.multi_gpu == "tp" else 1
+    per_token = kv_bytes_per_token(spec, mem.kv.bytes, "vllm", tp)
+    load, capacity, cap_reason = serve.load_spec(
+        req, gpu_memory_bytes=req.gpu.memory_bytes, gpu_id=req.gpu.id,
+        kv_pool_bytes=mem.estimate.details.get("kv_pool_bytes"), kv_bytes_per_token=per_token,
+        context=req.prompt_tokens + req.output_tokens)
+    wl = load.workload
+    cost = serve.step_cost(step, spec=spec, profile=profile, engine=eng, kv_bytes_per_element=mem.kv.bytes, tp=tp,
+                           max_rows=load.limits.max_num_batched_tokens,
+                           mean_context=serve.mean(p + o / 2 for p, o in zip(wl.prompt_tokens, wl.output_tokens)),
+                           mean_prompt=serve.mean(wl.prompt_tokens))
+    result = serve.run(cost, load)
+    ttft = req.slo_ttft_ms / 1e3 if req.slo_ttft_ms else None
+    tpot = req.slo_tpot_ms / 1e3 if req.slo_tpot_ms else None
+    goodput = result.goodput(ttft, tpot) if (ttft or tpot) else None
+    notes = [f"requests: {load.lengths_source}",
+             f"arrivals: {'all at once' if math.isinf(wl.request_rate) else f'Poisson, {wl.request_rate:g} requests/s'}"
+             + (f", at most {wl.max_concurrency} in flight" if wl.max_concurrency else ""),
+             f"scheduler: at most {load.limits.max_num_seqs} requests and {load.limits.max_num_batched_tokens:,} "
+             f"tokens per step ({load.limits_reason}); chunked prefill, recompute preemption, no prefix cache",
+             f"KV pool: {capacity:,} tokens ({cap_reason})",
+             f"each step costs its kernels plus {eng.step_overhead_s * 1e3:.1f} ms of engine time "
+             "(catalog/data/engine_perf.toml)"]
+    return serve.ServingAnswer(result=result, load=load, kv_capacity_tokens=capacity, kv_capacity_reason=cap_reason,
+                               slo_ttft_s=ttft, slo_tpot_s=tpot, goodput=goodput, assumptions=tuple(notes))
 
 
 def _assumptions(req: InferRequest, eng: EnginePerf, mem: FitResult) -> tuple[str, ...]:

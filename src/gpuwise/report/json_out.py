@@ -7,6 +7,8 @@ Unknown values are null, never 0. Bump SCHEMA_VERSION on any incompatible change
 
 from __future__ import annotations
 
+import math
+
 from typing import TYPE_CHECKING, Any
 
 from ..catalog.gpus import GPU
@@ -238,7 +240,39 @@ def infer_to_dict(r) -> dict[str, Any]:
                           for p in r.samples_curve],
         "engine_source": r.engine.source,
         "device_profile": profile_to_dict(r.profile),
+        "serving": serving_to_dict(r.serving) if r.serving is not None else None,
         "assumptions": list(r.assumptions),
+    }
+
+
+def serving_to_dict(sv) -> dict[str, Any]:
+    """`infer` under load: latencies in seconds as {mean, p50, p90, p99}; throughputs per second."""
+    res, wl, lim = sv.result, sv.load.workload, sv.load.limits
+
+    def st(x) -> dict[str, Any]:
+        return {k: _round(getattr(x, k)) for k in ("mean", "p50", "p90", "p99")}
+
+    return {
+        "request_rate": None if math.isinf(wl.request_rate) else wl.request_rate,
+        "request_rate_is_inf": math.isinf(wl.request_rate),
+        "max_concurrency": wl.max_concurrency,
+        "num_prompts": len(wl.prompt_tokens),
+        "lengths_source": sv.load.lengths_source,
+        "completed": res.completed,
+        "ttft_s": st(res.ttft_s), "tpot_s": st(res.tpot_s), "itl_s": st(res.itl_s), "e2e_s": st(res.e2e_s),
+        "duration_s": _round(res.duration_s),
+        "request_throughput_per_s": _round(res.request_throughput),
+        "output_tokens_per_s": _round(res.output_throughput),
+        "total_tokens_per_s": _round(res.total_throughput),
+        "goodput_requests_per_s": _round(sv.goodput),
+        "slo_ttft_s": sv.slo_ttft_s, "slo_tpot_s": sv.slo_tpot_s,
+        "mean_running_requests": _round(res.mean_running), "max_running_requests": res.max_running,
+        "max_num_seqs": lim.max_num_seqs, "max_num_batched_tokens": lim.max_num_batched_tokens,
+        "scheduler_limits_reason": sv.load.limits_reason,
+        "kv_capacity_tokens": sv.kv_capacity_tokens, "kv_capacity_reason": sv.kv_capacity_reason,
+        "peak_kv_usage": _round(res.peak_kv_usage), "preemptions": res.preemptions, "steps": res.steps,
+        "kv_usage_timeline": [{"time_s": _round(t), "usage": _round(u)} for t, u in res.kv_usage_timeline],
+        "assumptions": list(sv.assumptions),
     }
 
 

@@ -3,6 +3,8 @@ always with its unit; unknown shown as 'unknown'."""
 
 from __future__ import annotations
 
+import math
+
 import sys
 from typing import TYPE_CHECKING
 
@@ -255,6 +257,8 @@ def render_infer(r) -> str:
              f"batch {req.batch} x {req.samples} sample(s), prompt {req.prompt_tokens:,} + output "
              f"{req.output_tokens:,} tokens; memory {fmt_gib(mem.estimate.memory.total)} per GPU "
              f"({'fits' if mem.fits else 'DOES NOT FIT'})", ""]
+    if r.serving is not None:
+        lines += _serving_lines(r.serving) + ["", f"one static batch of {req.batch} (no queueing):"]
     rows = [["time to first token", _dur(r.ttft_s), f"prefill {r.prefill.bound}-bound"],
             ["time per output token", _dur(r.tpot_s), f"decode {r.decode_first.bound}-bound"],
             ["request (prompt to last token)", _dur(r.request_s), ""],
@@ -277,6 +281,31 @@ def render_infer(r) -> str:
                          for p in r.samples_curve], ["samples", "time", "per sample", "fits"], right={1, 2}))
     lines += ["", "assumptions:"] + [f"  - {a}" for a in r.assumptions]
     return "\n".join(lines)
+
+
+def _serving_lines(sv) -> list[str]:
+    """The under-load section of `infer`: latency percentiles, throughput, what the engine ran, goodput."""
+    res = sv.result
+    wl = sv.load.workload
+    load = ("all at once" if math.isinf(wl.request_rate) else f"{wl.request_rate:g} requests/s (Poisson)") + (
+        f", at most {wl.max_concurrency} in flight" if wl.max_concurrency else "")
+    out = [f"serving under load: {res.completed:,} requests, {load}"]
+    rows = [[name, *(_dur(getattr(st, k)) for k in ("mean", "p50", "p90", "p99"))]
+            for name, st in (("time to first token (TTFT)", res.ttft_s), ("time per output token (TPOT)", res.tpot_s),
+                             ("inter-token latency (ITL)", res.itl_s), ("end to end", res.e2e_s))]
+    out.append(_table(rows, ["latency", "mean", "p50", "p90", "p99"], right={1, 2, 3, 4}))
+    out.append(f"throughput: {res.request_throughput:,.2f} requests/s, {res.output_throughput:,.0f} output tokens/s, "
+               f"{res.total_throughput:,.0f} prompt + output tokens/s (over {_dur(res.duration_s)})")
+    out.append(f"engine: {res.mean_running:,.1f} requests per step on average (at most {res.max_running:,}); "
+               f"KV pool {sv.kv_capacity_tokens:,} tokens, peak {100 * res.peak_kv_usage:.0f}% used; "
+               f"{res.preemptions:,} preemptions")
+    if sv.goodput is not None:
+        slo = " and ".join(f"{n} <= {_dur(v)}" for n, v in (("TTFT", sv.slo_ttft_s), ("TPOT", sv.slo_tpot_s)) if v)
+        out.append(f"goodput: {sv.goodput:,.2f} requests/s meet {slo} "
+                   f"({100 * sv.goodput / res.request_throughput:.0f}% of the {res.request_throughput:,.2f} served)"
+                   if res.request_throughput else f"goodput: 0 requests/s meet {slo}")
+    out += [f"  - {a}" for a in sv.assumptions]
+    return out
 
 
 def render_roofline(r) -> str:

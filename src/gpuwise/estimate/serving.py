@@ -1,0 +1,404 @@
+"""Serving under load: a continuous-batching engine simulated step by step over a stream of requests.
+
+The engine (vLLM's V1 scheduler; SGLang, TensorRT-LLM's in-flight batching and llama.cpp's server slots behave
+alike for this purpose) runs one forward pass per step over every running request:
+
+1. Requests already running are scheduled first, in admission order: each decoding request gets one token and a
+   request part-way through its prompt gets the next chunk, all within a token budget per step
+   (`max_num_batched_tokens`: chunked prefill).
+2. Every scheduled token needs a KV-cache slot. When the paged pool (`kv_capacity_tokens`, whole blocks of
+   `block_size`) runs out, the most recently admitted request is preempted: its blocks are freed and it goes back
+   to the front of the queue, to recompute its prompt and the tokens it had produced (vLLM's recompute
+   preemption; the prefix cache is not modelled).
+3. Waiting requests are then admitted first come first served while the budget, `max_num_seqs` and the pool
+   allow; a prompt longer than the remaining budget is admitted with a chunk of it.
+4. The step's time is the forward pass over all those rows (`StepCost`); requests whose prompt completes emit their
+   first token at its end (time to first token), decoding requests one more token (inter-token latency).
+
+Arrivals are those of vLLM's `benchmark_serving` / `vllm bench serve`: all at once (`request_rate` inf) or a
+Poisson process of the given rate, and at most `max_concurrency` requests in flight when that is set (a closed
+loop: the next request is sent when one finishes).
+
+Decoding requests are kept in aggregate (one counter of decode steps, a heap of the step at which each finishes),
+so a step costs O(log n) whatever the batch: 10,000 requests simulate in well under a second
+(benchmarks/serving_sim.py prints the figure).
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import math
+import random
+from collections import deque
+from dataclasses import dataclass, field
+
+PERCENTILES = (50, 90, 99)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepCost:
+    """Time of one engine step as a function of what it computes (built from the kernel model by `plan.serve`).
+
+    seconds = rows_s(rows) + head_s(logits_rows) + kv_read_s_per_token x cached tokens the decoding requests read
+              + prefill_attention_s_per_pair x (query, key) pairs of the prompt chunks + step_overhead_s
+    """
+
+    rows_grid: tuple[int, ...]
+    """Row counts (tokens in the step) at which the forward pass without attention and logits was timed."""
+    rows_s: tuple[float, ...]
+    """GEMMs, streaming kernels and tensor-parallel all-reduces of the step at each grid point (interpolated)."""
+    head_grid: tuple[int, ...]
+    head_s: tuple[float, ...]
+    """The LM head at each number of logit rows (one per request that emits a token)."""
+    kv_read_s_per_token: float
+    """Decode attention: seconds per cached token (all layers) read by one decoding request."""
+    prefill_attention_s_per_pair: float
+    """Prefill attention: seconds per (query, key) pair, all layers, at the flash kernel's rate."""
+    step_overhead_s: float
+    """The engine's time per step outside the kernels (scheduling, sampling, detokenizing)."""
+
+    def seconds(self, rows: int, logits_rows: int, kv_tokens: float, attention_pairs: float) -> float:
+        return (_interp(self.rows_grid, self.rows_s, rows) + _interp(self.head_grid, self.head_s, logits_rows)
+                + kv_tokens * self.kv_read_s_per_token + attention_pairs * self.prefill_attention_s_per_pair
+                + self.step_overhead_s)
+
+
+def _interp(xs: tuple[int, ...], ys: tuple[float, ...], x: float) -> float:
+    """Piecewise-linear in x through the grid; 0 at 0; linear extrapolation past the last point."""
+    if x <= 0:
+        return 0.0
+    i = bisect.bisect_left(xs, x)
+    if i < len(xs) and xs[i] == x:
+        return ys[i]
+    if i == 0:
+        return ys[0] * x / xs[0]
+    if i == len(xs):
+        i -= 1
+    x0, x1, y0, y1 = xs[i - 1], xs[i], ys[i - 1], ys[i]
+    return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EngineLimits:
+    """What the scheduler may put in one step, and the KV pool (vLLM's names)."""
+
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    kv_capacity_tokens: int
+    """Tokens the paged KV pool holds on each GPU (all layers), whole blocks."""
+    block_size: int = 16
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Workload:
+    """The requests: lengths and send times, as a benchmark client produces them."""
+
+    prompt_tokens: tuple[int, ...]
+    output_tokens: tuple[int, ...]
+    request_rate: float = math.inf
+    """Requests per second (Poisson arrivals); inf sends all at once."""
+    max_concurrency: int | None = None
+    """At most this many requests in flight (the client waits for one to finish before sending the next)."""
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if len(self.prompt_tokens) != len(self.output_tokens) or not self.prompt_tokens:
+            raise ValueError("a workload needs as many prompt lengths as output lengths, at least one")
+
+    def arrivals(self) -> list[float]:
+        """Send times (s): Poisson with `request_rate`, or all at 0."""
+        n = len(self.prompt_tokens)
+        if math.isinf(self.request_rate):
+            return [0.0] * n
+        rng = random.Random(self.seed)
+        t, out = 0.0, []
+        for _ in range(n):
+            t += rng.expovariate(self.request_rate)
+            out.append(t)
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Stats:
+    """mean, p50, p90, p99 of a latency (seconds)."""
+
+    mean: float
+    p50: float
+    p90: float
+    p99: float
+
+    def percentile(self, p: int) -> float:
+        return {50: self.p50, 90: self.p90, 99: self.p99}[p]
+
+
+def stats(values: list[float], weights: list[float] | None = None) -> Stats:
+    """Mean and nearest-rank percentiles (numpy's 'linear' between ranks), optionally weighted."""
+    if not values:
+        return Stats(math.nan, math.nan, math.nan, math.nan)
+    if weights is None:
+        xs = sorted(values)
+        n = len(xs)
+
+        def pct(p: float) -> float:
+            pos = (n - 1) * p / 100
+            lo = int(pos)
+            hi = min(lo + 1, n - 1)
+            return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+        return Stats(sum(xs) / n, pct(50), pct(90), pct(99))
+    pairs = sorted(zip(values, weights))
+    total = sum(w for _, w in pairs)
+
+    def wpct(p: float) -> float:
+        target, acc = total * p / 100, 0.0
+        for v, w in pairs:
+            acc += w
+            if acc >= target:
+                return v
+        return pairs[-1][0]
+
+    return Stats(sum(v * w for v, w in pairs) / total, wpct(50), wpct(90), wpct(99))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServingResult:
+    ttft_s: Stats
+    """Time to first token: from sending the request to the end of the step that completes its prompt."""
+    tpot_s: Stats
+    """Time per output token after the first, per request: (e2e - ttft) / (output - 1)."""
+    itl_s: Stats
+    """Inter-token latency: every gap between two tokens of a request (the step times it waited through)."""
+    e2e_s: Stats
+    duration_s: float
+    """From the first send to the last token."""
+    completed: int
+    request_throughput: float
+    """Requests per second over `duration_s`."""
+    output_throughput: float
+    """Output tokens per second, all requests together."""
+    total_throughput: float
+    """Prompt + output tokens per second."""
+    mean_running: float
+    """Requests in a step, averaged over steps (the batch the engine actually ran)."""
+    max_running: int
+    peak_kv_usage: float
+    """Largest share of the KV pool in use."""
+    preemptions: int
+    steps: int
+    kv_usage_timeline: tuple[tuple[float, float], ...] = field(default_factory=tuple)
+    """(time s, share of the KV pool in use), at most ~200 points."""
+    ttft_values: tuple[float, ...] = field(default_factory=tuple, repr=False)
+    tpot_values: tuple[float, ...] = field(default_factory=tuple, repr=False)
+
+    def goodput(self, ttft_slo_s: float | None, tpot_slo_s: float | None) -> float:
+        """Requests per second that met both SLOs (vLLM's --goodput: each request against its own TTFT and TPOT)."""
+        good = sum(1 for a, b in zip(self.ttft_values, self.tpot_values)
+                   if (ttft_slo_s is None or a <= ttft_slo_s) and (tpot_slo_s is None or b <= tpot_slo_s))
+        return good / self.duration_s if self.duration_s > 0 else 0.0
+
+
+class _Req:
+    __slots__ = ("i", "prompt", "out", "sent", "computed", "target", "produced", "first", "dec0", "ctx0", "order",
+                 "alive")
+
+    def __init__(self, i: int, prompt: int, out: int, sent: float) -> None:
+        self.i, self.prompt, self.out, self.sent = i, prompt, out, sent
+        self.computed = 0          # tokens whose KV is in the cache
+        self.target = prompt       # tokens to prefill before the next token is emitted (prompt + recomputed output)
+        self.produced = 0          # output tokens emitted so far
+        self.first: float | None = None
+        self.dec0 = 0              # decode counter when it entered decode
+        self.ctx0 = 0              # cached tokens when it entered decode
+        self.order = 0             # admission order (preemption takes the largest)
+        self.alive = False
+
+
+def simulate(cost: StepCost, workload: Workload, limits: EngineLimits, *, timeline_points: int = 200) -> ServingResult:
+    """Run the engine over the workload until every request has finished."""
+    if limits.kv_capacity_tokens < limits.block_size:
+        raise ValueError("the KV pool holds no block")
+    sends = workload.arrivals()
+    reqs = [_Req(i, p, o, s) for i, (p, o, s) in enumerate(zip(workload.prompt_tokens, workload.output_tokens, sends))]
+    longest = max(r.prompt + r.out for r in reqs)
+    if longest > limits.kv_capacity_tokens:
+        raise ValueError(f"a request of {longest:,} tokens does not fit in the KV pool of "
+                         f"{limits.kv_capacity_tokens:,} tokens")
+    bs = limits.block_size
+    cap_blocks = limits.kv_capacity_tokens // bs
+    budget_max = limits.max_num_batched_tokens
+    conc = workload.max_concurrency or len(reqs)
+
+    pending = deque(reqs)          # not yet sent, in send order
+    waiting: deque[_Req] = deque()  # sent, not running
+    prefilling: list[_Req] = []    # running, prompt not complete (admission order)
+    decoding: dict[int, _Req] = {}  # running, producing a token per step (insertion = admission order)
+    finish_heap: list[tuple[int, int]] = []
+    dec_counter = 0                # decode steps so far
+    dec_ctx_sum = 0                # cached tokens of decoding requests, at the counter when they entered + growth
+    in_flight = 0
+    now = 0.0
+    order = 0
+    ttft, tpot, e2e = [], [], []
+    itl_v: list[float] = []
+    itl_w: list[float] = []
+    completed = out_tokens = in_tokens = 0
+    preemptions = steps = max_running = 0
+    running_sum = 0
+    peak_kv = 0.0
+    timeline: list[tuple[float, float]] = []
+    first_send = sends[0] if sends else 0.0
+
+    def used_blocks() -> float:
+        dec = (dec_ctx_sum + len(decoding) * (bs - 1) / 2) / bs if decoding else 0.0
+        return dec + sum(math.ceil(r.computed / bs) for r in prefilling)
+
+    def preempt_last() -> bool:
+        nonlocal dec_ctx_sum, preemptions
+        # the most recently admitted running request
+        cand = None
+        if prefilling:
+            cand = prefilling[-1]
+        if decoding:
+            last = next(reversed(decoding.values()))
+            if cand is None or last.order > cand.order:
+                cand = last
+        if cand is None:
+            return False
+        if cand.i in decoding:
+            del decoding[cand.i]
+            produced_now = dec_counter - cand.dec0
+            cand.produced += produced_now
+            dec_ctx_sum -= cand.ctx0 + produced_now
+        else:
+            prefilling.remove(cand)
+        cand.alive = False
+        cand.computed = 0
+        cand.target = cand.prompt + cand.produced  # recompute everything it had
+        waiting.appendleft(cand)
+        preemptions += 1
+        return True
+
+    while pending or waiting or prefilling or decoding:
+        # send what the client has sent by now (and the concurrency limit allows)
+        while pending and in_flight < conc and pending[0].sent <= now:
+            r = pending.popleft()
+            r.sent = max(r.sent, now) if workload.max_concurrency else r.sent
+            waiting.append(r)
+            in_flight += 1
+        if not (waiting or prefilling or decoding):
+            nxt = pending[0].sent
+            now = max(now, nxt)
+            continue
+        budget = budget_max
+        n_dec = len(decoding)
+        # 1. decoding requests: one token each (they come first in vLLM's running list order)
+        budget -= n_dec
+        need_blocks = used_blocks() + n_dec / bs
+        while need_blocks > cap_blocks and (decoding or prefilling):
+            preempt_last()
+            n_dec = len(decoding)
+            need_blocks = used_blocks() + n_dec / bs
+        budget = budget_max - n_dec
+        rows = n_dec
+        pairs = 0.0
+        emitting: list[_Req] = []
+        # 2. requests part-way through their prompt: the next chunk
+        for r in list(prefilling):
+            if budget <= 0:
+                break
+            chunk = min(r.target - r.computed, budget)
+            extra = math.ceil((r.computed + chunk) / bs) - math.ceil(r.computed / bs)
+            if used_blocks() + extra > cap_blocks:
+                break
+            pairs += chunk * (r.computed + (chunk + 1) / 2)
+            r.computed += chunk
+            budget -= chunk
+            rows += chunk
+            if r.computed >= r.target:
+                emitting.append(r)
+        # 3. admit waiting requests, first come first served
+        running = n_dec + len(prefilling)
+        while waiting and budget > 0 and running < limits.max_num_seqs:
+            r = waiting[0]
+            chunk = min(r.target - r.computed, budget)
+            if used_blocks() + math.ceil(chunk / bs) > cap_blocks:
+                break
+            waiting.popleft()
+            order += 1
+            r.order = order
+            r.alive = True
+            prefilling.append(r)
+            running += 1
+            pairs += chunk * (r.computed + (chunk + 1) / 2)
+            r.computed += chunk
+            budget -= chunk
+            rows += chunk
+            if r.computed >= r.target:
+                emitting.append(r)
+        if rows == 0:  # nothing could be scheduled: the pool is full of prefills that cannot grow
+            if not preempt_last():
+                raise RuntimeError("the scheduler made no progress")
+            continue
+        # the decoding requests read their whole cached context this step
+        dt = cost.seconds(rows, n_dec + len(emitting), dec_ctx_sum, pairs)
+        now += dt
+        steps += 1
+        running_sum += running
+        max_running = max(max_running, running)
+        usage = used_blocks() / cap_blocks
+        peak_kv = max(peak_kv, usage)
+        if len(timeline) < 20 * timeline_points:
+            timeline.append((now - first_send, usage))
+        # decoding requests produce their token (the counter advances every step; only they read it)
+        dec_counter += 1
+        dec_ctx_sum += n_dec
+        if n_dec:
+            itl_v.append(dt)
+            itl_w.append(float(n_dec))
+            while finish_heap and finish_heap[0][0] <= dec_counter:
+                _, i = heapq.heappop(finish_heap)
+                r = reqs[i]
+                if i not in decoding or r.dec0 + (r.out - r.produced) != dec_counter:
+                    continue  # stale entry (the request was preempted)
+                del decoding[i]
+                dec_ctx_sum -= r.ctx0 + (dec_counter - r.dec0)
+                r.produced = r.out
+                _finish(r, now, ttft, tpot, e2e)
+                completed += 1
+                out_tokens += r.out
+                in_tokens += r.prompt
+                in_flight -= 1
+        # requests whose prompt completed: first token (or the next token after a recompute)
+        for r in emitting:
+            prefilling.remove(r)
+            if r.first is None:
+                r.first = now
+            r.produced += 1
+            if r.produced >= r.out:
+                _finish(r, now, ttft, tpot, e2e)
+                completed += 1
+                out_tokens += r.out
+                in_tokens += r.prompt
+                in_flight -= 1
+                continue
+            r.dec0 = dec_counter
+            r.ctx0 = r.computed + 1
+            decoding[r.i] = r
+            dec_ctx_sum += r.ctx0
+            heapq.heappush(finish_heap, (dec_counter + (r.out - r.produced), r.i))
+    duration = max(now - first_send, 1e-12)
+    step_every = max(1, len(timeline) // timeline_points)
+    return ServingResult(
+        ttft_s=stats(ttft), tpot_s=stats(tpot), itl_s=stats(itl_v, itl_w), e2e_s=stats(e2e), duration_s=duration,
+        completed=completed, request_throughput=completed / duration, output_throughput=out_tokens / duration,
+        total_throughput=(out_tokens + in_tokens) / duration, mean_running=running_sum / max(steps, 1),
+        max_running=max_running, peak_kv_usage=peak_kv, preemptions=preemptions, steps=steps,
+        kv_usage_timeline=tuple(timeline[::step_every]), ttft_values=tuple(ttft), tpot_values=tuple(tpot))
+
+
+def _finish(r: _Req, now: float, ttft: list, tpot: list, e2e: list) -> None:
+    assert r.first is not None
+    ttft.append(r.first - r.sent)
+    e2e.append(now - r.sent)
+    tpot.append((now - r.first) / (r.out - 1) if r.out > 1 else 0.0)

@@ -1,0 +1,216 @@
+"""Serving under load for `gpuwise infer --request-rate R | --max-concurrency N`: the kernel model turned into a
+per-step cost, the engine's limits and KV pool, and the continuous-batching simulation (`estimate/serving.py`).
+
+Nothing here is fitted to a benchmark: a step costs what its kernels cost (`estimate/infer_time.forward_pass_s`,
+interpolated over the rows a step carries) plus the engine's per-step overhead (`catalog/data/engine_perf.toml`);
+the KV pool is the engine's own memory rule (`estimate/inference_memory.py`).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import InvalidArgument
+from ..estimate import engines
+from ..estimate.infer_time import PassTime
+from ..estimate.kernels import attention_s
+from ..estimate.kv_cache import kv_cache_bytes
+from ..estimate.layer_ops import block_ops
+from ..estimate.serving import EngineLimits, ServingResult, StepCost, Workload, simulate
+
+MAX_LENGTHS_FILE_BYTES = 16 << 20
+MAX_REQUESTS = 200_000
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LoadSpec:
+    """The load of one `infer` run, as resolved from the request."""
+
+    workload: Workload
+    limits: EngineLimits
+    limits_reason: str
+    lengths_source: str
+
+
+def read_lengths(path: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Prompt and output lengths from a JSONL file ({"prompt_tokens": P, "output_tokens": O} per line) or a CSV
+    file with a header naming `prompt_tokens` and `output_tokens` columns."""
+    p = Path(path)
+    try:
+        size = p.stat().st_size
+    except OSError as exc:
+        raise InvalidArgument(f"cannot read lengths file '{path}': {exc.strerror or exc}") from None
+    if size > MAX_LENGTHS_FILE_BYTES:
+        raise InvalidArgument(f"lengths file '{path}' is {size:,} bytes; at most {MAX_LENGTHS_FILE_BYTES:,}")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidArgument(f"cannot read lengths file '{path}': {exc}") from None
+    rows: list[tuple[object, object]] = []
+    if p.suffix.lower() == ".csv":
+        reader = csv.DictReader(text.splitlines())
+        if not reader.fieldnames or not {"prompt_tokens", "output_tokens"} <= set(reader.fieldnames):
+            raise InvalidArgument(f"lengths file '{path}': the CSV header needs prompt_tokens and output_tokens")
+        rows = [(r.get("prompt_tokens"), r.get("output_tokens")) for r in reader]
+    else:
+        for n, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError:
+                raise InvalidArgument(f"lengths file '{path}' line {n}: not JSON") from None
+            if not isinstance(obj, dict):
+                raise InvalidArgument(f"lengths file '{path}' line {n}: expected an object with prompt_tokens and "
+                                      "output_tokens")
+            rows.append((obj.get("prompt_tokens"), obj.get("output_tokens")))
+    if not rows:
+        raise InvalidArgument(f"lengths file '{path}' has no rows")
+    if len(rows) > MAX_REQUESTS:
+        raise InvalidArgument(f"lengths file '{path}' has {len(rows):,} rows; at most {MAX_REQUESTS:,}")
+    prompts, outputs = [], []
+    for n, (a, b) in enumerate(rows, 1):
+        try:
+            pa, ob = int(str(a)), int(str(b))
+        except ValueError:
+            raise InvalidArgument(f"lengths file '{path}' row {n}: prompt_tokens and output_tokens must be "
+                                  "whole numbers") from None
+        if pa < 1 or ob < 1 or pa > 1 << 22 or ob > 1 << 22:
+            raise InvalidArgument(f"lengths file '{path}' row {n}: lengths must be between 1 and {1 << 22:,}")
+        prompts.append(pa)
+        outputs.append(ob)
+    return tuple(prompts), tuple(outputs)
+
+
+def step_cost(step, *, spec, profile, engine, kv_bytes_per_element: float, tp: int, max_rows: int,
+              mean_context: float, mean_prompt: float) -> StepCost:
+    """The per-step cost of the simulation from the kernel model.
+
+    `step(rows, sequences, context, decode, logits_rows) -> PassTime` is the infer path's own forward pass, so the
+    static answer and the simulation price the same kernels. The row grid doubles from 1 to `max_rows`.
+    """
+    grid: list[int] = []
+    m = 1
+    while m < max_rows:
+        grid.append(m)
+        m *= 2
+    grid.append(max_rows)
+    rows_s = []
+    for m in grid:
+        p: PassTime = step(m, m, 1, True, 0)
+        rows_s.append(p.seconds - p.overhead_s)
+    head_grid = [m for m in grid if m <= 4096] or [1]
+    base = step(1, 1, 1, True, 0).seconds
+    head_s = [max(step(1, 1, 1, True, m).seconds - base, 0.0) for m in head_grid]
+    # decode attention streams each request's cached K/V once per step (memory-bound): bytes per cached token at
+    # the workload's mean context (sliding-window layers hold at most their window)
+    ctx = max(1, int(mean_context))
+    kv_bytes = kv_cache_bytes(spec, context=ctx, batch=1, bytes_per_element=kv_bytes_per_element,
+                              engine="vllm", tp=tp) / ctx
+    flops_per_pair = sum(block_ops(spec, i, tokens=1, keys=1, tp=tp).attention_flops for i in range(spec.num_layers))
+    # the flash kernel's rate at the workload's mean prompt length (the per-launch cost is in rows_s)
+    probe = 1e15
+    s_per_flop = (attention_s(profile, probe, 0.0, backward=False, seq=max(1.0, mean_prompt))
+                  - profile.kernel_overhead_s) / probe
+    return StepCost(rows_grid=tuple(grid), rows_s=tuple(rows_s), head_grid=tuple(head_grid), head_s=tuple(head_s),
+                    kv_read_s_per_token=kv_bytes / profile.bandwidth,
+                    prefill_attention_s_per_pair=flops_per_pair * s_per_flop,
+                    step_overhead_s=engine.step_overhead_s)
+
+
+def run(cost: StepCost, load: LoadSpec) -> ServingResult:
+    try:
+        return simulate(cost, load.workload, load.limits)
+    except ValueError as exc:
+        raise InvalidArgument(str(exc)) from None
+
+
+def vllm_limits(gpu_memory_bytes: int, gpu_id: str, *, max_num_seqs: int | None,
+                max_num_batched_tokens: int | None) -> tuple[int, int, str]:
+    """vLLM's scheduler limits: what was given, else its server defaults for this GPU (engines.VLLMDefaults)."""
+    d_seqs, d_tokens = engines.VLLM.scheduler_limits(gpu_memory_bytes, gpu_id)
+    seqs = max_num_seqs or d_seqs
+    tokens = max_num_batched_tokens or d_tokens
+    given = [n for n, v in (("--max-num-seqs", max_num_seqs), ("--max-num-batched-tokens", max_num_batched_tokens))
+             if v]
+    reason = "as given" if len(given) == 2 else (
+        f"vLLM's server defaults on this GPU ({d_seqs} sequences, {d_tokens:,} tokens per step)"
+        + (f"; {', '.join(given)} as given" if given else ""))
+    return seqs, tokens, reason
+
+
+def mean(xs) -> float:
+    xs = list(xs)
+    return sum(xs) / len(xs) if xs else math.nan
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServingAnswer:
+    """`infer` under load: the simulated run, what it assumed, and the goodput against the SLOs given."""
+
+    result: ServingResult
+    load: LoadSpec
+    kv_capacity_tokens: int
+    kv_capacity_reason: str
+    slo_ttft_s: float | None
+    slo_tpot_s: float | None
+    goodput: float | None
+    """Requests per second meeting every SLO given (None without SLOs)."""
+    assumptions: tuple[str, ...]
+
+
+TRTLLM_LIMITS = (2048, 8192)
+"""TensorRT-LLM's max_batch_size and max_num_tokens defaults (tensorrt_llm/llmapi/llm_args.py BuildConfig)."""
+LLAMACPP_SLOTS = 4
+"""llama-server's parallel slots when -np is not given (auto: 4, with a unified KV cache, since Oct 2025)."""
+LLAMACPP_BATCH = 2048
+"""llama-server's logical batch (-b 2048): tokens per step, prompts processed in n_ubatch pieces."""
+
+
+def load_spec(req, *, gpu_memory_bytes: int, gpu_id: str, kv_pool_bytes: float | None,
+              kv_bytes_per_token: float, context: int) -> tuple[LoadSpec, int, str]:
+    """The workload and the engine's limits and KV pool for an under-load `InferRequest`."""
+    if req.dataset_path:
+        prompts, outputs = read_lengths(req.dataset_path)
+        n = req.num_prompts
+        prompts = tuple(prompts[i % len(prompts)] for i in range(n))
+        outputs = tuple(outputs[i % len(outputs)] for i in range(n))
+        source = f"{req.dataset_path} (cycled to {n:,} requests)"
+    else:
+        prompts = (req.prompt_tokens,) * req.num_prompts
+        outputs = (req.output_tokens,) * req.num_prompts
+        source = f"every request {req.prompt_tokens:,} prompt + {req.output_tokens:,} output tokens"
+    rate = req.request_rate if req.request_rate is not None else math.inf
+    workload = Workload(prompt_tokens=prompts, output_tokens=outputs, request_rate=rate,
+                        max_concurrency=req.max_concurrency)
+    block = engines.VLLM.block_size
+    if req.engine == "llamacpp":
+        seqs = req.max_num_seqs or LLAMACPP_SLOTS
+        tokens = req.max_num_batched_tokens or LLAMACPP_BATCH
+        reason = ("llama-server's defaults (4 slots, -b 2048)" if not (req.max_num_seqs or req.max_num_batched_tokens)
+                  else "as given")
+        capacity = seqs * context
+        cap_reason = f"{seqs} slots x {context:,} tokens of context each"
+        block = 1
+    else:
+        if req.engine == "trtllm":
+            seqs = req.max_num_seqs or TRTLLM_LIMITS[0]
+            tokens = req.max_num_batched_tokens or TRTLLM_LIMITS[1]
+            reason = "TensorRT-LLM's defaults (max_batch_size 2048, max_num_tokens 8192)"
+        else:
+            seqs, tokens, reason = vllm_limits(gpu_memory_bytes, gpu_id, max_num_seqs=req.max_num_seqs,
+                                               max_num_batched_tokens=req.max_num_batched_tokens)
+        pool = kv_pool_bytes or 0.0
+        capacity = int(pool // (kv_bytes_per_token * block)) * block if kv_bytes_per_token > 0 else 0
+        cap_reason = (f"the engine's KV pool {pool / 2**30:.2f} GiB per GPU / {kv_bytes_per_token:,.0f} bytes per "
+                      f"token, in blocks of {block}")
+    if capacity < block:
+        raise InvalidArgument("under load: the weights leave no room for a KV cache on this GPU (see `gpuwise fit`); "
+                              "use more GPUs, smaller weights or a larger GPU")
+    limits = EngineLimits(max_num_seqs=seqs, max_num_batched_tokens=tokens, kv_capacity_tokens=capacity,
+                          block_size=block)
+    return LoadSpec(workload=workload, limits=limits, limits_reason=reason, lengths_source=source), capacity, cap_reason

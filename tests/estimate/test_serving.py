@@ -1,0 +1,111 @@
+"""The continuous-batching simulation (estimate/serving.py) against queueing facts that hold for any engine:
+a lone request costs exactly its steps, Little's law, a closed loop never exceeds its concurrency, latency never
+falls as the rate rises, throughput saturates, and a full KV pool preempts instead of losing requests."""
+
+import math
+
+import pytest
+
+from gpuwise.estimate.serving import EngineLimits, StepCost, Workload, simulate, stats
+
+
+def _cost(per_row_s=20e-6, fixed_s=5e-3, kv_s=2e-8, pair_s=1e-10, overhead_s=1e-3) -> StepCost:
+    grid = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
+    # a memory-bound floor (the weights) until rows make it compute-bound
+    return StepCost(rows_grid=grid, rows_s=tuple(max(fixed_s, per_row_s * m) for m in grid), head_grid=(1, 4096),
+                    head_s=(1e-5, 1e-3), kv_read_s_per_token=kv_s, prefill_attention_s_per_pair=pair_s,
+                    step_overhead_s=overhead_s)
+
+
+LIMITS = EngineLimits(max_num_seqs=256, max_num_batched_tokens=2048, kv_capacity_tokens=400_000, block_size=16)
+
+
+def _wl(n=300, prompt=500, out=100, **kw) -> Workload:
+    return Workload(prompt_tokens=(prompt,) * n, output_tokens=(out,) * n, **kw)
+
+
+def test_a_lone_request_costs_its_prefill_step_then_one_step_per_token():
+    cost = _cost()
+    r = simulate(cost, _wl(n=1, prompt=500, out=10), LIMITS)
+    prefill = cost.seconds(500, 1, 0, 500 * (500 + 1) / 2)
+    assert r.ttft_s.mean == pytest.approx(prefill)
+    # the k-th decode step reads the 501 + k - 1 tokens cached so far
+    decode = [cost.seconds(1, 1, 501 + k, 0) for k in range(9)]
+    assert r.e2e_s.mean == pytest.approx(prefill + sum(decode))
+    assert r.tpot_s.mean == pytest.approx(sum(decode) / 9)
+    assert r.completed == 1 and r.steps == 10
+
+
+def test_a_long_prompt_is_chunked_by_the_token_budget():
+    cost = _cost()
+    limits = EngineLimits(max_num_seqs=8, max_num_batched_tokens=512, kv_capacity_tokens=100_000)
+    r = simulate(cost, _wl(n=1, prompt=2000, out=2), limits)
+    assert r.steps == 4 + 1  # ceil(2000 / 512) prefill steps, then one decode step
+    chunks = [512, 512, 512, 464]
+    done, t = 0, 0.0
+    for c in chunks:
+        t += cost.seconds(c, 1 if c == 464 else 0, 0, c * (done + (c + 1) / 2))
+        done += c
+    assert r.ttft_s.mean == pytest.approx(t)
+
+
+def test_littles_law_holds():
+    """Mean requests in the system = arrival rate x mean time in the system (steady Poisson load)."""
+    r = simulate(_cost(), _wl(n=2000, request_rate=5.0, seed=3), LIMITS)
+    busy_running = r.mean_running  # per step; steps are short and back to back at this load
+    assert r.request_throughput == pytest.approx(5.0, rel=0.1)
+    assert busy_running == pytest.approx(r.request_throughput * r.e2e_s.mean, rel=0.15)
+
+
+def test_closed_loop_never_exceeds_its_concurrency():
+    for c in (1, 4, 32):
+        r = simulate(_cost(), _wl(n=200, max_concurrency=c), LIMITS)
+        assert r.max_running <= c
+        assert r.completed == 200
+    one = simulate(_cost(), _wl(n=20, max_concurrency=1), LIMITS)
+    # one at a time: the throughput is one over the request's own latency
+    assert one.request_throughput == pytest.approx(1 / one.e2e_s.mean, rel=1e-6)
+
+
+def test_latency_never_falls_as_the_rate_rises():
+    last_ttft = last_e2e = 0.0
+    for rate in (0.5, 1, 2, 4, 8, 16, 32, 64, math.inf):
+        r = simulate(_cost(), _wl(n=400, request_rate=rate, seed=1), LIMITS)
+        assert r.ttft_s.mean >= last_ttft * 0.999
+        assert r.e2e_s.mean >= last_e2e * 0.999
+        last_ttft, last_e2e = r.ttft_s.mean, r.e2e_s.mean
+
+
+def test_throughput_follows_the_rate_then_saturates():
+    cap = simulate(_cost(), _wl(n=1000), LIMITS).request_throughput  # everything at once: the engine's limit
+    low = simulate(_cost(), _wl(n=1000, request_rate=cap / 10, seed=2), LIMITS)
+    assert low.request_throughput == pytest.approx(cap / 10, rel=0.1)
+    over = simulate(_cost(), _wl(n=1000, request_rate=cap * 3, seed=2), LIMITS)
+    assert over.request_throughput <= cap * 1.05
+    assert over.request_throughput >= cap * 0.8
+    assert over.ttft_s.p50 > 10 * low.ttft_s.p50  # the queue builds past the knee
+
+
+def test_a_full_kv_pool_preempts_and_still_completes_everything():
+    small = EngineLimits(max_num_seqs=256, max_num_batched_tokens=2048, kv_capacity_tokens=20_000, block_size=16)
+    r = simulate(_cost(), _wl(n=200, prompt=500, out=300), small)
+    assert r.completed == 200
+    assert r.preemptions > 0
+    assert r.peak_kv_usage <= 1.0 + 1e-9
+    roomy = simulate(_cost(), _wl(n=200, prompt=500, out=300), LIMITS)
+    assert roomy.preemptions == 0
+    assert r.output_throughput < roomy.output_throughput  # recomputation costs time
+
+
+def test_a_request_larger_than_the_pool_is_refused():
+    with pytest.raises(ValueError, match="does not fit in the KV pool"):
+        simulate(_cost(), _wl(n=1, prompt=30_000, out=10), EngineLimits(
+            max_num_seqs=8, max_num_batched_tokens=2048, kv_capacity_tokens=20_000))
+
+
+def test_weighted_percentiles_and_goodput():
+    s = stats([1.0, 2.0, 3.0], [1.0, 1.0, 98.0])
+    assert s.p50 == 3.0 and s.mean == pytest.approx((1 + 2 + 294) / 100)
+    r = simulate(_cost(), _wl(n=100, request_rate=2.0), LIMITS)
+    assert r.goodput(None, None) == pytest.approx(r.request_throughput)
+    assert r.goodput(r.ttft_s.p50, None) == pytest.approx(r.request_throughput / 2, rel=0.1)

@@ -1,0 +1,94 @@
+"""`gpuwise infer` under load: the options, the JSON contract, bad input, and the MoE decode property."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gpuwise.catalog.gpus import get_gpu
+from gpuwise.catalog.models import load_model
+from gpuwise.cli import main
+from gpuwise.plan.infer import InferRequest, infer
+from gpuwise.plan.serve import read_lengths
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    try:
+        code = main(list(argv))
+    except SystemExit as exc:
+        code = exc.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_json_under_load_carries_every_latency_and_throughput(capsys) -> None:
+    code, out, err = run(capsys, "infer", "llama-3.1-8b", "--gpu", "h100-sxm", "--request-rate", "4",
+                         "--num-prompts", "200", "--slo-ttft-ms", "500", "--slo-tpot-ms", "50", "--json")
+    assert code == 0, err
+    sv = json.loads(out)["serving"]
+    for key in ("ttft_s", "tpot_s", "itl_s", "e2e_s"):
+        assert set(sv[key]) == {"mean", "p50", "p90", "p99"}
+        assert 0 < sv[key]["p50"] <= sv[key]["p90"] <= sv[key]["p99"]
+    assert sv["completed"] == 200 and sv["request_rate"] == 4.0
+    assert 0 < sv["goodput_requests_per_s"] <= sv["request_throughput_per_s"]
+    assert sv["output_tokens_per_s"] > 0 and sv["kv_capacity_tokens"] > 0
+    code, out, _ = run(capsys, "infer", "llama-3.1-8b", "--gpu", "h100-sxm", "--json")
+    assert code == 0 and json.loads(out)["serving"] is None
+
+
+def test_inf_rate_and_closed_loop(capsys) -> None:
+    code, out, err = run(capsys, "infer", "llama-3.1-8b", "--gpu", "h100-sxm", "--request-rate", "inf",
+                         "--num-prompts", "100", "--json")
+    assert code == 0, err
+    assert json.loads(out)["serving"]["request_rate_is_inf"] is True
+    code, out, err = run(capsys, "infer", "llama-3.1-8b", "--gpu", "h100-sxm", "--max-concurrency", "8",
+                         "--num-prompts", "64")
+    assert code == 0, err
+    assert "at most 8 in flight" in out and "time to first token (TTFT)" in out
+
+
+@pytest.mark.parametrize(("extra", "needle"), [
+    (["--request-rate", "0"], "must be a positive number or inf"),
+    (["--request-rate", "nan"], "must be a positive number or inf"),
+    (["--max-concurrency", "0"], "at least 1"),
+    (["--slo-ttft-ms", "100"], "add --request-rate or --max-concurrency"),
+    (["--request-rate", "2", "--engine", "hf"], "continuous batching"),
+    (["--request-rate", "2", "--dataset-path", "/no/such/file.jsonl"], "cannot read lengths file"),
+    (["--request-rate", "2", "--prompt-tokens", "900000"], "does not fit in the KV pool"),
+])
+def test_bad_load_options_are_one_line_and_exit_2(capsys, extra: list[str], needle: str) -> None:
+    code, out, err = run(capsys, "infer", "llama-3.1-8b", "--gpu", "h100-sxm", *extra)
+    assert code == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and needle in err, err
+
+
+def test_lengths_files(tmp_path) -> None:
+    j = tmp_path / "l.jsonl"
+    j.write_text('{"prompt_tokens": 10, "output_tokens": 3}\n\n{"prompt_tokens": 7, "output_tokens": 1}\n')
+    assert read_lengths(str(j)) == ((10, 7), (3, 1))
+    c = tmp_path / "l.csv"
+    c.write_text("prompt_tokens,output_tokens\n5,6\n")
+    assert read_lengths(str(c)) == ((5,), (6,))
+    from gpuwise.errors import InvalidArgument
+
+    for text, name in (("[1, 2]\n", "a.jsonl"), ('{"prompt_tokens": "x", "output_tokens": 1}\n', "b.jsonl"),
+                       ('{"prompt_tokens": 0, "output_tokens": 1}\n', "c.jsonl"), ("a,b\n1,2\n", "d.csv"),
+                       ("not json\n", "e.jsonl"), ("", "f.jsonl")):
+        p = tmp_path / name
+        p.write_text(text)
+        with pytest.raises(InvalidArgument):
+            read_lengths(str(p))
+
+
+def test_a_moe_never_decodes_slower_than_a_dense_model_of_its_total_size() -> None:
+    """Qwen3-30B-A3B (30.5B total, 3.3B active) against dense Qwen3-32B: at every batch the MoE reads at most the
+    bytes the dense model reads, so its decode step is never slower (its experts run as one grouped kernel)."""
+    gpu = get_gpu("h100-sxm")
+    moe, dense = load_model("qwen3-30b-a3b"), load_model("qwen3-32b")
+    for batch in (1, 8, 64, 256):
+        t_moe = infer(InferRequest(model=moe, gpu=gpu, batch=batch)).tpot_s
+        t_dense = infer(InferRequest(model=dense, gpu=gpu, batch=batch)).tpot_s
+        assert t_moe <= t_dense, (batch, t_moe, t_dense)
+    # and at batch 1 it reads only the active experts: several times faster
+    assert infer(InferRequest(model=moe, gpu=gpu)).tpot_s < 0.5 * infer(InferRequest(model=dense, gpu=gpu)).tpot_s
