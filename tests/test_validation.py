@@ -129,3 +129,28 @@ def test_the_planner_is_compared_with_every_published_layout_it_can_express():
     assert (c.best == c.published) == (c.why == "")
     if c.best != c.published:
         assert "published layout spends more on" in c.why or c.why == "no single part dominates"
+
+
+def test_serving_rows_keep_their_fixed_split_and_get_a_prediction_or_a_reason():
+    """Issue 19: published serving runs and startup logs, each with its source, in the part the hash rule of
+    serving_sources/README.md put it before anything was scored; every row is either scored with finite, positive
+    predictions or listed with the reason it is not."""
+    import hashlib
+
+    from gpuwise.catalog._toml import tomllib
+
+    serving = _module("serving")
+    for name in ("published.toml", "kv_capacity.toml"):
+        with open(serving.SOURCES / name, "rb") as fh:
+            rows = tomllib.load(fh)["run"]
+        assert len(rows) >= 20
+        for r in rows:
+            assert r["source"], r["name"]
+            held = int(hashlib.sha256(r["name"].encode()).hexdigest(), 16) % 5 < 2
+            assert r["split"] == ("held-out" if held else "calibration"), r["name"]
+    rows = serving.load()
+    scored, skipped = serving.score(rows)
+    assert {s.name for s in scored} | {n for n, _ in skipped} == {r["name"] for r in rows}
+    assert all(math.isfinite(s.predicted) and s.predicted > 0 for s in scored)
+    assert sum(s.split == "held-out" for s in scored) >= 15
+    assert len({s.name for s in scored}) >= 20

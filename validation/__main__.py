@@ -93,15 +93,19 @@ def run() -> tuple[list[tuple[str, str, float, float, float]], float, float]:
 
 def main() -> int:
     """The first speed and serving results (train.toml, infer.toml), then the 2023-2026 training-speed runs with
-    their fixed split (validation/speed.py), then training memory (validation/memory.py); exit 1 when any misses its
-    targets."""
+    their fixed split (validation/speed.py), then training memory (validation/memory.py), then serving under load
+    (validation/serving.py); exit 1 when any misses its targets."""
     status = _speed()
     print()
     from validation import memory, speed
 
     status = max(status, speed.main(sys.argv[1:]))
     print()
-    return max(status, memory.main(sys.argv[1:]))
+    status = max(status, memory.main(sys.argv[1:]))
+    print()
+    from validation import serving
+
+    return max(status, serving.main(sys.argv[1:]))
 
 
 def _speed() -> int:

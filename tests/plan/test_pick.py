@@ -130,3 +130,50 @@ def test_train_tokens_must_be_positive_and_an_empty_gpu_list_means_the_catalog(c
     assert main(["pick", "llama-3-8b", "--gpus", "", "--top", "100", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert len(doc["ranked"]) == len(whole.ranked) > 1
+
+
+def test_serve_sizes_replicas_for_the_rate_and_the_targets():
+    """--task serve: a replica's capacity comes from the simulated engine within the targets; more requests per second
+    never need fewer GPUs, tighter targets never fewer, and a kind that cannot meet them even at low load is rejected by
+    the slo rule with the latency it reaches."""
+    from gpuwise.catalog.gpus import get_gpu
+    from gpuwise.catalog.models import load_model
+    from gpuwise.plan.pick import pick
+    from gpuwise.plan.pick_request import PickRequest
+
+    model = load_model("llama-3.1-8b")
+    gpus = (get_gpu("h100-sxm"), get_gpu("l4"))
+
+    def best(rate, ttft=1000.0, tpot=50.0):
+        r = pick(PickRequest(model=model, task="serve", gpus=gpus, mig=False, max_gpus=2, request_rate=rate,
+                             prompt_tokens=1000, output_tokens=200, slo_ttft_ms=ttft, slo_tpot_ms=tpot))
+        return r
+
+    r = best(5.0)
+    assert r.ranked and r.ranked[0].tokens_per_s == 5.0 * 200
+    c = r.ranked[0]
+    assert c.latency["ttft_s"] <= 1.0 and c.latency["tpot_s"] <= 0.05
+    assert c.count == c.latency["replicas"] * c.latency["gpus_per_replica"]
+    h100 = lambda res: min(x.count for x in res.ranked if x.gpu.id == "h100-sxm")  # noqa: E731
+    assert h100(best(40.0)) >= h100(best(5.0))
+    assert h100(best(40.0, tpot=15.0)) >= h100(best(40.0))
+    strict = best(5.0, tpot=2.0)  # 2 ms per token: no GPU decodes an 8B model that fast
+    assert not strict.ranked
+    assert any(c.rule == "slo" and "even at low load" in c.reason for c in strict.rejected)
+
+
+@pytest.mark.parametrize(("argv", "needle"), [
+    (["--task", "serve"], "--request-rate"),
+    (["--task", "serve", "--request-rate", "inf"], "finite"),
+    (["--task", "infer", "--slo-ttft-ms", "100"], "apply to --task serve"),
+    (["--task", "serve", "--request-rate", "2", "--engine", "hf"], "continuous-batching"),
+])
+def test_serve_bad_options_are_one_line(capsys, argv, needle):
+    from gpuwise.cli import main
+
+    try:
+        code = main(["pick", "llama-3.1-8b", *argv])
+    except SystemExit as exc:
+        code = exc.code
+    out, err = capsys.readouterr()
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and needle in err, err

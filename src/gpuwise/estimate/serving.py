@@ -251,7 +251,7 @@ def simulate(cost: StepCost, workload: Workload, limits: EngineLimits, *, timeli
 
     def used_blocks() -> float:
         dec = (dec_ctx_sum + len(decoding) * (bs - 1) / 2) / bs if decoding else 0.0
-        return dec + sum(math.ceil(r.computed / bs) for r in prefilling)
+        return dec + (sum(math.ceil(r.computed / bs) for r in prefilling) if prefilling else 0)
 
     def preempt_last() -> bool:
         nonlocal dec_ctx_sum, preemptions
@@ -290,8 +290,39 @@ def simulate(cost: StepCost, workload: Workload, limits: EngineLimits, *, timeli
             nxt = pending[0].sent
             now = max(now, nxt)
             continue
-        budget = budget_max
         n_dec = len(decoding)
+        if n_dec and not waiting and not prefilling:
+            # decode-only stretch: the same requests step together until one finishes, one arrives or the pool
+            # fills; each step's time is linear in the cached tokens, so run it in a tight loop
+            fixed = cost.seconds(n_dec, n_dec, 0, 0.0)
+            per_kv = cost.kv_read_s_per_token
+            while finish_heap and (finish_heap[0][1] not in decoding
+                                   or reqs[finish_heap[0][1]].dec0 + reqs[finish_heap[0][1]].out
+                                   - reqs[finish_heap[0][1]].produced != finish_heap[0][0]):
+                heapq.heappop(finish_heap)  # stale entries of preempted requests
+            k_max = (finish_heap[0][0] - dec_counter - 1) if finish_heap else 0
+            room = cap_blocks - used_blocks()
+            k_max = min(k_max, int(room * bs / n_dec) - 1)
+            next_send = pending[0].sent if (pending and in_flight < conc) else math.inf
+            k = 0
+            t0 = now
+            while k < k_max and now < next_send:
+                now += fixed + per_kv * dec_ctx_sum
+                dec_ctx_sum += n_dec
+                k += 1
+            if k:
+                dec_counter += k
+                steps += k
+                running_sum += k * n_dec
+                max_running = max(max_running, n_dec)
+                itl_v.append((now - t0) / k)
+                itl_w.append(float(n_dec * k))
+                usage = used_blocks() / cap_blocks
+                peak_kv = max(peak_kv, usage)
+                if len(timeline) < 20 * timeline_points:
+                    timeline.append((now - first_send, usage))
+                continue
+        budget = budget_max
         # 1. decoding requests: one token each (they come first in vLLM's running list order)
         budget -= n_dec
         need_blocks = used_blocks() + n_dec / bs

@@ -9,6 +9,7 @@ being memory-bound (after that, more sequences cost real time), and what n paral
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from ..catalog.devices import DeviceProfile, device_profile, network_overrides, rental_price
@@ -25,6 +26,7 @@ from ..quant.formats import tensor_bytes
 from . import serve
 from .fit import FitRequest, FitResult, fit
 from .serve import ServingAnswer
+from ..estimate.serving import StepCost
 
 MAX_TOKENS = 1 << 22
 MAX_PROMPTS = 200_000
@@ -176,7 +178,20 @@ def _compute_dtype(gpu: GPU, weights_name: str, kind: str) -> str:
     return "fp16" if "fp16" in gpu.peak_flops else "bf16"
 
 
-def infer(req: InferRequest) -> InferResult:
+@dataclass(frozen=True, slots=True)
+class KernelSetup:
+    """What every timing of one `infer` request shares: its memory answer, engine, device and forward pass."""
+
+    mem: FitResult
+    eng: EnginePerf
+    profile: DeviceProfile
+    topo: Topology
+    dtype: str
+    step: Callable[[int, int, float, bool, int], PassTime]
+    """step(rows, sequences, context, decode, logits_rows): one forward pass (estimate/infer_time.forward_pass_s)."""
+
+
+def kernel_setup(req: InferRequest) -> KernelSetup:
     spec = req.model.spec
     if req.engine == "trtllm" and (req.weights or "").lower().startswith("q"):
         raise InvalidArgument("TensorRT-LLM does not run GGUF files; use bf16, fp8, int8 or int4-awq/gptq weights")
@@ -198,6 +213,20 @@ def infer(req: InferRequest) -> InferResult:
         return forward_pass_s(spec, profile=profile, topo=topo, engine=eng, dtype=dtype, weight_bytes_per_param=wbpp,
                               kv_bytes_per_element=kv_e, rows=rows, sequences=seqs, context=ctx,
                               num_gpus=req.num_gpus, decode=decode, logits_rows=logits)
+
+    return KernelSetup(mem, eng, profile, topo, dtype, step)
+
+
+def infer(req: InferRequest) -> InferResult:
+    spec = req.model.spec
+    ks = kernel_setup(req)
+    mem, eng, profile, topo, dtype, step = ks.mem, ks.eng, ks.profile, ks.topo, ks.dtype, ks.step
+    w = mem.weights
+    context = req.prompt_tokens + req.output_tokens
+    sequences = req.batch * req.samples
+    matrix_params = sum(t.numel for t, _ in tensor_bytes(w, spec) if t.is_matrix and t.role not in ("token_embd", "pos_embd"))
+    matrix_bytes = sum(b for t, b in tensor_bytes(w, spec) if t.is_matrix and t.role not in ("token_embd", "pos_embd"))
+    wbpp = matrix_bytes / matrix_params
 
     def prefill_s(prompts: int) -> PassTime:
         """The prompt in chunks (llama.cpp's n_ubatch) or at once; the breakdown is the first chunk's."""
@@ -232,7 +261,7 @@ def infer(req: InferRequest) -> InferResult:
                                 weights=w, kv_dtype=mem.kv, context=context, batch=seqs,
                                 engine=req.memory_engine).fits
         curve.append(SamplesPoint(samples=n, seconds=t, seconds_per_sample=t / n, fits=fits))
-    serving = _under_load(req, step, mem, eng, profile) if req.under_load else None
+    serving = _under_load(req, ks) if req.under_load else None
     # The weight GEMMs of a decode step read every weight once for the whole batch and do 2 x batch FLOPs per
     # weight: they turn compute-bound when batch x 2 / bytes-per-weight reaches the achievable ridge point.
     rate = profile.matmul_flops(dtype)
@@ -245,9 +274,10 @@ def infer(req: InferRequest) -> InferResult:
                        assumptions=_assumptions(req, eng, mem))
 
 
-def _under_load(req: InferRequest, step, mem: FitResult, eng: EnginePerf, profile: DeviceProfile) -> ServingAnswer:
-    """Simulate the engine serving the request stream (plan/serve.py, estimate/serving.py)."""
+def serving_model(req: InferRequest, ks: KernelSetup) -> tuple[StepCost, serve.LoadSpec, int, str]:
+    """The per-step cost and the load (workload, scheduler limits, KV pool) of an under-load request."""
     spec = req.model.spec
+    mem, eng = ks.mem, ks.eng
     tp = req.num_gpus if eng.multi_gpu == "tp" else 1
     per_token = kv_bytes_per_token(spec, mem.kv.bytes, "vllm", tp)
     load, capacity, cap_reason = serve.load_spec(
@@ -255,10 +285,17 @@ def _under_load(req: InferRequest, step, mem: FitResult, eng: EnginePerf, profil
         kv_pool_bytes=mem.estimate.details.get("kv_pool_bytes"), kv_bytes_per_token=per_token,
         context=req.prompt_tokens + req.output_tokens)
     wl = load.workload
-    cost = serve.step_cost(step, spec=spec, profile=profile, engine=eng, kv_bytes_per_element=mem.kv.bytes, tp=tp,
-                           max_rows=load.limits.max_num_batched_tokens,
+    cost = serve.step_cost(ks.step, spec=spec, profile=ks.profile, engine=eng, kv_bytes_per_element=mem.kv.bytes,
+                           tp=tp, max_rows=load.limits.max_num_batched_tokens,
                            mean_context=serve.mean(p + o / 2 for p, o in zip(wl.prompt_tokens, wl.output_tokens)),
                            mean_prompt=serve.mean(wl.prompt_tokens))
+    return cost, load, capacity, cap_reason
+
+
+def _under_load(req: InferRequest, ks: KernelSetup) -> ServingAnswer:
+    """Simulate the engine serving the request stream (plan/serve.py, estimate/serving.py)."""
+    cost, load, capacity, cap_reason = serving_model(req, ks)
+    wl = load.workload
     result = serve.run(cost, load)
     ttft = req.slo_ttft_ms / 1e3 if req.slo_ttft_ms else None
     tpot = req.slo_tpot_ms / 1e3 if req.slo_tpot_ms else None
@@ -269,8 +306,11 @@ def _under_load(req: InferRequest, step, mem: FitResult, eng: EnginePerf, profil
              f"scheduler: at most {load.limits.max_num_seqs} requests and {load.limits.max_num_batched_tokens:,} "
              f"tokens per step ({load.limits_reason}); chunked prefill, recompute preemption, no prefix cache",
              f"KV pool: {capacity:,} tokens ({cap_reason})",
-             f"each step costs its kernels plus {eng.step_overhead_s * 1e3:.1f} ms of engine time "
-             "(catalog/data/engine_perf.toml)"]
+             f"each step costs its kernels plus {ks.eng.step_overhead_s * 1e3:.1f} ms of engine time "
+             "(catalog/data/engine_perf.toml)",
+             "how sure: an early model; against published benchmark runs (validation/serving.py, docs/serving.md) it "
+             "predicts time to first token too low and saturation throughput too high, so read it as an optimistic "
+             "bound"]
     return serve.ServingAnswer(result=result, load=load, kv_capacity_tokens=capacity, kv_capacity_reason=cap_reason,
                                slo_ttft_s=ttft, slo_tpot_s=tpot, goodput=goodput, assumptions=tuple(notes))
 

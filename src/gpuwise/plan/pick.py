@@ -45,7 +45,7 @@ def _price(req: PickRequest, gpu: GPU) -> tuple[float | None, str]:
 def _kinds(req: PickRequest) -> list[GPU]:
     if req.gpus is not None:
         return list(req.gpus)
-    vendors = ENGINE_VENDORS[req.engine] if req.task == "infer" else TRAIN_VENDORS
+    vendors = ENGINE_VENDORS[req.engine] if req.task in ("infer", "serve") else TRAIN_VENDORS
     out = []
     for g in all_gpus():
         if g.vendor not in vendors:
@@ -78,7 +78,7 @@ def pick(req: PickRequest) -> PickResult:
             c = _evaluate(req, gpu, n, price, source)
             if c is not None:
                 kind.append(c)
-        candidates.extend(_judge(req, kind))
+        candidates.extend(_judge_serve(req, kind) if req.task == "serve" else _judge(req, kind))
     accepted = [c for c in candidates if c.rule is None]
     accepted.sort(key=_rank_key(req))
     rejected = [c for c in candidates if c.rule is not None]
@@ -133,6 +133,24 @@ def _judge(req: PickRequest, kind: list[Candidate]) -> list[Candidate]:
         if fastest_smaller is None or (c.tokens_per_s or 0) > (fastest_smaller.tokens_per_s or 0):
             fastest_smaller = c
         out.append(c)
+    return out
+
+
+def _judge_serve(req: PickRequest, kind: list[Candidate]) -> list[Candidate]:
+    """Serving: every replica size that fits and meets the SLOs competes on cost (more GPUs per replica are not
+    rejected for being no faster: they may need fewer GPUs in all); the budget rule as for the other tasks."""
+    out = []
+    for c in kind:
+        if not c.fits:
+            need = f"{c.memory_bytes / GiB:.1f} GiB per GPU" if c.memory_bytes else "more than it has"
+            out.append(replace(c, rule="memory", reason=f"{c.reason or 'the weights and one request need ' + need}"))
+        elif c.tokens_per_s is None:
+            out.append(replace(c, rule="slo"))
+        elif req.budget_usd_per_hour is not None and (c.usd_per_hour is None or c.usd_per_hour > req.budget_usd_per_hour):
+            out.append(replace(c, rule="budget", reason="price unknown: cannot check the budget" if c.usd_per_hour is None
+                               else f"${c.usd_per_hour:.2f}/h > ${req.budget_usd_per_hour:g}/h"))
+        else:
+            out.append(c)
     return out
 
 

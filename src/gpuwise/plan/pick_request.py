@@ -13,7 +13,7 @@ from ..estimate.job import Finetune, job_default
 from ..fields import field_default
 from .infer import InferRequest
 
-Task = Literal["infer", "train", "finetune"]
+Task = Literal["infer", "serve", "train", "finetune"]
 PickPrecision = Literal["bf16", "fp16", "fp8", "fp32"]
 """The precisions pick costs GPUs with (bf16 falls back to fp16 on GPUs without bf16; pure bf16 has no such
 fallback, so it is `gpuwise train`'s alone)."""
@@ -30,7 +30,8 @@ FINETUNE_METHOD = "lora"
 """Fine-tuning method for --task finetune unless --finetune is given (what most people fine-tune with)."""
 FINETUNE_BATCH = 16
 """Sequences per step for --task finetune unless --global-batch is given (PEFT examples' order of magnitude)."""
-RULES = ("memory", "communication", "budget", "headroom")
+RULES = ("memory", "slo", "communication", "budget", "headroom")
+SloPercentile = Literal[50, 90, 99]
 ENGINE_VENDORS = {"vllm": ("nvidia", "amd"), "hf": ("nvidia", "amd"), "trtllm": ("nvidia",),
                   "llamacpp": ("nvidia", "amd", "apple")}
 TRAIN_VENDORS = ("nvidia", "amd")
@@ -42,7 +43,8 @@ class PickRequest:
 
     model: LoadedModel
     task: Task = "infer"
-    """What the GPUs are for: serving (infer), pre-training (train) or fine-tuning (finetune)."""
+    """What the GPUs are for: one static batch (infer), serving a request rate within latency targets (serve),
+    pre-training (train) or fine-tuning (finetune)."""
     gpus: tuple[GPU, ...] | None = None
     """Candidate GPUs, a comma list (a MIG slice as GPU:PROFILE; default: the catalog, with MIG slices unless
     --no-mig)."""
@@ -72,6 +74,14 @@ class PickRequest:
     """infer: output tokens per sequence."""
     engine: Engine = field_default(InferRequest, "engine")
     """infer: serving engine."""
+    request_rate: float | None = None
+    """serve: requests per second to sustain (Poisson arrivals; required for --task serve)."""
+    slo_ttft_ms: float | None = None
+    """serve: time-to-first-token target (ms) at --slo-percentile."""
+    slo_tpot_ms: float | None = None
+    """serve: time-per-output-token target (ms) at --slo-percentile."""
+    slo_percentile: SloPercentile = 90
+    """serve: the percentile of requests the targets hold for."""
     seq: int | None = None
     """train/finetune: tokens per sequence (default {TRAIN_SEQ} for train, {FINETUNE_SEQ} for finetune)."""
     global_batch: int | None = None
@@ -100,8 +110,22 @@ class PickRequest:
             raise InvalidArgument(f"--headroom must be a fraction in [0, 1), got {self.headroom}")
         if self.task != "finetune" and self.finetune is not None:
             raise InvalidArgument("--finetune applies to --task finetune")
-        if self.task == "infer" and (self.seq or self.global_batch or self.train_tokens):
+        if self.task in ("infer", "serve") and (self.seq or self.global_batch or self.train_tokens):
             raise InvalidArgument("--seq, --global-batch and --train-tokens apply to --task train or finetune")
+        serve_only = [n for n, v in (("--request-rate", self.request_rate), ("--slo-ttft-ms", self.slo_ttft_ms),
+                                     ("--slo-tpot-ms", self.slo_tpot_ms)) if v is not None]
+        if self.task != "serve" and serve_only:
+            raise InvalidArgument(f"{', '.join(serve_only)} apply to --task serve")
+        if self.task == "serve":
+            if self.request_rate is None or not (0 < self.request_rate < float("inf")):
+                raise InvalidArgument("--task serve needs --request-rate: a finite number of requests per second")
+            for n, v in (("--slo-ttft-ms", self.slo_ttft_ms), ("--slo-tpot-ms", self.slo_tpot_ms)):
+                if v is not None:
+                    require_positive_number(n, v, 1e9)
+            if self.engine == "hf":
+                raise InvalidArgument("--task serve needs a continuous-batching engine: vllm, trtllm or llamacpp")
+            if self.slo_percentile not in (50, 90, 99):
+                raise InvalidArgument(f"--slo-percentile: unknown value '{self.slo_percentile}'; valid: 50, 90, 99")
 
     @property
     def train_seq(self) -> int:
@@ -134,7 +158,8 @@ class Candidate:
     run_hours: float | None = None
     run_usd: float | None = None
     latency: dict = field(default_factory=dict)
-    """infer: ttft_s and tpot_s; train: step_time_s."""
+    """infer: ttft_s and tpot_s; serve: ttft_s and tpot_s at the percentile, per replica at its share of the rate;
+    train: step_time_s."""
     rule: str | None = None
     """The rule that rejected it (RULES), None when accepted."""
     reason: str = ""

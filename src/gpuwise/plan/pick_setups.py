@@ -31,6 +31,8 @@ def _evaluate(req: PickRequest, gpu: GPU, n: int, price: float | None, source: s
     try:
         if req.task == "infer":
             return _infer(req, gpu, n, price, source)
+        if req.task == "serve":
+            return _serve(req, gpu, n, price, source)
         return _train(req, gpu, n, price, source)
     except GpuwiseError:
         return None  # a combination the models do not cover (e.g. no peak for the dtype): not a candidate
@@ -132,3 +134,81 @@ def _finetune_adapters(req: PickRequest, gpu: GPU, n: int, seq: int, batch: int,
             if best is None or t < best[0]:
                 best = (t, r.memory.total, f"{finetune} (PEFT), data parallel {n}, micro-batch {mb}, recompute {rc}", 1)
     return best
+
+
+SERVE_SIM_REQUESTS = 400
+"""Requests per simulated trial of a replica in the capacity search (enough for a stable p90 at moderate load)."""
+SERVE_BISECTIONS = 7
+"""Halvings of the rate interval: the per-replica capacity is found within 1% of the replica's saturation rate."""
+
+
+def _serve(req: PickRequest, gpu: GPU, n: int, price: float | None, source: str) -> Candidate:
+    """Replicas of `n` GPUs (tensor parallel; llama.cpp on one GPU): the highest rate one replica sustains within
+    the SLOs at the percentile (simulated), then as many replicas as the requested rate needs."""
+    import math
+
+    from ..estimate.serving import Workload, simulate
+    from .infer import InferRequest, kernel_setup, serving_model
+
+    if req.engine == "llamacpp" and n > 1:
+        raise InvalidArgument("llama.cpp's layer split does not serve faster than one GPU")
+    ireq = InferRequest(model=req.model, gpu=gpu, num_gpus=n, weights=req.weights, kv_dtype=req.kv_dtype,
+                        prompt_tokens=req.prompt_tokens, output_tokens=req.output_tokens, engine=req.engine,
+                        request_rate=req.request_rate, num_prompts=SERVE_SIM_REQUESTS)
+    ks = kernel_setup(ireq)
+    setup = "one GPU per replica" if n == 1 else f"tensor parallel {n} per replica"
+    if not ks.mem.fits:
+        return Candidate(gpu=gpu, count=n, fits=False, memory_bytes=ks.mem.estimate.memory.total, tokens_per_s=None,
+                         usd_per_hour=None, usd_per_million_tokens=None, kwh_per_million_tokens=None, setup=setup,
+                         interconnect="", price_source=source)
+    cost, load, _, _ = serving_model(ireq, ks)
+    wl, lim = load.workload, load.limits
+    pct = req.slo_percentile
+
+    def trial(rate: float):
+        return simulate(cost, Workload(prompt_tokens=wl.prompt_tokens, output_tokens=wl.output_tokens,
+                                       request_rate=rate), lim)
+
+    def meets(res) -> bool:
+        return ((req.slo_ttft_ms is None or res.ttft_s.percentile(pct) * 1e3 <= req.slo_ttft_ms)
+                and (req.slo_tpot_ms is None or res.tpot_s.percentile(pct) * 1e3 <= req.slo_tpot_ms))
+
+    saturation = trial(math.inf).request_throughput
+    low = trial(saturation / 50)
+    if not meets(low):
+        return Candidate(gpu=gpu, count=n, fits=True, memory_bytes=ks.mem.estimate.memory.total, tokens_per_s=None,
+                         usd_per_hour=None, usd_per_million_tokens=None, kwh_per_million_tokens=None, setup=setup,
+                         interconnect="", price_source=source, reason=(
+                             f"even at low load p{pct} TTFT is {low.ttft_s.percentile(pct) * 1e3:,.0f} ms and TPOT "
+                             f"{low.tpot_s.percentile(pct) * 1e3:,.1f} ms per replica (targets: "
+                             f"{_slo_text(req)})"))
+    lo, hi = saturation / 50, saturation
+    if req.slo_ttft_ms is None and req.slo_tpot_ms is None:
+        lo = saturation * 0.9  # no targets: run replicas at 90% of their saturation rate (latency unbounded)
+    else:
+        for _ in range(SERVE_BISECTIONS):
+            mid = (lo + hi) / 2
+            if meets(trial(mid)):
+                lo = mid
+            else:
+                hi = mid
+    replicas = math.ceil(req.request_rate / lo)
+    at = trial(req.request_rate / replicas)
+    out_tokens = sum(wl.output_tokens) / len(wl.output_tokens)
+    speed = req.request_rate * out_tokens
+    gpus = replicas * n
+    per_hour, per_m, kwh = _money(req, gpu, gpus, price, speed)
+    link = "none (one GPU)" if n == 1 else f"tensor parallel all-reduces every layer: {_link(ks.topo)}"
+    return Candidate(gpu=gpu, count=gpus, fits=True, memory_bytes=ks.mem.estimate.memory.total, tokens_per_s=speed,
+                     usd_per_hour=per_hour, usd_per_million_tokens=per_m, kwh_per_million_tokens=kwh,
+                     setup=f"{replicas} x {setup} ({lo:,.2f} requests/s each within the targets)",
+                     interconnect=link, price_source=source,
+                     latency={"ttft_s": at.ttft_s.percentile(pct), "tpot_s": at.tpot_s.percentile(pct),
+                              "percentile": pct, "replicas": replicas, "gpus_per_replica": n,
+                              "requests_per_s_per_replica": lo})
+
+
+def _slo_text(req: PickRequest) -> str:
+    parts = [f"TTFT <= {req.slo_ttft_ms:g} ms" if req.slo_ttft_ms else "", f"TPOT <= {req.slo_tpot_ms:g} ms"
+             if req.slo_tpot_ms else ""]
+    return " and ".join(p for p in parts if p) or "none"

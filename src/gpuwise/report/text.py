@@ -401,12 +401,20 @@ def _usd(x: float | None, fmt: str = ".2f") -> str:
     return "unknown" if x is None else f"${x:{fmt}}"
 
 
+def _serve_targets(req) -> str:
+    parts = [f"TTFT <= {req.slo_ttft_ms:g} ms" if req.slo_ttft_ms else "",
+             f"TPOT <= {req.slo_tpot_ms:g} ms" if req.slo_tpot_ms else ""]
+    return " and ".join(p for p in parts if p) or "none (replicas at 90% of their saturation rate)"
+
+
 def render_pick(r) -> str:
     from ..plan.pick_request import FINETUNE_METHOD, RULES
 
     req = r.request
     what = {"infer": f"inference with {req.engine}, batch {req.batch}, {req.prompt_tokens} + {req.output_tokens} "
                      "tokens", "train": f"training, seq {req.train_seq}, {req.train_batch} sequences per step",
+            "serve": f"serving {req.request_rate:g} requests/s with {req.engine}, {req.prompt_tokens} + {req.output_tokens} "
+                     f"tokens, p{req.slo_percentile} targets: {_serve_targets(req)}" if req.task == "serve" else "",
             "finetune": f"fine-tuning ({req.finetune or FINETUNE_METHOD}), seq {req.train_seq}, {req.train_batch} sequences "
                         "per step"}[req.task]
     gib = GiB
@@ -417,7 +425,7 @@ def render_pick(r) -> str:
                      _usd(c.usd_per_million_tokens, ".3g"), f"{(c.memory_bytes or 0) / gib:.1f} / "
                      f"{c.gpu.memory_bytes / gib:.0f}", c.setup])
     if rows:
-        speed = "output tok/s" if req.task == "infer" else "train tok/s"
+        speed = "output tok/s" if req.task in ("infer", "serve") else "train tok/s"
         lines.append(_table(rows, ["#", "GPUs", speed, "$/h", "$/M tok", "GiB/GPU", "setup"], right={2, 3, 4, 5}))
         best = r.ranked[0]
         lines.append(f"Why #1: {r.why}.")
@@ -432,8 +440,7 @@ def render_pick(r) -> str:
     for c in r.rejected:
         by_rule.setdefault(c.rule, []).append(c)
     if by_rule:
-        lines.append(f"Rejected ({len(r.rejected)}), by the first rule each fails (memory, communication, budget, "
-                     "headroom):")
+        lines.append(f"Rejected ({len(r.rejected)}), by the first rule each fails ({', '.join(RULES)}):")
     for rule in RULES:
         group = by_rule.get(rule, [])
         for c in group[:3]:
