@@ -103,9 +103,11 @@ def main() -> int:
     print()
     status = max(status, memory.main(sys.argv[1:]))
     print()
-    from validation import serving
+    from validation import kv_capacity, serving
 
-    return max(status, serving.main(sys.argv[1:]))
+    status = max(status, serving.main(sys.argv[1:]))
+    print()
+    return max(status, kv_capacity.main(sys.argv[1:]))
 
 
 def _speed() -> int:

@@ -34,21 +34,56 @@ GGML_CUDA_CONTEXT_BYTES = int(0.3 * GiB)
 sourced by a measurement; llama.cpp's own `--fit` leaves a 1 GiB margin per device (PR #16653)."""
 
 
+CUDA_RESERVED_BYTES = int(0.5 * GiB)
+"""Memory nvidia-smi counts in a GPU's total that CUDA does not offer (cudaMemGetInfo's total, which vLLM multiplies
+by gpu_memory_utilization): vLLM's startup logs print total_gpu_memory 79.19 GiB on H100 SXM (nvidia-smi 81,559 MiB =
+79.65 GiB), 139.8 on H200 (140.4), 44.42 on L40S (44.99), 23.58 on RTX 3090 (24.0): 0.42-0.60 GiB
+(validation/serving_sources/kv_capacity.toml, calibration rows)."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class VLLMDefaults:
-    """vLLM V1 defaults (vllm/config/cache.py, vllm/engine/arg_utils.py, v0.11-0.13)."""
+    """vLLM V1 (v0.10+) memory rule and defaults (vllm/v1/worker/gpu_worker.py determine_available_memory):
+
+    KV pool = gpu_memory_utilization x CUDA's total - weights - activation peak of the profiling run - non-torch
+    memory allocated during it. The CUDA context and NCCL's start-up buffers were allocated before the baseline
+    snapshot, CUDA graphs are captured after the pool is sized: neither comes out of the pool (they live in the
+    1 - gpu_memory_utilization left over). Checked on startup logs: v0.19 Llama-3.1-8B on H100 at 0.95:
+    0.95 x 79.19 - 14.99 - 1.89 - 0.25 = 58.10 GiB, logged 58.11.
+    """
 
     gpu_memory_utilization: float = 0.9
-    """Share of *total* GPU memory vLLM may use for weights, activations and the KV cache pool."""
+    """Share of CUDA's total GPU memory vLLM may use for weights, activations and the KV cache pool."""
     block_size: int = 16
     """Tokens per KV-cache page (vllm/platforms/cuda.py)."""
-    non_torch_bytes: int = int(0.2 * GiB)
-    """Memory outside PyTorch's allocator at TP=1 (NCCL, cuBLAS handles) as vLLM's startup log reports it."""
+    non_torch_bytes: int = int(0.25 * GiB)
+    """Non-torch memory the profiling run adds at TP 1 (cuBLAS workspaces, ...): 0.13-0.35 GiB in the logs, 0.25 in
+    every v0.19 TP-1 log (kv_capacity.toml, calibration rows)."""
+    non_torch_bytes_tp: int = int(2.1 * GiB)
+    """The same with tensor parallelism (NCCL and custom all-reduce buffers): 2.07-2.21 GiB in the v0.19 TP 2 and TP 4
+    logs (calibration rows). v0.11 logged 0.54 GiB at TP 2, where this predicts a pool ~1.5 GiB smaller than that
+    version's: the rule follows the newest version."""
+    sampler_fp32_copies: float = 4.0
+    """The profiling run's sampler warm-up holds about four fp32 [max_num_seqs, vocab] tensors (logits, probabilities
+    and the top-p/top-k sort's values and indices): the v0.17-0.19 activation peaks of Llama-3.1-8B (1.89 GiB,
+    1024 x 128,256 vocab: 3.85 copies), Qwen2.5-72B TP 2 (2.29 GiB: 3.9) and Llama-3.3-70B TP 4 (1.97 GiB: 4.0)
+    (calibration rows). v0.11-0.15 held about 10 copies (Qwen3-14B: 5.64 GiB at v0.15, 2.23 at v0.17)."""
+    sampler_fp32_copies_before_0_17: float = 10.0
+    """v0.10-0.16: the activation peaks of Qwen3-14B at v0.15 (5.64 GiB: 9.7 copies of 1024 x 151,936), gpt-oss-20b
+    at v0.11 (7.38 GiB: 9.6) and Llama-3.3-70B at v0.11 (4.84 GiB: 9.9) (calibration rows)."""
+    non_torch_bytes_tp_before_0_17: int = int(0.55 * GiB)
+    """v0.10-0.16 at TP 2: 0.54-0.55 GiB (v0.11 logs, calibration rows)."""
     cuda_graph_bytes: int = int(0.5 * GiB)
-    """CUDA graph pools for the default capture sizes (vLLM logs 'Graph capturing finished ... took 0.5 GiB';
-    order of magnitude, varies by model)."""
-    profile_slack_bytes: int = 150 * MiB
-    """vllm/v1/worker/gpu_worker.py keeps this much unaccounted as a safety margin."""
+    """CUDA graph pools (logged 'Graph capturing finished ... took 0.4-1.9 GiB'): outside the pool, in the memory
+    gpu_memory_utilization leaves free; only a utilization near 1 runs out of it."""
+
+    def sampler_copies(self, version: tuple[int, int]) -> float:
+        return self.sampler_fp32_copies if version >= (0, 17) else self.sampler_fp32_copies_before_0_17
+
+    def non_torch(self, tp: int, version: tuple[int, int]) -> int:
+        if tp == 1:
+            return self.non_torch_bytes
+        return self.non_torch_bytes_tp if version >= (0, 17) else self.non_torch_bytes_tp_before_0_17
 
     @staticmethod
     def scheduler_limits(gpu_memory_bytes: int, gpu_id: str) -> tuple[int, int]:
@@ -77,6 +112,20 @@ class LlamaCppDefaults:
 
 
 VLLM = VLLMDefaults()
+VLLM_NEWEST = (0, 19)
+"""The newest vLLM whose startup logs the memory rule was checked on; the default version."""
+VLLM_OLDEST = (0, 10)
+"""Before 0.10 vLLM sized its pool by other rules (the V0 engine): not modelled."""
+
+
+def vllm_version(text: str | None) -> tuple[int, int]:
+    """'0.11.0' -> (0, 11); None -> the newest modelled. Raises ValueError for text that is not a version."""
+    if text is None:
+        return VLLM_NEWEST
+    parts = text.strip().lstrip("v").split(".")
+    if len(parts) < 2 or not parts[0].isdigit() or not parts[1].isdigit():
+        raise ValueError(f"not a vLLM version: '{text}' (expected e.g. 0.11.0)")
+    return int(parts[0]), int(parts[1])
 LLAMACPP = LlamaCppDefaults()
 
 DEFAULT_CONTEXT = 4096

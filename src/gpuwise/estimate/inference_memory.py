@@ -84,23 +84,43 @@ def _split_layers(n_layers: int, n_gpus: int) -> list[range]:
     return out
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class VLLMOptions:
+    """vLLM's memory knobs as given (None: vLLM's default)."""
+
+    gpu_memory_utilization: float | None = None
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    version: tuple[int, int] = engines.VLLM_NEWEST
+
+
 def _vllm(spec: ModelSpec, gpu_memory: int, gpu_id: str, tp: int, w: WeightFormat, kv: DType,
-          context: int, batch: int) -> InferenceMemory:
+          context: int, batch: int, opts: VLLMOptions | None = None) -> InferenceMemory:
     v = engines.VLLM
+    opts = opts or VLLMOptions()
+    util = opts.gpu_memory_utilization or v.gpu_memory_utilization
     weights = w.weight_bytes(spec) / tp
     kv_bytes = kv_cache_bytes(spec, context=context, batch=batch, bytes_per_element=kv.bytes, engine="vllm",
                               tp=tp, block_tokens=v.block_size)
-    max_seqs, max_tokens = v.scheduler_limits(gpu_memory, gpu_id)
-    act = max_tokens * _act_bytes(w) * _layer_temporaries_per_token(spec, tp) + max_seqs * spec.vocab_size * 4
-    in_budget_overhead = v.non_torch_bytes + v.cuda_graph_bytes + v.profile_slack_bytes
-    overhead = in_budget_overhead + engines.CUDA_CONTEXT_BYTES
-    budget = v.gpu_memory_utilization * gpu_memory + engines.CUDA_CONTEXT_BYTES  # the context sits outside
+    d_seqs, d_tokens = v.scheduler_limits(gpu_memory, gpu_id)
+    max_seqs, max_tokens = opts.max_num_seqs or d_seqs, opts.max_num_batched_tokens or d_tokens
+    # the profiling run's peak: a forward pass of the token budget, or the sampler warm-up over max_num_seqs rows
+    forward = max_tokens * _act_bytes(w) * _layer_temporaries_per_token(spec, tp)
+    sampler = v.sampler_copies(opts.version) * max_seqs * spec.vocab_size * 4
+    act = max(forward, sampler)
+    non_torch = v.non_torch(tp, opts.version)
+    cuda_total = gpu_memory - engines.CUDA_RESERVED_BYTES
+    overhead = non_torch + engines.CUDA_CONTEXT_BYTES
+    budget = util * cuda_total + engines.CUDA_CONTEXT_BYTES  # the context sits outside
     pool = budget - weights - act - overhead
     per_seq = kv_cache_bytes(spec, context=context, batch=1, bytes_per_element=kv.bytes, engine="vllm", tp=tp,
                              block_tokens=v.block_size)
     details = {
         "tensor_parallel": tp,
-        "gpu_memory_utilization": v.gpu_memory_utilization,
+        "gpu_memory_utilization": util,
+        "cuda_total_bytes": cuda_total,
+        "activation_peak_bytes": act,
+        "non_torch_bytes": non_torch,
         "block_size": v.block_size,
         "max_num_seqs": max_seqs,
         "max_num_batched_tokens": max_tokens,
@@ -175,10 +195,10 @@ def _llamacpp(spec: ModelSpec, gpu_memory: int, n_gpus: int, w: WeightFormat, kv
 
 def inference_memory(spec: ModelSpec, *, gpu_memory: int, gpu_id: str = "", num_gpus: int = 1,
                      weights: WeightFormat, kv_dtype: DType, context: int, batch: int,
-                     engine: str) -> InferenceMemory:
+                     engine: str, vllm: VLLMOptions | None = None) -> InferenceMemory:
     """Memory on the most loaded of `num_gpus` GPUs of `gpu_memory` bytes each."""
     if engine == "vllm":
-        return _vllm(spec, gpu_memory, gpu_id, num_gpus, weights, kv_dtype, context, batch)
+        return _vllm(spec, gpu_memory, gpu_id, num_gpus, weights, kv_dtype, context, batch, vllm)
     if engine == "hf":
         return _hf(spec, gpu_memory, num_gpus, weights, kv_dtype, context, batch)
     if engine == "llamacpp":

@@ -15,7 +15,7 @@ from ..dtypes import DType, get_dtype, kv_dtype, torch_dtype_to_name
 from ..errors import InvalidArgument, require_positive_int
 from ..estimate import engines
 from ..estimate.engines import DEFAULT_CONTEXT, MemoryEngine  # noqa: F401 (DEFAULT_CONTEXT: the context help)
-from ..estimate.inference_memory import InferenceMemory, inference_memory
+from ..estimate.inference_memory import InferenceMemory, VLLMOptions, inference_memory
 from ..estimate.kv_cache import kv_bytes_per_token
 from ..model.params import ParamCounts, param_counts
 from ..quant.formats import WeightFormat, default_weight_format, get_weight_format, to_gguf
@@ -47,6 +47,23 @@ class FitRequest:
     """Concurrent sequences."""
     engine: MemoryEngine = "vllm"
     """Inference engine whose memory layout is modelled."""
+    gpu_memory_utilization: float | None = None
+    """vLLM --gpu-memory-utilization: share of the GPU's memory (as CUDA reports it) for weights, activations and the
+    KV pool (default 0.9)."""
+    max_num_seqs: int | None = None
+    """vLLM --max-num-seqs: sequences per step, sizing the sampler's warm-up (default: vLLM's for the GPU)."""
+    max_num_batched_tokens: int | None = None
+    """vLLM --max-num-batched-tokens: tokens per step, sizing the profiling forward pass (default: vLLM's for the
+    GPU)."""
+
+    vllm_version: str | None = None
+    """vLLM version whose memory rule applies, e.g. 0.11.0 (default: the newest checked, 0.19; 0.10 and later)."""
+
+    @property
+    def vllm_options(self) -> VLLMOptions:
+        return VLLMOptions(gpu_memory_utilization=self.gpu_memory_utilization, max_num_seqs=self.max_num_seqs,
+                           max_num_batched_tokens=self.max_num_batched_tokens,
+                           version=engines.vllm_version(self.vllm_version))
 
     def __post_init__(self) -> None:
         require_positive_int("--num-gpus", self.num_gpus, 4096)
@@ -55,6 +72,25 @@ class FitRequest:
             require_positive_int("--context", self.context, MAX_CONTEXT_SEARCH)
         if self.engine not in engines.ENGINES:
             raise InvalidArgument(f"unknown engine '{self.engine}'; use one of: {', '.join(engines.ENGINES)}")
+        if self.gpu_memory_utilization is not None and not 0 < self.gpu_memory_utilization <= 1:
+            raise InvalidArgument(f"--gpu-memory-utilization must be in (0, 1], got {self.gpu_memory_utilization}")
+        for name, v in (("--max-num-seqs", self.max_num_seqs), ("--max-num-batched-tokens", self.max_num_batched_tokens)):
+            if v is not None:
+                require_positive_int(name, v, 1 << 24)
+        if self.vllm_version is not None:
+            try:
+                version = engines.vllm_version(self.vllm_version)
+            except ValueError as exc:
+                raise InvalidArgument(f"--vllm-version: {exc}") from None
+            if version < engines.VLLM_OLDEST:
+                raise InvalidArgument(f"--vllm-version {self.vllm_version}: vLLM before 0.10 (the V0 engine) sized "
+                                      "its KV pool by other rules, which gpuwise does not model")
+        knobs = [n for n, v in (("--vllm-version", self.vllm_version),
+                                ("--gpu-memory-utilization", self.gpu_memory_utilization),
+                                ("--max-num-seqs", self.max_num_seqs),
+                                ("--max-num-batched-tokens", self.max_num_batched_tokens)) if v is not None]
+        if knobs and self.engine != "vllm":
+            raise InvalidArgument(f"{', '.join(knobs)} are vLLM's options; this engine is {self.engine}")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -182,7 +218,7 @@ def fit(req: FitRequest) -> FitResult:
     def estimate(*, context: int = context, batch: int = req.batch, num_gpus: int = req.num_gpus,
                  gpu_memory: int = req.gpu.memory_bytes) -> InferenceMemory:
         return inference_memory(spec, gpu_memory=gpu_memory, gpu_id=req.gpu.id, num_gpus=num_gpus, weights=w,
-                                kv_dtype=kv, context=context, batch=batch, engine=req.engine)
+                                kv_dtype=kv, context=context, batch=batch, engine=req.engine, vllm=req.vllm_options)
 
     est = estimate()
     max_pos = spec.max_position_embeddings

@@ -72,6 +72,9 @@ class InferRequest:
     """Prompt and output lengths of the requests under load: a JSONL file ({{"prompt_tokens": P, "output_tokens":
     O}} per line) or a CSV file with those columns, cycled to --num-prompts (default: every request
     --prompt-tokens + --output-tokens, as vLLM bench's random dataset)."""
+    gpu_memory_utilization: float | None = None
+    """vLLM --gpu-memory-utilization: share of the GPU's memory for weights, activations and the KV pool (default
+    0.9)."""
     max_num_seqs: int | None = None
     """Requests the engine runs at once (vLLM --max-num-seqs; default: vLLM's for the GPU)."""
     max_num_batched_tokens: int | None = None
@@ -105,13 +108,14 @@ class InferRequest:
         for name, v in (("--slo-ttft-ms", self.slo_ttft_ms), ("--slo-tpot-ms", self.slo_tpot_ms)):
             if v is not None:
                 require_positive_number(name, v, 1e9)
-        load_only = [n for n, v in (("--dataset-path", self.dataset_path), ("--max-num-seqs", self.max_num_seqs),
-                                    ("--max-num-batched-tokens", self.max_num_batched_tokens),
-                                    ("--slo-ttft-ms", self.slo_ttft_ms), ("--slo-tpot-ms", self.slo_tpot_ms))
-                     if v is not None]
+        load_only = [n for n, v in (("--dataset-path", self.dataset_path), ("--slo-ttft-ms", self.slo_ttft_ms),
+                                    ("--slo-tpot-ms", self.slo_tpot_ms)) if v is not None]
         if load_only and not self.under_load:
             raise InvalidArgument(f"{', '.join(load_only)} describe serving under load: add --request-rate or "
                                   "--max-concurrency")
+        if self.gpu_memory_utilization is not None and self.engine not in ("vllm", "trtllm"):
+            raise InvalidArgument("--gpu-memory-utilization is vLLM's option (TensorRT-LLM's pool is modelled as "
+                                  f"vLLM's); this engine is {self.engine}")
         if self.under_load and self.engine == "hf":
             raise InvalidArgument("transformers' generate runs one static batch, not continuous batching; serve "
                                   "under load with --engine vllm, trtllm or llamacpp")
@@ -197,8 +201,12 @@ def kernel_setup(req: InferRequest) -> KernelSetup:
         raise InvalidArgument("TensorRT-LLM does not run GGUF files; use bf16, fp8, int8 or int4-awq/gptq weights")
     context = req.prompt_tokens + req.output_tokens
     sequences = req.batch * req.samples
+    vllm = req.memory_engine == "vllm"
     mem = fit(FitRequest(model=req.model, gpu=req.gpu, num_gpus=req.num_gpus, weights=req.weights,
-                         kv_dtype=req.kv_dtype, context=context, batch=sequences, engine=req.memory_engine))
+                         kv_dtype=req.kv_dtype, context=context, batch=sequences, engine=req.memory_engine,
+                         gpu_memory_utilization=req.gpu_memory_utilization if vllm else None,
+                         max_num_seqs=req.max_num_seqs if vllm else None,
+                         max_num_batched_tokens=req.max_num_batched_tokens if vllm else None))
     eng = engine_perf(req.engine)
     profile = device_profile(req.gpu, req.profile)
     topo = topology(req.gpu, num_gpus=req.num_gpus, overrides=network_overrides(req.profile))
@@ -259,7 +267,7 @@ def infer(req: InferRequest) -> InferResult:
         t = ttft + (req.output_tokens - 1) * decode_s(seqs)[0]
         fits = inference_memory(spec, gpu_memory=req.gpu.memory_bytes, gpu_id=req.gpu.id, num_gpus=req.num_gpus,
                                 weights=w, kv_dtype=mem.kv, context=context, batch=seqs,
-                                engine=req.memory_engine).fits
+                                engine=req.memory_engine, vllm=mem.request.vllm_options).fits
         curve.append(SamplesPoint(samples=n, seconds=t, seconds_per_sample=t / n, fits=fits))
     serving = _under_load(req, ks) if req.under_load else None
     # The weight GEMMs of a decode step read every weight once for the whole batch and do 2 x batch FLOPs per
