@@ -90,7 +90,8 @@ class FitRequest:
                                 ("--max-num-seqs", self.max_num_seqs),
                                 ("--max-num-batched-tokens", self.max_num_batched_tokens)) if v is not None]
         if knobs and self.engine != "vllm":
-            raise InvalidArgument(f"{', '.join(knobs)} are vLLM's options; this engine is {self.engine}")
+            raise InvalidArgument(f"{', '.join(knobs)}: vLLM's option{'s' if len(knobs) > 1 else ''}, and the engine "
+                                  f"is {self.engine}")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -72,8 +72,10 @@ def render_fit(r: FitResult) -> str:
     rows.append(["budget" + per, fmt_gib(r.estimate.budget_bytes), ""])
     lines.append(_table(rows, ["memory" + per, "size", "share"], right={1, 2}))
     if req.engine == "vllm":
-        lines.append(f"(vLLM's budget: gpu_memory_utilization {r.estimate.details['gpu_memory_utilization']:.2f}"
-                     " x memory, plus the CUDA context outside it)")
+        d = r.estimate.details
+        lines.append(f"(vLLM's budget: gpu_memory_utilization {d['gpu_memory_utilization']:.2f} x "
+                     f"{fmt_gib(d['cuda_total_bytes'])} as CUDA reports it, plus the CUDA context outside it; "
+                     f"activations are its profiling run's peak, overhead its non-torch memory and the context)")
     bar, legend = breakdown_bar(parts, r.estimate.budget_bytes)
     lines += ["", f"{bar}  {legend}", ""]
     verdict = "FITS" if r.fits else "DOES NOT FIT"
