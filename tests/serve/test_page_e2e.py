@@ -180,6 +180,21 @@ def test_inference_view_shows_the_apis_verdict_memory_speed_and_command(page, ba
     assert page.tab.input_value("#cli-command") == cli
 
 
+def test_a_request_rate_shows_the_engine_under_load(page, base_url, tmp_path) -> None:
+    """Issue 19: the serving section (rate and SLO fields) shows the API's latency percentiles and goodput."""
+    q = {"model": "llama-3.1-8b", "gpu": "h100-sxm", "request_rate": "4", "slo_ttft_ms": "200", "slo_tpot_ms": "20"}
+    sv = api(base_url, "infer", **q)["serving"]
+    page.open(task="infer", **q)
+    assert page.tab.input_value("#request_rate") == "4"
+    rows = page.tab.locator('[data-testid="serving-latency"] tbody tr').all_inner_texts()
+    assert len(rows) == 4
+    ttft_p50 = rows[0].split("\t")[2].strip()
+    assert close(seconds(ttft_p50), sv["ttft_s"]["p50"])
+    assert close(leading_number(page.fact("serving-goodput")), sv["goodput_requests_per_s"])
+    assert "TTFT ≤ 200 ms" in page.fact("serving")
+    page.shot(tmp_path / "serving.png")
+
+
 def test_a_model_that_does_not_fit_shows_the_doctors_remedies(page, base_url, tmp_path) -> None:
     q = {"model": "llama-3.1-70b", "gpu": "rtx-4090", "weights": "bf16"}
     fit = api(base_url, "fit", **q)

@@ -23,7 +23,8 @@ from ..units import KiB, MiB
 
 COMMANDS = ("fit", "train", "infer", "plan", "pick", "doctor", "roofline", "models", "gpus", "explain")
 """The commands the API offers: the questions (not the measurement commands, which need the machine's GPUs)."""
-HIDDEN = frozenset({"help", "json", "plot", "emit", "list", "version"})
+HIDDEN = frozenset({"help", "json", "plot", "emit", "list", "version", "dataset_path"})
+"""Not offered: output format and files written, and `--dataset-path` (a path on the server's disk)."""
 MAX_BODY_BYTES = MiB
 """A config.json is a few KB; a MiB is generous."""
 TRUE, FALSE = frozenset({"true", "1", "yes", "on"}), frozenset({"false", "0", "no", "off"})

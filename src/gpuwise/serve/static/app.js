@@ -12,17 +12,19 @@ const DEFAULTS = { task: "infer", source: "catalog", model: "llama-3.1-8b", gpu:
 
 // Inputs of the form that map one to one onto API parameters (sharding maps onto fsdp or zero).
 const FIELDS = ["model", "gpu", "num_gpus", "engine", "weights", "kv_dtype", "batch", "context", "prompt_tokens",
-  "output_tokens", "finetune", "lora_rank", "seq", "global_batch", "micro_batch", "precision", "tp", "recompute",
+  "output_tokens", "request_rate", "slo_ttft_ms", "slo_tpot_ms", "finetune", "lora_rank", "seq", "global_batch", "micro_batch", "precision", "tp", "recompute",
   "optimizer", "offload", "phase"];
 const TASK_FIELDS = {
-  infer: ["engine", "weights", "kv_dtype", "batch", "context", "prompt_tokens", "output_tokens"],
+  infer: ["engine", "weights", "kv_dtype", "batch", "context", "prompt_tokens", "output_tokens", "request_rate",
+    "slo_ttft_ms", "slo_tpot_ms"],
   train: ["seq", "global_batch", "micro_batch", "precision", "fsdp", "zero", "tp", "recompute", "optimizer", "offload"],
 };
 TASK_FIELDS.finetune = [...TASK_FIELDS.train, "finetune", "lora_rank"];
 
 // Which parameters each command takes from the page (the API rejects unknown ones: docs/json-schema.md).
 const FIT = ["model", "gpu", "num_gpus", "weights", "kv_dtype", "context", "batch", "engine"];
-const INFER = ["model", "gpu", "num_gpus", "weights", "kv_dtype", "batch", "prompt_tokens", "output_tokens", "engine"];
+const INFER = ["model", "gpu", "num_gpus", "weights", "kv_dtype", "batch", "prompt_tokens", "output_tokens", "engine",
+  "request_rate", "slo_ttft_ms", "slo_tpot_ms"];
 const TRAIN = ["model", "gpu", "num_gpus", "seq", "global_batch", "micro_batch", "tp", "zero", "fsdp", "recompute",
   "offload", "optimizer", "precision"];
 const PICK_INFER = ["model", "weights", "kv_dtype", "batch", "prompt_tokens", "output_tokens", "engine"];

@@ -177,7 +177,36 @@ export function inferSpeed(inf) {
       { label: "memory traffic", num: true, cell: (r) => f.bytes(r.bytes) },
     ], rows, { testid: "infer-phases" }),
     inf.usd_source ? h("p", { class: "source" }, `Price: ${inf.usd_source}`) : null,
+    inf.serving ? servingBlock(inf.serving) : null,
     assumptions(inf.assumptions, "Speed assumptions"));
+}
+
+// Serving under load (infer with a request rate): latency percentiles, throughput, goodput.
+function servingBlock(sv) {
+  const rate = sv.request_rate_is_inf ? "all at once" : f.perSecond(sv.request_rate, "requests");
+  const stat = (name, key) => ({ name, ...sv[key] });
+  const rows = [stat("time to first token", "ttft_s"), stat("time per output token", "tpot_s"),
+    stat("inter-token latency", "itl_s"), stat("end to end", "e2e_s")];
+  const slo = [sv.slo_ttft_s ? `TTFT ≤ ${f.seconds(sv.slo_ttft_s)}` : null,
+    sv.slo_tpot_s ? `TPOT ≤ ${f.seconds(sv.slo_tpot_s)}` : null].filter(Boolean).join(" and ");
+  return h("div", { "data-testid": "serving" },
+    h("h3", {}, `Under load: ${f.count(sv.completed, "requests")}, ${rate}`),
+    table([
+      { label: "latency", cell: (r) => r.name },
+      { label: "mean", num: true, cell: (r) => f.seconds(r.mean) },
+      { label: "p50", num: true, cell: (r) => f.seconds(r.p50) },
+      { label: "p90", num: true, cell: (r) => f.seconds(r.p90) },
+      { label: "p99", num: true, cell: (r) => f.seconds(r.p99) },
+    ], rows, { testid: "serving-latency" }),
+    facts([
+      ["throughput", f.perSecond(sv.output_tokens_per_s, "output tokens"), { testid: "serving-throughput",
+        note: `${f.perSecond(sv.request_throughput_per_s, "requests")}; ${f.count(sv.mean_running_requests, "requests")} per step on average` }],
+      ["KV pool", f.count(sv.kv_capacity_tokens, "tokens"), { testid: "serving-kv",
+        note: `peak ${f.percent(sv.peak_kv_usage)} used; ${f.count(sv.preemptions, "preemptions")}` }],
+      ["goodput", sv.goodput_requests_per_s === null ? "no targets given" : f.perSecond(sv.goodput_requests_per_s, "requests"),
+        { testid: "serving-goodput", note: slo || "set TTFT / TPOT targets to count the requests that meet them" }],
+    ]),
+    assumptions(sv.assumptions, "Serving assumptions"));
 }
 
 export function trainSpeed(t, width) {
