@@ -40,13 +40,28 @@ def train(model: str | LoadedModel, *, gpu: str | GPU, **options):
     return _train(TrainRequest(model=_model(model), gpu=_gpu(gpu), **options))
 
 
-def infer(model: str | LoadedModel, *, gpu: str | GPU, **options):
+def infer(model: str | LoadedModel, *, gpu: str | GPU, plot: str | None = None, **options):
     """Inference latency and throughput (options: plan.infer.InferRequest: num_gpus, weights, batch, prompt_tokens,
-    output_tokens, samples, engine, profile, usd_per_gpu_hour)."""
+    output_tokens, samples, engine, profile, usd_per_gpu_hour, request_rate, max_concurrency, num_prompts,
+    dataset_path, max_num_seqs, max_num_batched_tokens, gpu_memory_utilization, slo_ttft_ms, slo_tpot_ms);
+    `plot`: also write latency against request rate (the knee where queueing starts) to this .png or .svg file."""
     from .plan.infer import InferRequest
     from .plan.infer import infer as _infer
 
-    return _infer(InferRequest(model=_model(model), gpu=_gpu(gpu), **options))
+    req = InferRequest(model=_model(model), gpu=_gpu(gpu), **options)
+    result = _infer(req)
+    if plot:
+        from dataclasses import replace
+
+        from .plan.infer import kernel_setup, serving_model
+        from .plan.serve import rate_sweep
+        from .report.plot import save_rate_sweep
+
+        sweep_req = req if req.under_load else replace(req, request_rate=float("inf"))
+        cost, load, _, _ = serving_model(sweep_req, kernel_setup(sweep_req))
+        saturation, points = rate_sweep(cost, load)
+        result = replace(result, plot=str(save_rate_sweep(result, saturation, points, plot)))
+    return result
 
 
 def roofline(model: str | LoadedModel, *, gpu: str | GPU, plot: str | None = None, **options):

@@ -92,3 +92,28 @@ def test_a_moe_never_decodes_slower_than_a_dense_model_of_its_total_size() -> No
         assert t_moe <= t_dense, (batch, t_moe, t_dense)
     # and at batch 1 it reads only the active experts: several times faster
     assert infer(InferRequest(model=moe, gpu=gpu)).tpot_s < 0.5 * infer(InferRequest(model=dense, gpu=gpu)).tpot_s
+
+
+def test_plot_of_latency_against_rate(capsys, tmp_path) -> None:
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "knee.svg"
+    code, text, err = run(capsys, "infer", "llama-3.1-8b", "--gpu", "h100-sxm", "--request-rate", "5",
+                          "--plot", str(out))
+    assert code == 0, err
+    assert out.stat().st_size > 5_000 and "latency-vs-rate plot written" in text
+    code, _, err = run(capsys, "infer", "llama-3.1-8b", "--gpu", "h100-sxm", "--plot", str(tmp_path / "x.gif"))
+    assert code == 2 and ".png or .svg" in err
+
+
+def test_the_sweep_latency_never_falls_as_the_rate_rises() -> None:
+    from gpuwise.plan.infer import kernel_setup, serving_model
+    from gpuwise.plan.serve import rate_sweep
+
+    req = InferRequest(model=load_model("llama-3.1-8b"), gpu=get_gpu("h100-sxm"), request_rate=1.0,
+                       prompt_tokens=1000, output_tokens=200)
+    cost, load, _, _ = serving_model(req, kernel_setup(req))
+    saturation, points = rate_sweep(cost, load, num_prompts=300)
+    assert saturation > 0
+    for a, b in zip(points, points[1:]):
+        assert b.result.e2e_s.mean >= a.result.e2e_s.mean * 0.99
+        assert b.result.tpot_s.p50 >= a.result.tpot_s.p50 * 0.99

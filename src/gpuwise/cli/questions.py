@@ -99,6 +99,26 @@ def _plot_option(p: argparse.ArgumentParser) -> None:
     p.add_argument("--plot", metavar="FILE", help="write a log-log roofline plot to FILE.png or FILE.svg")
 
 
+def _rate_plot_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--plot", metavar="FILE", help="write latency against request rate (TTFT p50/p90, TPOT p50 of "
+                                                  "the simulated engine; the knee where queueing starts) to "
+                                                  "FILE.png or FILE.svg")
+
+
+def _infer(args: argparse.Namespace) -> str:
+    from ..api import infer
+
+    result = infer(args.model, gpu=args.gpu, plot=args.plot, **_options(args, INFER))
+    if args.json:
+        from ..report.json_out import dumps, infer_to_dict
+
+        return dumps(infer_to_dict(result))
+    from ..report.text import render_infer
+
+    out = render_infer(result)
+    return out + (f"\nlatency-vs-rate plot written to {result.plot}" if result.plot else "")
+
+
 def _plan(args: argparse.Namespace) -> str:
     from ..api import plan
 
@@ -171,8 +191,8 @@ _QUESTIONS: dict[str, Question] = {
                       _answer("train", TRAIN, "train_to_dict", "render_train")),
     "doctor": Question("a job does not fit (or ran out of memory): remedies, ranked",
                        (TRAIN, DOCTOR, DOCTOR_INFER), _doctor),
-    "infer": Question("inference speed: time to first token, time per token, throughput, cost", (INFER,),
-                      _answer("infer", INFER, "infer_to_dict", "render_infer")),
+    "infer": Question("inference speed: time to first token, time per token, throughput, cost; under load with "
+                      "--request-rate", (INFER,), _infer, _rate_plot_option),
     "plan": Question("search the parallel layouts of a training job and rank those that fit", (PLAN,), _plan,
                      _emit_option),
     "pick": Question("which GPU kind and how many for a workload: ranked, with each rejection's rule", (PICK,),

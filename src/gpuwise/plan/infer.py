@@ -169,6 +169,8 @@ class InferResult:
     samples_curve: tuple[SamplesPoint, ...]
     serving: ServingAnswer | None = None
     """Under load (--request-rate / --max-concurrency): the simulated engine's latencies and throughput."""
+    plot: str | None = None
+    """The latency-vs-rate plot written for this result (`gpuwise infer --plot`), or None."""
     assumptions: tuple[str, ...] = field(default_factory=tuple)
 
 

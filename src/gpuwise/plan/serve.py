@@ -214,3 +214,24 @@ def load_spec(req, *, gpu_memory_bytes: int, gpu_id: str, kv_pool_bytes: float |
     limits = EngineLimits(max_num_seqs=seqs, max_num_batched_tokens=tokens, kv_capacity_tokens=capacity,
                           block_size=block)
     return LoadSpec(workload=workload, limits=limits, limits_reason=reason, lengths_source=source), capacity, cap_reason
+
+
+SWEEP_SHARES = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 1.0, 1.1, 1.25)
+"""Request rates of the latency-vs-rate curve, as shares of the engine's saturation throughput."""
+
+
+@dataclass(frozen=True, slots=True)
+class SweepPoint:
+    request_rate: float
+    result: ServingResult
+
+
+def rate_sweep(cost: StepCost, load: LoadSpec, *, num_prompts: int = 500) -> tuple[float, list[SweepPoint]]:
+    """(saturation requests/s, latency at rates from 5% to 125% of it): where queueing starts (the knee)."""
+    from dataclasses import replace
+
+    wl = replace(load.workload, max_concurrency=None, prompt_tokens=load.workload.prompt_tokens[:num_prompts],
+                 output_tokens=load.workload.output_tokens[:num_prompts])
+    saturation = simulate(cost, replace(wl, request_rate=math.inf), load.limits).request_throughput
+    return saturation, [SweepPoint(saturation * s, simulate(cost, replace(wl, request_rate=saturation * s),
+                                                             load.limits)) for s in SWEEP_SHARES]

@@ -53,3 +53,39 @@ def save_roofline(result: RooflineResult, path: str) -> Path:
     fig.savefig(out)
     plt.close(fig)
     return out
+
+
+def save_rate_sweep(result, saturation: float, points, path: str) -> Path:
+    """Latency against request rate for `gpuwise infer --plot`: TTFT p50/p90 and TPOT p50 of the simulated engine
+    from 5% to 125% of its saturation rate, the requested rate marked: the knee is where queueing starts."""
+    out = Path(path)
+    if out.suffix.lower() not in FORMATS:
+        raise InvalidArgument(f"--plot: use a .png or .svg file name, got '{path}'")
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise InvalidArgument("--plot needs matplotlib: pip install 'gpuwise[plot]'") from None
+    req = result.request
+    rates = [p.request_rate for p in points]
+    fig, ax = plt.subplots(figsize=(7.5, 4.8), dpi=110)
+    ax.semilogy(rates, [p.result.ttft_s.p50 * 1e3 for p in points], marker="o", label="TTFT p50")
+    ax.semilogy(rates, [p.result.ttft_s.p90 * 1e3 for p in points], marker="o", linestyle="--", label="TTFT p90")
+    ax.semilogy(rates, [p.result.tpot_s.p50 * 1e3 for p in points], marker="s", label="TPOT p50")
+    ax.axvline(saturation, color="0.5", linestyle=":", linewidth=1)
+    ax.annotate(f"saturation {saturation:.3g} requests/s", (saturation, ax.get_ylim()[1]), textcoords="offset points",
+                xytext=(4, -14), fontsize=8, color="0.35")
+    if req.request_rate and req.request_rate != float("inf"):
+        ax.axvline(req.request_rate, color="tab:red", linewidth=1, label=f"requested {req.request_rate:g}/s")
+    ax.set_xlabel("request rate (requests/s, Poisson)")
+    ax.set_ylabel("latency (ms)")
+    ax.set_title(f"{req.model.id} on {req.num_gpus} x {req.gpu.name}, {req.engine}: "
+                 f"{req.prompt_tokens} + {req.output_tokens} tokens", fontsize=9)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out)
+    plt.close(fig)
+    return out
