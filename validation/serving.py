@@ -55,6 +55,8 @@ class Scored:
     published: float
     predicted: float
     moe: bool
+    lengths: str = "fixed"
+    """'fixed' (the benchmark's own fixed lengths) or 'sharegpt-mean' (a ShareGPT run priced at its mean lengths)."""
 
     @property
     def error(self) -> float:
@@ -167,7 +169,8 @@ def score(rows: list[dict]) -> tuple[list[Scored], list[tuple[str, str]]]:
         moe = r.request.model.spec.moe is not None
         for key, (cat, read, scale) in METRICS.items():
             if key in row:
-                scored.append(Scored(cat, row["split"], row["name"], key, float(row[key]), read(res) * scale, moe))
+                scored.append(Scored(cat, row["split"], row["name"], key, float(row[key]), read(res) * scale, moe,
+                                     "sharegpt-mean" if row.get("dataset") == "sharegpt" else "fixed"))
     return scored, skipped
 
 
@@ -213,6 +216,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {s.split:11} {s.category:10} {s.name[:90]:90} {s.metric:18} {s.published:>10.4g} "
                   f"{s.predicted:>10.4g} {100 * s.error:>+7.1f}%")
     print("\n".join(_summary(scored)))
+    for kind in ("fixed", "sharegpt-mean"):
+        for split in ("calibration", "held-out"):
+            errs = [abs(s.error) for s in scored if s.lengths == kind and s.split == split]
+            if errs:
+                print(f"  lengths {kind:14} {split:12} {len(errs):>4} figures, median |error| "
+                      f"{100 * statistics.median(errs):5.1f}%")
     for name, why in skipped:
         print(f"  not scored: {name}: {why}")
     ok, msg = held_out_status(scored)
