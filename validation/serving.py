@@ -89,9 +89,7 @@ GPU_IDS = (("H100", "h100-sxm"), ("H200", "h200-sxm"), ("A100", "a100-sxm-80gb")
            ("B200", "b200"), ("MI300X", "mi300x"))
 """A row's GPU text -> catalog id, by the first name it contains (H100 without a form factor is the SXM part, as
 every source's node description is an 8-GPU HGX server)."""
-ENGINE_MODELS = {"vllm": "vllm", "trtllm": "trtllm", "sglang": "vllm", "llamacpp": "llamacpp"}
-"""SGLang rows are predicted with vLLM's engine model (same kernel families, CUDA graphs, paged KV pool and chunked
-prefill); gpuwise has no SGLang-specific constants yet."""
+ENGINE_MODELS = {"vllm": "vllm", "trtllm": "trtllm", "sglang": "sglang", "llamacpp": "llamacpp"}
 WEIGHTS = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8"}
 
 

@@ -12,10 +12,12 @@ from typing import Literal, get_args
 
 from ..units import GiB, MiB
 
-Engine = Literal["hf", "vllm", "llamacpp", "trtllm"]
-"""Serving engines whose speed is modelled: transformers, vLLM, llama.cpp, TensorRT-LLM."""
-MemoryEngine = Literal["hf", "vllm", "llamacpp"]
+Engine = Literal["hf", "vllm", "llamacpp", "trtllm", "sglang"]
+"""Serving engines whose speed is modelled: transformers, vLLM, llama.cpp, TensorRT-LLM, SGLang."""
+MemoryEngine = Literal["hf", "vllm", "llamacpp", "sglang"]
 """Engines whose memory layout is modelled (TensorRT-LLM's paged KV pool is taken as vLLM's)."""
+PAGED_TP_ENGINES = frozenset({"vllm", "sglang"})
+"""Engines that split every matrix over tensor parallelism and keep a paged KV pool."""
 ENGINES: tuple[str, ...] = get_args(MemoryEngine)
 SERVING_ENGINES: tuple[str, ...] = get_args(Engine)
 
@@ -111,7 +113,42 @@ class LlamaCppDefaults:
     parallelism, which multiplies the context-sized part of the compute buffer (ggml-backend.c)."""
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SGLangDefaults:
+    """SGLang's memory rule and defaults (python/sglang/srt/server_args.py, v0.4.7-0.5; model_runner.py):
+
+    mem_fraction_static of the memory free at start (CUDA's total less the context) holds the weights and the KV
+    pool; the rest is left for activations and CUDA graphs. Its default leaves a reserve by GPU size: (2.8 +
+    tp x pp / 10) GiB under 35 GiB, (9.5 + tp x pp / 2) under 90, (12 + tp x pp / 2) under 160, else 32 GiB; the
+    prefill chunk is 2,048 tokens under 35 GiB, 8,192 under 160 GiB, else 16,384; at most max_total_tokens / 2
+    (and 4,096) requests run at once. Checked on QwQ-32B on 4 x L4 at 0.85: 0.85 x 21.5 - 15.54 = 2.74 GiB,
+    logged 46,611 tokens = 2.84 GiB (kv_capacity.toml, calibration).
+    """
+
+    page_size: int = 1
+    max_running_requests: int = 4096
+
+    @staticmethod
+    def mem_fraction_static(gpu_memory_bytes: int, tp: int) -> float:
+        gib = gpu_memory_bytes / GiB
+        if gib < 35:
+            reserved = 2.8 + tp / 10
+        elif gib < 90:
+            reserved = 9.5 + tp / 2
+        elif gib < 160:
+            reserved = 12 + tp / 2
+        else:
+            reserved = 32.0
+        return round((gib - reserved) / gib, 3)
+
+    @staticmethod
+    def chunked_prefill_size(gpu_memory_bytes: int) -> int:
+        gib = gpu_memory_bytes / GiB
+        return 2048 if gib < 35 else 8192 if gib < 160 else 16384
+
+
 VLLM = VLLMDefaults()
+SGLANG = SGLangDefaults()
 VLLM_NEWEST = (0, 19)
 """The newest vLLM whose startup logs the memory rule was checked on; the default version."""
 VLLM_OLDEST = (0, 10)

@@ -92,6 +92,8 @@ class VLLMOptions:
     max_num_seqs: int | None = None
     max_num_batched_tokens: int | None = None
     version: tuple[int, int] = engines.VLLM_NEWEST
+    mem_fraction_static: float | None = None
+    """SGLang's share of the memory free at start for weights + KV pool (default: its rule for the GPU)."""
 
 
 def _vllm(spec: ModelSpec, gpu_memory: int, gpu_id: str, tp: int, w: WeightFormat, kv: DType,
@@ -128,6 +130,29 @@ def _vllm(spec: ModelSpec, gpu_memory: int, gpu_id: str, tp: int, w: WeightForma
         "max_concurrent_sequences": max(int(pool // per_seq), 0) if per_seq > 0 else None,
     }
     return InferenceMemory(MemoryBreakdown(weights, kv_bytes, act, overhead), budget, details)
+
+
+def _sglang(spec: ModelSpec, gpu_memory: int, tp: int, w: WeightFormat, kv: DType, context: int, batch: int,
+            opts: VLLMOptions | None = None) -> InferenceMemory:
+    g = engines.SGLANG
+    opts = opts or VLLMOptions()
+    frac = opts.mem_fraction_static or g.mem_fraction_static(gpu_memory, tp)
+    weights = w.weight_bytes(spec) / tp
+    kv_bytes = kv_cache_bytes(spec, context=context, batch=batch, bytes_per_element=kv.bytes, engine="sglang", tp=tp)
+    start_free = gpu_memory - engines.CUDA_RESERVED_BYTES - engines.CUDA_CONTEXT_BYTES
+    pool = frac * start_free - weights
+    rest = (1 - frac) * start_free  # activations, CUDA graphs: SGLang's reserve, not part of the pool
+    per_seq = kv_cache_bytes(spec, context=context, batch=1, bytes_per_element=kv.bytes, engine="sglang", tp=tp)
+    details = {
+        "tensor_parallel": tp,
+        "mem_fraction_static": frac,
+        "kv_pool_bytes": max(pool, 0.0),
+        "max_concurrent_sequences": max(int(pool // per_seq), 0) if per_seq > 0 else None,
+        "chunked_prefill_size": g.chunked_prefill_size(gpu_memory),
+    }
+    budget = frac * start_free + engines.CUDA_CONTEXT_BYTES
+    return InferenceMemory(MemoryBreakdown(weights, kv_bytes, 0.0, engines.CUDA_CONTEXT_BYTES), budget,
+                           dict(details, reserve_bytes=rest))
 
 
 def _hf(spec: ModelSpec, gpu_memory: int, n_gpus: int, w: WeightFormat, kv: DType, context: int,
@@ -199,6 +224,8 @@ def inference_memory(spec: ModelSpec, *, gpu_memory: int, gpu_id: str = "", num_
     """Memory on the most loaded of `num_gpus` GPUs of `gpu_memory` bytes each."""
     if engine == "vllm":
         return _vllm(spec, gpu_memory, gpu_id, num_gpus, weights, kv_dtype, context, batch, vllm)
+    if engine == "sglang":
+        return _sglang(spec, gpu_memory, num_gpus, weights, kv_dtype, context, batch, vllm)
     if engine == "hf":
         return _hf(spec, gpu_memory, num_gpus, weights, kv_dtype, context, batch)
     if engine == "llamacpp":

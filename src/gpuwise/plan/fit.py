@@ -58,12 +58,16 @@ class FitRequest:
 
     vllm_version: str | None = None
     """vLLM version whose memory rule applies, e.g. 0.11.0 (default: the newest checked, 0.19; 0.10 and later)."""
+    mem_fraction_static: float | None = None
+    """SGLang --mem-fraction-static: share of the memory free at start for weights and the KV pool (default:
+    SGLang's rule for the GPU's size and TP)."""
 
     @property
     def vllm_options(self) -> VLLMOptions:
         return VLLMOptions(gpu_memory_utilization=self.gpu_memory_utilization, max_num_seqs=self.max_num_seqs,
                            max_num_batched_tokens=self.max_num_batched_tokens,
-                           version=engines.vllm_version(self.vllm_version))
+                           version=engines.vllm_version(self.vllm_version),
+                           mem_fraction_static=self.mem_fraction_static)
 
     def __post_init__(self) -> None:
         require_positive_int("--num-gpus", self.num_gpus, 4096)
@@ -89,6 +93,11 @@ class FitRequest:
                                 ("--gpu-memory-utilization", self.gpu_memory_utilization),
                                 ("--max-num-seqs", self.max_num_seqs),
                                 ("--max-num-batched-tokens", self.max_num_batched_tokens)) if v is not None]
+        if self.mem_fraction_static is not None:
+            if not 0 < self.mem_fraction_static < 1:
+                raise InvalidArgument(f"--mem-fraction-static must be in (0, 1), got {self.mem_fraction_static}")
+            if self.engine != "sglang":
+                raise InvalidArgument(f"--mem-fraction-static is SGLang's option, and the engine is {self.engine}")
         if knobs and self.engine != "vllm":
             raise InvalidArgument(f"{', '.join(knobs)}: vLLM's option{'s' if len(knobs) > 1 else ''}, and the engine "
                                   f"is {self.engine}")
@@ -193,7 +202,7 @@ def _valid_gpu_counts(req: FitRequest) -> list[int]:
     from ..estimate.parallel import serving_tp_conflict  # local: the layout rules load the pipeline module
 
     spec = req.model.spec
-    if req.engine == "vllm":
+    if req.engine in engines.PAGED_TP_ENGINES:
         return [tp for tp in TP_SIZES if serving_tp_conflict(spec, tp) is None]
     return list(range(1, min(spec.num_layers, MAX_GPUS_SEARCH) + 1))
 
@@ -202,11 +211,13 @@ def check_tensor_parallel(req: FitRequest) -> None:
     from ..estimate.parallel import serving_tp_conflict
 
     spec = req.model.spec
-    conflict = serving_tp_conflict(spec, req.num_gpus) if req.engine == "vllm" and req.num_gpus > 1 else None
+    paged = req.engine in engines.PAGED_TP_ENGINES
+    conflict = serving_tp_conflict(spec, req.num_gpus) if paged and req.num_gpus > 1 else None
     if conflict is not None:
         valid = ", ".join(str(n) for n in _valid_gpu_counts(req))
-        raise InvalidArgument(f"vLLM tensor parallelism needs {conflict}; valid: {valid}")
-    if req.engine != "vllm" and req.num_gpus > spec.num_layers:
+        name = "vLLM" if req.engine == "vllm" else "SGLang"
+        raise InvalidArgument(f"{name} tensor parallelism needs {conflict}; valid: {valid}")
+    if not paged and req.num_gpus > spec.num_layers:
         raise InvalidArgument(f"--num-gpus {req.num_gpus} exceeds the {spec.num_layers} layers to split across GPUs")
 
 
@@ -248,6 +259,9 @@ def fit(req: FitRequest) -> FitResult:
     if req.engine == "vllm":
         assumptions.append("vLLM reserves gpu_memory_utilization=0.9 of memory; the rest of that budget becomes the "
                            "KV pool, so nvidia-smi shows ~90% used whatever the model")
+    if req.engine == "sglang":
+        assumptions.append(f"SGLang keeps mem_fraction_static={est.details['mem_fraction_static']} of the memory free "
+                           "at start for weights and the KV pool; the rest is for activations and CUDA graphs")
     if req.engine == "llamacpp":
         assumptions.append("llama.cpp keeps token embeddings in host memory; flash attention on; micro-batch 512")
     if req.gpu.vendor == "apple":

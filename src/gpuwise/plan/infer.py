@@ -75,11 +75,14 @@ class InferRequest:
     gpu_memory_utilization: float | None = None
     """vLLM --gpu-memory-utilization: share of the GPU's memory for weights, activations and the KV pool (default
     0.9)."""
+    mem_fraction_static: float | None = None
+    """SGLang --mem-fraction-static (default: SGLang's rule for the GPU)."""
     max_num_seqs: int | None = None
-    """Requests the engine runs at once (vLLM --max-num-seqs; default: vLLM's for the GPU)."""
+    """Requests the engine runs at once (vLLM --max-num-seqs, SGLang --max-running-requests; default: the
+    engine's for the GPU)."""
     max_num_batched_tokens: int | None = None
-    """Tokens per engine step, prompt chunks included (vLLM --max-num-batched-tokens; default: vLLM's for the
-    GPU)."""
+    """Tokens per engine step, prompt chunks included (vLLM --max-num-batched-tokens, SGLang
+    --chunked-prefill-size; default: the engine's for the GPU)."""
     slo_ttft_ms: float | None = None
     """Time-to-first-token target (ms) under load: goodput counts the requests that meet it (vLLM bench
     --goodput ttft:MS)."""
@@ -118,7 +121,7 @@ class InferRequest:
                                   f"vLLM's); this engine is {self.engine}")
         if self.under_load and self.engine == "hf":
             raise InvalidArgument("transformers' generate runs one static batch, not continuous batching; serve "
-                                  "under load with --engine vllm, trtllm or llamacpp")
+                                  "under load with --engine vllm, sglang, trtllm or llamacpp")
 
     @property
     def under_load(self) -> bool:
@@ -208,7 +211,8 @@ def kernel_setup(req: InferRequest) -> KernelSetup:
                          kv_dtype=req.kv_dtype, context=context, batch=sequences, engine=req.memory_engine,
                          gpu_memory_utilization=req.gpu_memory_utilization if vllm else None,
                          max_num_seqs=req.max_num_seqs if vllm else None,
-                         max_num_batched_tokens=req.max_num_batched_tokens if vllm else None))
+                         max_num_batched_tokens=req.max_num_batched_tokens if vllm else None,
+                         mem_fraction_static=req.mem_fraction_static))
     eng = engine_perf(req.engine)
     profile = device_profile(req.gpu, req.profile)
     topo = topology(req.gpu, num_gpus=req.num_gpus, overrides=network_overrides(req.profile))
@@ -289,7 +293,7 @@ def serving_model(req: InferRequest, ks: KernelSetup) -> tuple[StepCost, serve.L
     spec = req.model.spec
     mem, eng = ks.mem, ks.eng
     tp = req.num_gpus if eng.multi_gpu == "tp" else 1
-    per_token = kv_bytes_per_token(spec, mem.kv.bytes, "vllm", tp)
+    per_token = kv_bytes_per_token(spec, mem.kv.bytes, req.memory_engine if req.memory_engine != "hf" else "vllm", tp)
     load, capacity, cap_reason = serve.load_spec(
         req, gpu_memory_bytes=req.gpu.memory_bytes, gpu_id=req.gpu.id,
         kv_pool_bytes=mem.estimate.details.get("kv_pool_bytes"), kv_bytes_per_token=per_token,

@@ -32,7 +32,7 @@ FINETUNE_BATCH = 16
 """Sequences per step for --task finetune unless --global-batch is given (PEFT examples' order of magnitude)."""
 RULES = ("memory", "slo", "communication", "budget", "headroom")
 SloPercentile = Literal[50, 90, 99]
-ENGINE_VENDORS = {"vllm": ("nvidia", "amd"), "hf": ("nvidia", "amd"), "trtllm": ("nvidia",),
+ENGINE_VENDORS = {"vllm": ("nvidia", "amd"), "sglang": ("nvidia", "amd"), "hf": ("nvidia", "amd"), "trtllm": ("nvidia",),
                   "llamacpp": ("nvidia", "amd", "apple")}
 TRAIN_VENDORS = ("nvidia", "amd")
 

@@ -196,6 +196,19 @@ def load_spec(req, *, gpu_memory_bytes: int, gpu_id: str, kv_pool_bytes: float |
         capacity = seqs * context
         cap_reason = f"{seqs} slots x {context:,} tokens of context each"
         block = 1
+    elif req.engine == "sglang":
+        from ..estimate.engines import SGLANG
+
+        pool = kv_pool_bytes or 0.0
+        capacity = int(pool // kv_bytes_per_token) if kv_bytes_per_token > 0 else 0
+        seqs = req.max_num_seqs or min(SGLANG.max_running_requests, max(1, capacity // 2))
+        tokens = req.max_num_batched_tokens or SGLANG.chunked_prefill_size(gpu_memory_bytes)
+        reason = ("as given" if (req.max_num_seqs and req.max_num_batched_tokens) else
+                  f"SGLang's defaults on this GPU (max_running_requests {seqs}: half the pool's tokens, at most "
+                  f"{SGLANG.max_running_requests}; chunked_prefill_size {tokens:,})")
+        cap_reason = (f"SGLang's KV pool {pool / 2**30:.2f} GiB per GPU / {kv_bytes_per_token:,.0f} bytes per token "
+                      "(token pages)")
+        block = 1
     else:
         if req.engine == "trtllm":
             seqs = req.max_num_seqs or TRTLLM_LIMITS[0]

@@ -200,8 +200,8 @@ def default_weight_format(spec: ModelSpec, engine: str) -> tuple[WeightFormat, s
     from ..dtypes import torch_dtype_to_name
 
     native = torch_dtype_to_name(spec.torch_dtype)
-    if engine == "vllm":
-        # vLLM dtype="auto": fp32 checkpoints are served in fp16 (vllm/config/model.py _get_and_verify_dtype).
+    if engine in ("vllm", "sglang"):
+        # vLLM (and SGLang) dtype="auto": fp32 checkpoints are served in fp16 (vllm/config/model.py _get_and_verify_dtype).
         if native in (None, "fp32"):
             return get_weight_format("fp16"), "vLLM dtype=auto serves fp32/unspecified checkpoints in fp16"
         return get_weight_format(native), f"vLLM dtype=auto keeps the checkpoint dtype ({native})"

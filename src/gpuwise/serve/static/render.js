@@ -15,7 +15,7 @@ const TRAIN_PARTS = [["params", "parameters"], ["master_weights", "master weight
 const TIME_PARTS = [["forward", "forward"], ["backward", "backward"], ["recompute", "recompute"],
   ["tp_comm", "TP comm"], ["cp_comm", "CP comm"], ["ep_comm", "EP comm"], ["pp_comm", "PP comm"],
   ["bubble", "pipeline bubble"], ["dp_comm", "DP comm"], ["optimizer", "optimizer"], ["overhead", "overhead"]];
-const ENGINES = { vllm: "vLLM", hf: "transformers", llamacpp: "llama.cpp", trtllm: "TensorRT-LLM" };
+const ENGINES = { vllm: "vLLM", sglang: "SGLang", hf: "transformers", llamacpp: "llama.cpp", trtllm: "TensorRT-LLM" };
 
 function parts(spec, values) {
   return spec.map(([key, label], i) => ({ key, label, value: values[key] ?? null, colour: PALETTE[i % PALETTE.length] }));
