@@ -56,7 +56,8 @@ class Scored:
     predicted: float
     moe: bool
     lengths: str = "fixed"
-    """'fixed' (the benchmark's own fixed lengths) or 'sharegpt-mean' (a ShareGPT run priced at its mean lengths)."""
+    """'fixed' (the benchmark's own fixed lengths) or 'sharegpt' (a ShareGPT run priced with chat-like lengths of its
+    printed means)."""
 
     @property
     def error(self) -> float:
@@ -107,6 +108,22 @@ def _sharegpt_means(row: dict) -> tuple[int, int] | None:
     return (round(int(p.group(1).replace(",", "")) / k), round(int(o.group(1).replace(",", "")) / k))
 
 
+def _chat_file(n: int, mean_prompt: int, mean_output: int) -> str:
+    """A JSONL lengths file of `n` chat-like requests with these means (gpuwise.plan.serve.chat_lengths: ShareGPT's
+    published spread within vLLM bench's filter), written once per (n, means) to a temporary folder."""
+    import json
+    import tempfile
+
+    from gpuwise.plan.serve import chat_lengths
+
+    path = Path(tempfile.gettempdir()) / f"gpuwise-chat-{n}-{mean_prompt}-{mean_output}.jsonl"
+    if not path.exists():
+        prompts, outputs = chat_lengths(n, mean_prompt, mean_output)
+        path.write_text("".join(json.dumps({"prompt_tokens": p, "output_tokens": o}) + "\n"
+                                for p, o in zip(prompts, outputs)))
+    return str(path)
+
+
 def resolve(row: dict) -> tuple[str, str, dict] | str:
     """(model, gpu id, `gpuwise infer` options) for a row, or why it is not scored (README states the rules)."""
     model = MODEL_REFS.get(row["model"])
@@ -133,6 +150,8 @@ def resolve(row: dict) -> tuple[str, str, dict] | str:
         return f"dataset {row.get('dataset')!r} without fixed lengths"
     opts = {"engine": ENGINE_MODELS[row["engine"]], "num_gpus": int(row.get("tp", 1)), "prompt_tokens": prompt,
             "output_tokens": output, "num_prompts": int(row.get("num_prompts") or 1000), "weights": w}
+    if row.get("dataset") == "sharegpt":
+        opts["dataset_path"] = _chat_file(opts["num_prompts"], prompt, output)
     if str(row.get("kv_dtype", "auto")).lower() in ("fp8", "fp8_e4m3", "fp8_e5m2"):
         opts["kv_dtype"] = "fp8"  # otherwise the engine's default ("auto", or not stated): the model's dtype
     rate = row.get("request_rate")
@@ -168,7 +187,7 @@ def score(rows: list[dict]) -> tuple[list[Scored], list[tuple[str, str]]]:
         for key, (cat, read, scale) in METRICS.items():
             if key in row:
                 scored.append(Scored(cat, row["split"], row["name"], key, float(row[key]), read(res) * scale, moe,
-                                     "sharegpt-mean" if row.get("dataset") == "sharegpt" else "fixed"))
+                                     "sharegpt" if row.get("dataset") == "sharegpt" else "fixed"))
     return scored, skipped
 
 
@@ -214,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {s.split:11} {s.category:10} {s.name[:90]:90} {s.metric:18} {s.published:>10.4g} "
                   f"{s.predicted:>10.4g} {100 * s.error:>+7.1f}%")
     print("\n".join(_summary(scored)))
-    for kind in ("fixed", "sharegpt-mean"):
+    for kind in ("fixed", "sharegpt"):
         for split in ("calibration", "held-out"):
             errs = [abs(s.error) for s in scored if s.lengths == kind and s.split == split]
             if errs:

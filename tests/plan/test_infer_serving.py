@@ -117,3 +117,26 @@ def test_the_sweep_latency_never_falls_as_the_rate_rises() -> None:
     for a, b in zip(points, points[1:]):
         assert b.result.e2e_s.mean >= a.result.e2e_s.mean * 0.99
         assert b.result.tpot_s.p50 >= a.result.tpot_s.p50 * 0.99
+
+
+def test_chat_lengths_keep_their_means_and_vllm_benchs_filter() -> None:
+    from gpuwise.plan.serve import chat_lengths
+
+    prompts, outputs = chat_lengths(2000, 230, 200, seed=3)
+    assert abs(sum(prompts) / 2000 - 230) < 1 and abs(sum(outputs) / 2000 - 200) < 1
+    assert all(4 <= p <= 1024 and o >= 4 and p + o <= 2048 for p, o in zip(prompts, outputs))
+    assert sorted(prompts)[1000] < 230  # skewed: the median prompt is shorter than the mean
+    assert chat_lengths(50, 100, 100) == chat_lengths(50, 100, 100)  # seeded
+
+
+def test_the_shipped_chat_sample_is_what_its_script_makes(tmp_path) -> None:
+    import json
+    from pathlib import Path
+
+    from gpuwise.plan.serve import chat_lengths
+
+    sample = Path(__file__).parents[2] / "examples" / "lengths" / "chat_sample.jsonl"
+    rows = [json.loads(line) for line in sample.read_text().splitlines()]
+    prompts, outputs = chat_lengths(1000, 220, 195)
+    assert [r["prompt_tokens"] for r in rows] == list(prompts)
+    assert [r["output_tokens"] for r in rows] == list(outputs)

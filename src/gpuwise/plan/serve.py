@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import random
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -83,6 +84,32 @@ def read_lengths(path: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
             raise InvalidArgument(f"lengths file '{path}' row {n}: lengths must be between 1 and {1 << 22:,}")
         prompts.append(pa)
         outputs.append(ob)
+    return tuple(prompts), tuple(outputs)
+
+
+CHAT_PROMPT_CV = 547 / 246
+"""Spread of chat prompt lengths (std / mean): ShareGPT first turns, NanoFlow (arXiv 2408.12757) Table 4, mean 246,
+std 547 tokens (validation/serving_sources/sharegpt_lengths.md; a secondary transcription)."""
+CHAT_OUTPUT_CV = 244 / 322
+"""Spread of chat replies: the same table, mean 322, std 244 tokens."""
+
+
+def chat_lengths(n: int, mean_prompt: float, mean_output: float, *, seed: int = 0, max_prompt: int = 1024,
+                 max_total: int = 2048, min_len: int = 4) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """`n` chat-like (prompt, output) lengths: log-normal with ShareGPT's published spread, kept within vLLM bench's
+    ShareGPT filter (4 <= prompt <= 1,024, output >= 4, prompt + output <= 2,048), scaled so that the kept lengths
+    have the given means. A stand-in for the data set's own lengths, which gpuwise does not ship."""
+    rng = random.Random(seed)
+    sp = math.sqrt(math.log(1 + CHAT_PROMPT_CV ** 2))
+    so = math.sqrt(math.log(1 + CHAT_OUTPUT_CV ** 2))
+    zs = [(rng.gauss(0, 1), rng.gauss(0, 1)) for _ in range(n)]
+    kp, ko = mean_prompt, mean_output  # scales, corrected for what the clipping removes
+    for _ in range(8):
+        prompts = [min(max_prompt, max(min_len, round(kp * math.exp(sp * a - sp * sp / 2)))) for a, _ in zs]
+        outputs = [min(max_total - p, max(min_len, round(ko * math.exp(so * b - so * so / 2))))
+                   for p, (_, b) in zip(prompts, zs)]
+        kp *= mean_prompt / (sum(prompts) / n)
+        ko *= mean_output / (sum(outputs) / n)
     return tuple(prompts), tuple(outputs)
 
 
