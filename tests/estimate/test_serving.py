@@ -109,3 +109,27 @@ def test_weighted_percentiles_and_goodput():
     r = simulate(_cost(), _wl(n=100, request_rate=2.0), LIMITS)
     assert r.goodput(None, None) == pytest.approx(r.request_throughput)
     assert r.goodput(r.ttft_s.p50, None) == pytest.approx(r.request_throughput / 2, rel=0.1)
+
+
+def test_a_cached_prefix_is_not_computed_again_but_is_attended_to():
+    cost = _cost()
+    r = simulate(cost, _wl(n=1, prompt=1000, out=2, prefix_hit_rate=0.75), LIMITS)
+    new = 250  # 1000 - 750 cached
+    assert r.ttft_s.mean == pytest.approx(cost.seconds(new, 1, 0, new * (750 + (new + 1) / 2)))
+    with pytest.raises(ValueError, match="prefix-cache hit rate"):
+        _wl(n=1, prefix_hit_rate=1.0)
+
+
+def test_speculative_decoding_trades_rows_for_tokens():
+    from gpuwise.estimate.serving import Speculation
+
+    assert Speculation(num_tokens=2, acceptance_rate=0.5, draft_layers_fraction=0.03).tokens_per_step == \
+        pytest.approx(1 + 0.5 + 0.25)
+    base = simulate(_cost(), _wl(n=4, prompt=200, out=300, max_concurrency=1), LIMITS)
+    useless = simulate(_cost(), _wl(n=4, prompt=200, out=300, max_concurrency=1), LIMITS,
+                       speculation=Speculation(num_tokens=1, acceptance_rate=0.0, draft_layers_fraction=0.03))
+    good = simulate(_cost(), _wl(n=4, prompt=200, out=300, max_concurrency=1), LIMITS,
+                    speculation=Speculation(num_tokens=3, acceptance_rate=0.8, draft_layers_fraction=0.03))
+    assert useless.tpot_s.mean >= base.tpot_s.mean  # nothing accepted: the drafts only cost
+    assert good.tpot_s.mean < 0.6 * base.tpot_s.mean  # ~2.95 tokens a step at a memory-bound batch of one
+    assert good.completed == base.completed == 4

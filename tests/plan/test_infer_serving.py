@@ -56,6 +56,10 @@ def test_inf_rate_and_closed_loop(capsys) -> None:
     (["--request-rate", "2", "--engine", "hf"], "continuous batching"),
     (["--request-rate", "2", "--dataset-path", "/no/such/file.jsonl"], "cannot read lengths file"),
     (["--request-rate", "2", "--prompt-tokens", "900000"], "does not fit in the KV pool"),
+    (["--request-rate", "2", "--num-speculative-tokens", "3"], "--acceptance-rate"),
+    (["--request-rate", "2", "--num-speculative-tokens", "3", "--acceptance-rate", "1"], "[0, 1)"),
+    (["--request-rate", "2", "--prefix-cache-hit-rate", "1.5"], "[0, 1)"),
+    (["--prefix-cache-hit-rate", "0.5"], "add --request-rate or --max-concurrency"),
 ])
 def test_bad_load_options_are_one_line_and_exit_2(capsys, extra: list[str], needle: str) -> None:
     code, out, err = run(capsys, "infer", "llama-3.1-8b", "--gpu", "h100-sxm", *extra)

@@ -100,11 +100,17 @@ class Workload:
     """Requests per second (Poisson arrivals); inf sends all at once."""
     max_concurrency: int | None = None
     """At most this many requests in flight (the client waits for one to finish before sending the next)."""
+    prefix_hit_rate: float = 0.0
+    """Share of each prompt already in the engine's prefix cache (vLLM automatic prefix caching, SGLang's radix
+    cache): those tokens are not computed again (the last prompt token always is); they still occupy the pool."""
     seed: int = 0
 
     def __post_init__(self) -> None:
         if len(self.prompt_tokens) != len(self.output_tokens) or not self.prompt_tokens:
             raise ValueError("a workload needs as many prompt lengths as output lengths, at least one")
+        if not 0 <= self.prefix_hit_rate < 1:
+            raise ValueError(f"the prefix-cache hit rate must be in [0, 1), got {self.prefix_hit_rate}")
+
 
     def arrivals(self) -> list[float]:
         """Send times (s): Poisson with `request_rate`, or all at 0."""
@@ -118,6 +124,30 @@ class Workload:
             out.append(t)
         return out
 
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Speculation:
+    """Speculative decoding with a one-layer draft head (EAGLE, DeepSeek's MTP): each step drafts `num_tokens`
+    tokens one after another, then the target model verifies them in the same pass as the request's next token.
+
+    With a per-token acceptance rate a (the chance a draft token is accepted given the ones before it were), a step
+    yields (1 - a^(k+1)) / (1 - a) tokens on average (Leviathan et al. 2023, eq. 1)."""
+
+    num_tokens: int
+    acceptance_rate: float
+    draft_layers_fraction: float
+    """The draft head's share of one target forward pass, without the LM head (one layer of L: 1/L)."""
+
+    def __post_init__(self) -> None:
+        if self.num_tokens < 1:
+            raise ValueError("speculative decoding needs at least one draft token")
+        if not 0 <= self.acceptance_rate < 1:
+            raise ValueError(f"the acceptance rate must be in [0, 1), got {self.acceptance_rate}")
+
+    @property
+    def tokens_per_step(self) -> float:
+        a, k = self.acceptance_rate, self.num_tokens
+        return (1 - a ** (k + 1)) / (1 - a)
 
 @dataclass(frozen=True, slots=True)
 class Stats:
@@ -214,7 +244,8 @@ class _Req:
         self.alive = False
 
 
-def simulate(cost: StepCost, workload: Workload, limits: EngineLimits, *, timeline_points: int = 200) -> ServingResult:
+def simulate(cost: StepCost, workload: Workload, limits: EngineLimits, *, speculation: Speculation | None = None,
+             timeline_points: int = 200) -> ServingResult:
     """Run the engine over the workload until every request has finished."""
     if limits.kv_capacity_tokens < limits.block_size:
         raise ValueError("the KV pool holds no block")
@@ -226,6 +257,19 @@ def simulate(cost: StepCost, workload: Workload, limits: EngineLimits, *, timeli
                          f"{limits.kv_capacity_tokens:,} tokens")
     bs = limits.block_size
     cap_blocks = limits.kv_capacity_tokens // bs
+    spec_rows = speculation.num_tokens + 1 if speculation else 1   # rows a decoding request puts in a step
+    per_step = speculation.tokens_per_step if speculation else 1.0  # tokens it gains per step
+    hit = workload.prefix_hit_rate
+
+    def steps_for(tokens: int) -> int:
+        return math.ceil(tokens / per_step - 1e-9)
+
+    def draft_s(n: int) -> float:
+        if not speculation or not n:
+            return 0.0
+        head = _interp(cost.head_grid, cost.head_s, n)
+        return speculation.num_tokens * (_interp(cost.rows_grid, cost.rows_s, n) * speculation.draft_layers_fraction
+                                         + head)
     budget_max = limits.max_num_batched_tokens
     conc = workload.max_concurrency or len(reqs)
 
@@ -267,9 +311,9 @@ def simulate(cost: StepCost, workload: Workload, limits: EngineLimits, *, timeli
             return False
         if cand.i in decoding:
             del decoding[cand.i]
-            produced_now = dec_counter - cand.dec0
+            produced_now = min(round((dec_counter - cand.dec0) * per_step), cand.out - cand.produced - 1)
+            dec_ctx_sum -= cand.ctx0 + (dec_counter - cand.dec0) * per_step
             cand.produced += produced_now
-            dec_ctx_sum -= cand.ctx0 + produced_now
         else:
             prefilling.remove(cand)
         cand.alive = False
@@ -294,44 +338,44 @@ def simulate(cost: StepCost, workload: Workload, limits: EngineLimits, *, timeli
         if n_dec and not waiting and not prefilling:
             # decode-only stretch: the same requests step together until one finishes, one arrives or the pool
             # fills; each step's time is linear in the cached tokens, so run it in a tight loop
-            fixed = cost.seconds(n_dec, n_dec, 0, 0.0)
+            fixed = cost.seconds(n_dec * spec_rows, n_dec * spec_rows, 0, 0.0) + draft_s(n_dec)
             per_kv = cost.kv_read_s_per_token
             while finish_heap and (finish_heap[0][1] not in decoding
-                                   or reqs[finish_heap[0][1]].dec0 + reqs[finish_heap[0][1]].out
-                                   - reqs[finish_heap[0][1]].produced != finish_heap[0][0]):
+                                   or reqs[finish_heap[0][1]].dec0 + steps_for(reqs[finish_heap[0][1]].out
+                                                                               - reqs[finish_heap[0][1]].produced)
+                                   != finish_heap[0][0]):
                 heapq.heappop(finish_heap)  # stale entries of preempted requests
             k_max = (finish_heap[0][0] - dec_counter - 1) if finish_heap else 0
             room = cap_blocks - used_blocks()
-            k_max = min(k_max, int(room * bs / n_dec) - 1)
+            k_max = min(k_max, int(room * bs / (n_dec * per_step)) - 1)
             next_send = pending[0].sent if (pending and in_flight < conc) else math.inf
             k = 0
             t0 = now
             while k < k_max and now < next_send:
                 now += fixed + per_kv * dec_ctx_sum
-                dec_ctx_sum += n_dec
+                dec_ctx_sum += n_dec * per_step
                 k += 1
             if k:
                 dec_counter += k
                 steps += k
                 running_sum += k * n_dec
                 max_running = max(max_running, n_dec)
-                itl_v.append((now - t0) / k)
-                itl_w.append(float(n_dec * k))
+                itl_v.append((now - t0) / k / per_step)
+                itl_w.append(n_dec * k * per_step)
                 usage = used_blocks() / cap_blocks
                 peak_kv = max(peak_kv, usage)
                 if len(timeline) < 20 * timeline_points:
                     timeline.append((now - first_send, usage))
                 continue
         budget = budget_max
-        # 1. decoding requests: one token each (they come first in vLLM's running list order)
-        budget -= n_dec
-        need_blocks = used_blocks() + n_dec / bs
+        # 1. decoding requests: one token each, or their drafts to verify (first in vLLM's running list order)
+        need_blocks = used_blocks() + n_dec * per_step / bs
         while need_blocks > cap_blocks and (decoding or prefilling):
             preempt_last()
             n_dec = len(decoding)
-            need_blocks = used_blocks() + n_dec / bs
-        budget = budget_max - n_dec
-        rows = n_dec
+            need_blocks = used_blocks() + n_dec * per_step / bs
+        budget = budget_max - n_dec * spec_rows
+        rows = n_dec * spec_rows
         pairs = 0.0
         emitting: list[_Req] = []
         # 2. requests part-way through their prompt: the next chunk
@@ -356,6 +400,9 @@ def simulate(cost: StepCost, workload: Workload, limits: EngineLimits, *, timeli
             if used_blocks() + math.ceil(chunk / bs) > cap_blocks:
                 break
             waiting.popleft()
+            if hit and r.computed == 0:  # the cached prefix of its prompt is not computed again
+                r.computed = min(int(hit * r.prompt), r.target - 1)
+                chunk = min(r.target - r.computed, budget)
             order += 1
             r.order = order
             r.alive = True
@@ -372,7 +419,7 @@ def simulate(cost: StepCost, workload: Workload, limits: EngineLimits, *, timeli
                 raise RuntimeError("the scheduler made no progress")
             continue
         # the decoding requests read their whole cached context this step
-        dt = cost.seconds(rows, n_dec + len(emitting), dec_ctx_sum, pairs)
+        dt = cost.seconds(rows, n_dec * spec_rows + len(emitting), dec_ctx_sum, pairs) + draft_s(n_dec)
         now += dt
         steps += 1
         running_sum += running
@@ -383,17 +430,17 @@ def simulate(cost: StepCost, workload: Workload, limits: EngineLimits, *, timeli
             timeline.append((now - first_send, usage))
         # decoding requests produce their token (the counter advances every step; only they read it)
         dec_counter += 1
-        dec_ctx_sum += n_dec
+        dec_ctx_sum += n_dec * per_step
         if n_dec:
-            itl_v.append(dt)
-            itl_w.append(float(n_dec))
+            itl_v.append(dt / per_step)
+            itl_w.append(n_dec * per_step)
             while finish_heap and finish_heap[0][0] <= dec_counter:
                 _, i = heapq.heappop(finish_heap)
                 r = reqs[i]
-                if i not in decoding or r.dec0 + (r.out - r.produced) != dec_counter:
+                if i not in decoding or r.dec0 + steps_for(r.out - r.produced) != dec_counter:
                     continue  # stale entry (the request was preempted)
                 del decoding[i]
-                dec_ctx_sum -= r.ctx0 + (dec_counter - r.dec0)
+                dec_ctx_sum -= r.ctx0 + (dec_counter - r.dec0) * per_step
                 r.produced = r.out
                 _finish(r, now, ttft, tpot, e2e)
                 completed += 1
@@ -417,7 +464,7 @@ def simulate(cost: StepCost, workload: Workload, limits: EngineLimits, *, timeli
             r.ctx0 = r.computed + 1
             decoding[r.i] = r
             dec_ctx_sum += r.ctx0
-            heapq.heappush(finish_heap, (dec_counter + (r.out - r.produced), r.i))
+            heapq.heappush(finish_heap, (dec_counter + steps_for(r.out - r.produced), r.i))
     duration = max(now - first_send, 1e-12)
     step_every = max(1, len(timeline) // timeline_points)
     return ServingResult(

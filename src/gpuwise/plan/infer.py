@@ -83,6 +83,15 @@ class InferRequest:
     max_num_batched_tokens: int | None = None
     """Tokens per engine step, prompt chunks included (vLLM --max-num-batched-tokens, SGLang
     --chunked-prefill-size; default: the engine's for the GPU)."""
+    prefix_cache_hit_rate: float | None = None
+    """Under load: share of each prompt already in the engine's prefix cache (vLLM automatic prefix caching,
+    SGLang's radix cache; shared system prompts, multi-turn chats): not computed again, still held in the pool."""
+    num_speculative_tokens: int | None = None
+    """Under load: speculative decoding with a one-layer draft head (EAGLE, MTP) proposing this many tokens per step
+    (vLLM's num_speculative_tokens); needs --acceptance-rate."""
+    acceptance_rate: float | None = None
+    """Under load: the chance each draft token is accepted given the ones before it were (a step then yields
+    (1 - a^(k+1)) / (1 - a) tokens)."""
     slo_ttft_ms: float | None = None
     """Time-to-first-token target (ms) under load: goodput counts the requests that meet it (vLLM bench
     --goodput ttft:MS)."""
@@ -112,7 +121,18 @@ class InferRequest:
             if v is not None:
                 require_positive_number(name, v, 1e9)
         load_only = [n for n, v in (("--dataset-path", self.dataset_path), ("--slo-ttft-ms", self.slo_ttft_ms),
-                                    ("--slo-tpot-ms", self.slo_tpot_ms)) if v is not None]
+                                    ("--slo-tpot-ms", self.slo_tpot_ms),
+                                    ("--prefix-cache-hit-rate", self.prefix_cache_hit_rate),
+                                    ("--num-speculative-tokens", self.num_speculative_tokens),
+                                    ("--acceptance-rate", self.acceptance_rate)) if v is not None]
+        if self.prefix_cache_hit_rate is not None and not 0 <= self.prefix_cache_hit_rate < 1:
+            raise InvalidArgument(f"--prefix-cache-hit-rate must be in [0, 1), got {self.prefix_cache_hit_rate}")
+        if self.num_speculative_tokens is not None:
+            require_positive_int("--num-speculative-tokens", self.num_speculative_tokens, 64)
+        if (self.num_speculative_tokens is None) != (self.acceptance_rate is None):
+            raise InvalidArgument("speculative decoding needs both --num-speculative-tokens and --acceptance-rate")
+        if self.acceptance_rate is not None and not 0 <= self.acceptance_rate < 1:
+            raise InvalidArgument(f"--acceptance-rate must be in [0, 1), got {self.acceptance_rate}")
         if load_only and not self.under_load:
             raise InvalidArgument(f"{', '.join(load_only)} describe serving under load: add --request-rate or "
                                   "--max-concurrency")
@@ -322,6 +342,11 @@ def _under_load(req: InferRequest, ks: KernelSetup) -> ServingAnswer:
              f"KV pool: {capacity:,} tokens ({cap_reason})",
              f"each step costs its kernels plus {ks.eng.step_overhead_s * 1e3:.1f} ms of engine time "
              "(catalog/data/engine_perf.toml)",
+             *([f"prefix cache: {req.prefix_cache_hit_rate:.0%} of each prompt reused (not computed)"]
+               if req.prefix_cache_hit_rate else []),
+             *([f"speculative decoding: {load.speculation.num_tokens} draft tokens per step from a one-layer head, "
+                f"acceptance {load.speculation.acceptance_rate:g}: {load.speculation.tokens_per_step:.2f} tokens per "
+                "step per request, each verified in the step's forward pass"] if load.speculation else []),
              "how sure: an early model; against published benchmark runs (validation/serving.py, docs/serving.md) it "
              "predicts time to first token too low and saturation throughput too high, so read it as an optimistic "
              "bound"]

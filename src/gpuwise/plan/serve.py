@@ -21,7 +21,7 @@ from ..estimate.infer_time import PassTime
 from ..estimate.kernels import attention_s
 from ..estimate.kv_cache import kv_cache_bytes
 from ..estimate.layer_ops import block_ops
-from ..estimate.serving import EngineLimits, ServingResult, StepCost, Workload, simulate
+from ..estimate.serving import EngineLimits, ServingResult, Speculation, StepCost, Workload, simulate
 
 MAX_LENGTHS_FILE_BYTES = 16 << 20
 MAX_REQUESTS = 200_000
@@ -35,6 +35,7 @@ class LoadSpec:
     limits: EngineLimits
     limits_reason: str
     lengths_source: str
+    speculation: Speculation | None = None
 
 
 def read_lengths(path: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -151,7 +152,7 @@ def step_cost(step, *, spec, profile, engine, kv_bytes_per_element: float, tp: i
 
 def run(cost: StepCost, load: LoadSpec) -> ServingResult:
     try:
-        return simulate(cost, load.workload, load.limits)
+        return simulate(cost, load.workload, load.limits, speculation=load.speculation)
     except ValueError as exc:
         raise InvalidArgument(str(exc)) from None
 
@@ -213,7 +214,10 @@ def load_spec(req, *, gpu_memory_bytes: int, gpu_id: str, kv_pool_bytes: float |
         source = f"every request {req.prompt_tokens:,} prompt + {req.output_tokens:,} output tokens"
     rate = req.request_rate if req.request_rate is not None else math.inf
     workload = Workload(prompt_tokens=prompts, output_tokens=outputs, request_rate=rate,
-                        max_concurrency=req.max_concurrency)
+                        max_concurrency=req.max_concurrency, prefix_hit_rate=req.prefix_cache_hit_rate or 0.0)
+    speculation = (Speculation(num_tokens=req.num_speculative_tokens, acceptance_rate=req.acceptance_rate,
+                               draft_layers_fraction=1 / req.model.spec.num_layers)
+                   if req.num_speculative_tokens else None)
     block = engines.VLLM.block_size
     if req.engine == "llamacpp":
         seqs = req.max_num_seqs or LLAMACPP_SLOTS
@@ -253,7 +257,8 @@ def load_spec(req, *, gpu_memory_bytes: int, gpu_id: str, kv_pool_bytes: float |
                               "use more GPUs, smaller weights or a larger GPU")
     limits = EngineLimits(max_num_seqs=seqs, max_num_batched_tokens=tokens, kv_capacity_tokens=capacity,
                           block_size=block)
-    return LoadSpec(workload=workload, limits=limits, limits_reason=reason, lengths_source=source), capacity, cap_reason
+    return (LoadSpec(workload=workload, limits=limits, limits_reason=reason, lengths_source=source,
+                     speculation=speculation), capacity, cap_reason)
 
 
 SWEEP_SHARES = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 1.0, 1.1, 1.25)
@@ -272,6 +277,7 @@ def rate_sweep(cost: StepCost, load: LoadSpec, *, num_prompts: int = 500) -> tup
 
     wl = replace(load.workload, max_concurrency=None, prompt_tokens=load.workload.prompt_tokens[:num_prompts],
                  output_tokens=load.workload.output_tokens[:num_prompts])
-    saturation = simulate(cost, replace(wl, request_rate=math.inf), load.limits).request_throughput
+    spec = load.speculation
+    saturation = simulate(cost, replace(wl, request_rate=math.inf), load.limits, speculation=spec).request_throughput
     return saturation, [SweepPoint(saturation * s, simulate(cost, replace(wl, request_rate=saturation * s),
-                                                             load.limits)) for s in SWEEP_SHARES]
+                                                             load.limits, speculation=spec)) for s in SWEEP_SHARES]
