@@ -192,6 +192,11 @@ def test_a_request_rate_shows_the_engine_under_load(page, base_url, tmp_path) ->
     assert close(seconds(ttft_p50), sv["ttft_s"]["p50"])
     assert close(leading_number(page.fact("serving-goodput")), sv["goodput_requests_per_s"])
     assert "TTFT ≤ 200 ms" in page.fact("serving")
+    # the GPU table answers the serving question: replicas within the targets, priced at that load
+    ranked = api(base_url, "pick", model=q["model"], task="serve", request_rate="4", slo_ttft_ms="200",
+                 slo_tpot_ms="20", top=10)["ranked"]
+    assert page.tab.locator('[data-testid="pick-table"] tbody tr').count() == len(ranked)
+    assert "per replica" in page.text('[data-testid="pick-table"]')
     page.shot(tmp_path / "serving.png")
 
 

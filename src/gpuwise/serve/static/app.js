@@ -28,6 +28,8 @@ const INFER = ["model", "gpu", "num_gpus", "weights", "kv_dtype", "batch", "prom
 const TRAIN = ["model", "gpu", "num_gpus", "seq", "global_batch", "micro_batch", "tp", "zero", "fsdp", "recompute",
   "offload", "optimizer", "precision"];
 const PICK_INFER = ["model", "weights", "kv_dtype", "batch", "prompt_tokens", "output_tokens", "engine"];
+const PICK_SERVE = ["model", "weights", "kv_dtype", "prompt_tokens", "output_tokens", "engine", "request_rate",
+  "slo_ttft_ms", "slo_tpot_ms"];
 const PICK_PRECISIONS = ["bf16", "fp16", "fp8", "fp32"];
 const PLAN_PRECISIONS = ["fp32", "bf16", "fp16", "bf16-pure", "fp8"];  // gpuwise plan --precision: train's
 const PICK_TOP = 10, PLAN_TOP = 5;
@@ -318,7 +320,11 @@ function inferView(st, opts, live, primaryError) {
     failed("roofline", $("#roofline"), err);
     clear($("#roofline-ops"));
   });
-  const pickJob = call("pick", pickParams(st, PICK_INFER, { task: "infer", top: PICK_TOP }), opts)
+  // with a request rate, which GPUs serve it within the targets (replicas priced at that load), else one batch
+  const pickAsk = st.request_rate
+    ? pickParams(st, PICK_SERVE, { task: "serve", top: PICK_TOP })
+    : pickParams(st, PICK_INFER, { task: "infer", top: PICK_TOP });
+  const pickJob = call("pick", pickAsk, opts)
     .then((doc) => live() && fill("pick", $("#pick"), render.pick(doc, st.gpu)))
     .catch((err) => live() && failed("pick", $("#pick"), err));
   skip("plan", $("#plan"), "The planner searches training layouts: choose Training to see them.");

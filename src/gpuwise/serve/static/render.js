@@ -287,11 +287,12 @@ export function plan(doc) {
 function latency(l) {
   if (!l) return f.UNKNOWN;
   if ("step_time_s" in l) return `step ${f.seconds(l.step_time_s)}`;
-  return `TTFT ${f.seconds(l.ttft_s)}, TPOT ${f.seconds(l.tpot_s)}`;
+  const p = "percentile" in l ? `p${l.percentile} ` : "";
+  return `${p}TTFT ${f.seconds(l.ttft_s)}, TPOT ${f.seconds(l.tpot_s)}`;
 }
 
 export function pick(doc, currentGpu) {
-  const tokens = doc.task === "infer" ? "output tokens" : "tokens";
+  const tokens = doc.task === "infer" || doc.task === "serve" ? "output tokens" : "tokens";
   const byRule = {};
   for (const r of doc.rejected) byRule[r.rule] = (byRule[r.rule] || 0) + 1;
   const ruleText = Object.entries(byRule).map(([k, v]) => `${k}: ${v}`).join(", ");
