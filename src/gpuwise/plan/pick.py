@@ -84,6 +84,8 @@ def pick(req: PickRequest) -> PickResult:
     rejected = [c for c in candidates if c.rule is not None]
     rejected.sort(key=lambda c: (RULES.index(c.rule), c.gpu.id, c.count))
     ranked = tuple(accepted[: req.top])
+    if req.task == "serve" and not accepted:
+        _no_layout_meets(req, rejected)
     return PickResult(request=req, ranked=ranked, rejected=tuple(rejected), why=_why(req, ranked),
                       accepted=len(accepted), search_time_s=time.perf_counter() - t0)
 
@@ -134,6 +136,29 @@ def _judge(req: PickRequest, kind: list[Candidate]) -> list[Candidate]:
             fastest_smaller = c
         out.append(c)
     return out
+
+
+def _no_layout_meets(req: PickRequest, rejected: list[Candidate]) -> None:
+    """--task serve with targets no candidate meets: one line with the best latency reachable (exit 2)."""
+    from ..errors import InvalidArgument
+
+    slo = [c for c in rejected if c.rule == "slo" and c.latency]
+    if not slo:
+        return  # nothing fits, or the budget rules everything out: the rejections say so
+    pct = req.slo_percentile
+    best_ttft = min(slo, key=lambda c: c.latency["ttft_s"])
+    best_tpot = min(slo, key=lambda c: c.latency["tpot_s"])
+
+    def where(c: Candidate) -> str:
+        n = c.latency.get("gpus_per_replica", c.count)
+        return f"{n} x {c.gpu.name}" if n > 1 else c.gpu.name
+
+    targets = " and ".join(t for t in (f"TTFT <= {req.slo_ttft_ms:g} ms" if req.slo_ttft_ms else "",
+                                       f"TPOT <= {req.slo_tpot_ms:g} ms" if req.slo_tpot_ms else "") if t)
+    raise InvalidArgument(
+        f"no GPU kind and replica size meets p{pct} {targets}, even at low load; the best reachable: TTFT "
+        f"{best_ttft.latency['ttft_s'] * 1e3:,.0f} ms ({where(best_ttft)}), TPOT "
+        f"{best_tpot.latency['tpot_s'] * 1e3:,.1f} ms ({where(best_tpot)})")
 
 
 def _judge_serve(req: PickRequest, kind: list[Candidate]) -> list[Candidate]:

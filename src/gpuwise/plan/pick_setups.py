@@ -178,7 +178,9 @@ def _serve(req: PickRequest, gpu: GPU, n: int, price: float | None, source: str)
     if not meets(low):
         return Candidate(gpu=gpu, count=n, fits=True, memory_bytes=ks.mem.estimate.memory.total, tokens_per_s=None,
                          usd_per_hour=None, usd_per_million_tokens=None, kwh_per_million_tokens=None, setup=setup,
-                         interconnect="", price_source=source, reason=(
+                         interconnect="", price_source=source,
+                         latency={"ttft_s": low.ttft_s.percentile(pct), "tpot_s": low.tpot_s.percentile(pct),
+                                  "percentile": pct, "gpus_per_replica": n}, reason=(
                              f"even at low load p{pct} TTFT is {low.ttft_s.percentile(pct) * 1e3:,.0f} ms and TPOT "
                              f"{low.tpot_s.percentile(pct) * 1e3:,.1f} ms per replica (targets: "
                              f"{_slo_text(req)})"))
