@@ -135,8 +135,9 @@ def resolve(row: dict) -> tuple[str, str, dict] | str:
     w = WEIGHTS.get(str(row.get("weights", "")).lower())
     if w is None:
         return f"weights {row.get('weights')!r} not modelled for serving yet"
-    if row.get("ep", 1) not in (1, None) or row.get("dp_attention"):
-        return "expert parallelism / DP attention across GPUs is not modelled by `infer` yet"
+    ep = int(row.get("ep") or 1)
+    if row.get("dp_attention") or ep not in (1, int(row.get("tp", 1))):
+        return "DP attention, or expert parallelism other than over the TP group, is not modelled by `infer` yet"
     if "output_throughput_per_gpu" in row and "output_throughput" not in row and "ttft_ms_mean" not in row:
         return "per-GPU figures only"
     if row.get("dataset") == "sharegpt":
@@ -150,6 +151,8 @@ def resolve(row: dict) -> tuple[str, str, dict] | str:
         return f"dataset {row.get('dataset')!r} without fixed lengths"
     opts = {"engine": ENGINE_MODELS[row["engine"]], "num_gpus": int(row.get("tp", 1)), "prompt_tokens": prompt,
             "output_tokens": output, "num_prompts": int(row.get("num_prompts") or 1000), "weights": w}
+    if ep > 1:
+        opts["enable_expert_parallel"] = True
     if row.get("dataset") == "sharegpt":
         opts["dataset_path"] = _chat_file(opts["num_prompts"], prompt, output)
     if str(row.get("kv_dtype", "auto")).lower() in ("fp8", "fp8_e4m3", "fp8_e5m2"):

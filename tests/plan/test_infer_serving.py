@@ -144,3 +144,19 @@ def test_the_shipped_chat_sample_is_what_its_script_makes(tmp_path) -> None:
     prompts, outputs = chat_lengths(1000, 220, 195)
     assert [r["prompt_tokens"] for r in rows] == list(prompts)
     assert [r["output_tokens"] for r in rows] == list(outputs)
+
+
+def test_expert_parallel_spreads_whole_experts(capsys) -> None:
+    """--enable-expert-parallel: the same weight bytes per GPU, read as fewer, whole experts; refused for dense models
+    and layer-split engines."""
+    gpu = get_gpu("h100-sxm")
+    moe = load_model("qwen3-30b-a3b")
+    tp = infer(InferRequest(model=moe, gpu=gpu, num_gpus=4, batch=64))
+    ep = infer(InferRequest(model=moe, gpu=gpu, num_gpus=4, batch=64, enable_expert_parallel=True))
+    assert ep.decode_first.bytes == pytest.approx(tp.decode_first.bytes, rel=0.05)
+    assert ep.tpot_s == pytest.approx(tp.tpot_s, rel=0.2)
+    code, _, err = run(capsys, "infer", "llama-3.1-8b", "--gpu", "h100-sxm", "--enable-expert-parallel")
+    assert code == 2 and "mixture-of-experts" in err
+    code, _, err = run(capsys, "infer", "qwen3-30b-a3b", "--gpu", "h100-sxm", "--engine", "llamacpp",
+                       "--enable-expert-parallel")
+    assert code == 2 and "splits layers" in err

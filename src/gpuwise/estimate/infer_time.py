@@ -89,8 +89,13 @@ def _active_experts(spec: ModelSpec, rows: int) -> float | None:
 
 def forward_pass_s(spec: ModelSpec, *, profile: DeviceProfile, topo: Topology, engine: EnginePerf, dtype: str,
                    weight_bytes_per_param: float, kv_bytes_per_element: float, rows: int, sequences: int,
-                   context: float, num_gpus: int, decode: bool, logits_rows: int) -> PassTime:
-    """One forward pass over all blocks: `rows` query rows from `sequences` sequences, each seeing `context` keys."""
+                   context: float, num_gpus: int, decode: bool, logits_rows: int,
+                   expert_parallel: bool = False) -> PassTime:
+    """One forward pass over all blocks: `rows` query rows from `sequences` sequences, each seeing `context` keys.
+
+    `expert_parallel`: the routed experts are spread whole over the tensor-parallel GPUs (vLLM
+    --enable-expert-parallel) instead of each expert split over them; the tokens are replicated on every GPU after
+    attention, each GPU runs its own experts on the tokens routed to them, and the same all-reduce sums the result."""
     tp = num_gpus if engine.multi_gpu == "tp" else 1
     e = 2.0
     device = profile.gpu
@@ -117,8 +122,11 @@ def forward_pass_s(spec: ModelSpec, *, profile: DeviceProfile, topo: Topology, e
         key = (sig, keys)
         hit = cache.get(key)
         if hit is None:
-            ops = block_ops(spec, layer, tokens=rows, keys=keys, tp=tp, kv_rows=sequences * keys if decode else None,
-                            active_experts=_active_experts(spec, rows) if decode else None, style=engine.kernel_style)
+            ep = tp if (expert_parallel and spec.moe is not None) else 1
+            active = _active_experts(spec, rows) if decode else None
+            ops = block_ops(spec, layer, tokens=rows, keys=keys, tp=tp, ep=ep, etp=1 if ep > 1 else None,
+                            kv_rows=sequences * keys if decode else None,
+                            active_experts=active / ep if active is not None else None, style=engine.kernel_style)
             g = f = b = 0.0
             for op in ops.gemms:
                 # the routed experts of a layer run as one grouped kernel (vLLM/SGLang fused_moe, TensorRT-LLM's MoE
@@ -131,12 +139,21 @@ def forward_pass_s(spec: ModelSpec, *, profile: DeviceProfile, topo: Topology, e
                 f += op.flops
                 b += op.count * moved
             attn_bytes = ops.attention_io_elements * (kv_bytes_per_element if decode else e)
+            attn_flops = ops.attention_flops
+            mla = spec.mla
+            if decode and mla is not None and engine.name != "hf":
+                # MLA-aware engines decode on the latent (FlashMLA, weight absorption): each GPU reads every cached
+                # token's latent + RoPE key once, and each of its query heads scores the latent + RoPE key and sums
+                # the latent values: 2 x (2 x kv_lora_rank + rope) FLOPs per head and key
+                latent = mla.kv_lora_rank + mla.qk_rope_head_dim
+                attn_bytes = sequences * keys * latent * kv_bytes_per_element
+                attn_flops = 2.0 * (2 * mla.kv_lora_rank + mla.qk_rope_head_dim) * (spec.num_heads / tp) * keys * rows
             # prefill: a flash kernel over the prompt (or the sliding window); decode reads the cache, memory-bound
             window = spec.sliding_window if (spec.sliding_window and sig[1] == "sliding") else None
             kernel_seq = None if decode else min(context, window or context)
-            a = attention_s(profile, ops.attention_flops, attn_bytes, backward=False, seq=kernel_seq)
+            a = attention_s(profile, attn_flops, attn_bytes, backward=False, seq=kernel_seq)
             s = memory_s(profile, ops.stream_bytes) + (ops.kernels - len(ops.gemms) - 1) * profile.kernel_overhead_s
-            hit = cache[key] = (g, a, s, f + ops.attention_flops, b + attn_bytes + ops.stream_bytes)
+            hit = cache[key] = (g, a, s, f + attn_flops, b + attn_bytes + ops.stream_bytes)
         gemm += hit[0]
         attn += hit[1]
         stream += hit[2]

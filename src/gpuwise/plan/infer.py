@@ -77,6 +77,9 @@ class InferRequest:
     0.9)."""
     mem_fraction_static: float | None = None
     """SGLang --mem-fraction-static (default: SGLang's rule for the GPU)."""
+    enable_expert_parallel: bool = False
+    """MoE: spread the routed experts whole over the GPUs instead of splitting each (vLLM --enable-expert-parallel,
+    SGLang --ep-size = TP, TensorRT-LLM moe_expert_parallel_size = TP)."""
     max_num_seqs: int | None = None
     """Requests the engine runs at once (vLLM --max-num-seqs, SGLang --max-running-requests; default: the
     engine's for the GPU)."""
@@ -136,6 +139,11 @@ class InferRequest:
         if load_only and not self.under_load:
             raise InvalidArgument(f"{', '.join(load_only)} describe serving under load: add --request-rate or "
                                   "--max-concurrency")
+        if self.enable_expert_parallel and self.engine not in ("vllm", "sglang", "trtllm"):
+            raise InvalidArgument(f"--enable-expert-parallel: {self.engine} splits layers, not experts; use vllm, "
+                                  "sglang or trtllm")
+        if self.enable_expert_parallel and self.model.spec.moe is None:
+            raise InvalidArgument("--enable-expert-parallel applies to mixture-of-experts models")
         if self.gpu_memory_utilization is not None and self.engine not in ("vllm", "trtllm"):
             raise InvalidArgument("--gpu-memory-utilization is vLLM's option (TensorRT-LLM's pool is modelled as "
                                   f"vLLM's); this engine is {self.engine}")
@@ -246,7 +254,8 @@ def kernel_setup(req: InferRequest) -> KernelSetup:
     def step(rows: int, seqs: int, ctx: float, decode: bool, logits: int) -> PassTime:
         return forward_pass_s(spec, profile=profile, topo=topo, engine=eng, dtype=dtype, weight_bytes_per_param=wbpp,
                               kv_bytes_per_element=kv_e, rows=rows, sequences=seqs, context=ctx,
-                              num_gpus=req.num_gpus, decode=decode, logits_rows=logits)
+                              num_gpus=req.num_gpus, decode=decode, logits_rows=logits,
+                              expert_parallel=req.enable_expert_parallel)
 
     return KernelSetup(mem, eng, profile, topo, dtype, step)
 
