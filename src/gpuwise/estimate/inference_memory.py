@@ -127,9 +127,18 @@ def _vllm(spec: ModelSpec, gpu_memory: int, gpu_id: str, tp: int, w: WeightForma
         "max_num_seqs": max_seqs,
         "max_num_batched_tokens": max_tokens,
         "kv_pool_bytes": max(pool, 0.0),
+        "kv_pool_tokens": _pool_tokens(spec, pool, kv, tp, "vllm", v.block_size),
         "max_concurrent_sequences": max(int(pool // per_seq), 0) if per_seq > 0 else None,
     }
     return InferenceMemory(MemoryBreakdown(weights, kv_bytes, act, overhead), budget, details)
+
+
+def _pool_tokens(spec: ModelSpec, pool: float, kv: DType, tp: int, engine: str, block: int) -> int:
+    """Tokens a pool of `pool` bytes holds (whole blocks of `block` tokens), as the engine's startup log counts them."""
+    from .kv_cache import kv_bytes_per_token
+
+    per_token = kv_bytes_per_token(spec, kv.bytes, engine, tp)
+    return max(int(pool // (per_token * block)) * block, 0) if per_token > 0 else 0
 
 
 def _sglang(spec: ModelSpec, gpu_memory: int, tp: int, w: WeightFormat, kv: DType, context: int, batch: int,
@@ -147,6 +156,7 @@ def _sglang(spec: ModelSpec, gpu_memory: int, tp: int, w: WeightFormat, kv: DTyp
         "tensor_parallel": tp,
         "mem_fraction_static": frac,
         "kv_pool_bytes": max(pool, 0.0),
+        "kv_pool_tokens": _pool_tokens(spec, pool, kv, tp, "sglang", 1),
         "max_concurrent_sequences": max(int(pool // per_seq), 0) if per_seq > 0 else None,
         "chunked_prefill_size": g.chunked_prefill_size(gpu_memory),
     }

@@ -257,8 +257,9 @@ def fit(req: FitRequest) -> FitResult:
         assumptions.append("transformers prefills the whole context at once; layers split evenly across GPUs "
                            "(accelerate device_map)")
     if req.engine == "vllm":
-        assumptions.append("vLLM reserves gpu_memory_utilization=0.9 of memory; the rest of that budget becomes the "
-                           "KV pool, so nvidia-smi shows ~90% used whatever the model")
+        util = est.details["gpu_memory_utilization"]
+        assumptions.append(f"vLLM reserves gpu_memory_utilization={util:g} of memory; the rest of that budget becomes "
+                           f"the KV pool, so nvidia-smi shows ~{util:.0%} used whatever the model")
     if req.engine == "sglang":
         assumptions.append(f"SGLang keeps mem_fraction_static={est.details['mem_fraction_static']} of the memory free "
                            "at start for weights and the KV pool; the rest is for activations and CUDA graphs")

@@ -84,9 +84,14 @@ def render_fit(r: FitResult) -> str:
     lines.append(f"KV cache: {fmt_bytes(r.kv_cache_bytes_per_token)} per token "
                  f"({_kv_formula(r)})")
     d = r.estimate.details
-    if req.engine == "vllm":
-        lines.append(f"vLLM KV pool: {fmt_gib(d['kv_pool_bytes'])}, room for {d['max_concurrent_sequences']:,} "
-                     f"sequences of {r.context:,} tokens at once")
+    if req.engine in ("vllm", "sglang"):
+        name = "vLLM" if req.engine == "vllm" else "SGLang"
+        tokens = d.get("kv_pool_tokens")
+        lines.append(f"{name} KV pool: {fmt_gib(d['kv_pool_bytes'])}"
+                     + (f" = {tokens:,} tokens" if tokens is not None else "")
+                     + f", room for {d['max_concurrent_sequences']:,} sequences of {r.context:,} tokens at once"
+                     + (" (vLLM logs these as 'GPU KV cache size' and 'Maximum concurrency')"
+                        if req.engine == "vllm" else " (SGLang logs '#tokens' / max_total_num_tokens)"))
     if req.engine == "llamacpp" and not r.fits:
         lines.append(f"llama.cpp would offload {d['gpu_layers']} of {spec.num_layers} layers to the GPU(s) "
                      f"(-ngl {d['gpu_layers']}); the other {d['cpu_layers']} run on the CPU, much slower")
