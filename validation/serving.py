@@ -136,8 +136,8 @@ def resolve(row: dict) -> tuple[str, str, dict] | str:
     if w is None:
         return f"weights {row.get('weights')!r} not modelled for serving yet"
     ep = int(row.get("ep") or 1)
-    if row.get("dp_attention") or ep not in (1, int(row.get("tp", 1))):
-        return "DP attention, or expert parallelism other than over the TP group, is not modelled by `infer` yet"
+    if ep not in (1, int(row.get("tp", 1))):
+        return "expert parallelism other than over all the GPUs is not modelled by `infer` yet"
     if "output_throughput_per_gpu" in row and "output_throughput" not in row and "ttft_ms_mean" not in row:
         return "per-GPU figures only"
     if row.get("dataset") == "sharegpt":
@@ -151,7 +151,9 @@ def resolve(row: dict) -> tuple[str, str, dict] | str:
         return f"dataset {row.get('dataset')!r} without fixed lengths"
     opts = {"engine": ENGINE_MODELS[row["engine"]], "num_gpus": int(row.get("tp", 1)), "prompt_tokens": prompt,
             "output_tokens": output, "num_prompts": int(row.get("num_prompts") or 1000), "weights": w}
-    if ep > 1:
+    if row.get("dp_attention"):
+        opts["enable_dp_attention"] = True
+    elif ep > 1:
         opts["enable_expert_parallel"] = True
     if row.get("dataset") == "sharegpt":
         opts["dataset_path"] = _chat_file(opts["num_prompts"], prompt, output)

@@ -160,3 +160,21 @@ def test_expert_parallel_spreads_whole_experts(capsys) -> None:
     code, _, err = run(capsys, "infer", "qwen3-30b-a3b", "--gpu", "h100-sxm", "--engine", "llamacpp",
                        "--enable-expert-parallel")
     assert code == 2 and "splits layers" in err
+
+
+def test_dp_attention_trades_weight_memory_for_kv_capacity(capsys) -> None:
+    """DeepSeek-R1 on 8 H200: with TP 8 every GPU holds the whole MLA latent of every request; with data-parallel
+    attention each GPU holds its own requests' latent (more sequences fit) but the attention weights whole (more
+    weight bytes per GPU)."""
+    from gpuwise.plan.fit import FitRequest, fit
+
+    model, gpu = load_model("deepseek-r1"), get_gpu("h200-sxm")
+    tp = fit(FitRequest(model=model, gpu=gpu, num_gpus=8, context=4096))
+    dp = fit(FitRequest(model=model, gpu=gpu, num_gpus=8, context=4096, enable_dp_attention=True))
+    assert dp.estimate.memory.weights > tp.estimate.memory.weights
+    assert dp.estimate.details["max_concurrent_sequences"] > 3 * tp.estimate.details["max_concurrent_sequences"]
+    r = infer(InferRequest(model=model, gpu=gpu, num_gpus=8, prompt_tokens=500, output_tokens=100,
+                           max_concurrency=64, num_prompts=128, enable_dp_attention=True))
+    assert r.serving.result.completed == 128 and r.serving.result.output_throughput > 0
+    code, _, err = run(capsys, "fit", "llama-3.1-8b", "--gpu", "h100-sxm", "--num-gpus", "2", "--enable-dp-attention")
+    assert code == 2 and "mixture-of-experts" in err

@@ -14,7 +14,7 @@ contiguous blocks that one token visits in turn (no speed-up for one sequence) a
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from ..catalog._toml import load_toml
@@ -90,13 +90,19 @@ def _active_experts(spec: ModelSpec, rows: int) -> float | None:
 def forward_pass_s(spec: ModelSpec, *, profile: DeviceProfile, topo: Topology, engine: EnginePerf, dtype: str,
                    weight_bytes_per_param: float, kv_bytes_per_element: float, rows: int, sequences: int,
                    context: float, num_gpus: int, decode: bool, logits_rows: int,
-                   expert_parallel: bool = False) -> PassTime:
+                   expert_parallel: bool = False, dp_attention: bool = False) -> PassTime:
     """One forward pass over all blocks: `rows` query rows from `sequences` sequences, each seeing `context` keys.
 
     `expert_parallel`: the routed experts are spread whole over the tensor-parallel GPUs (vLLM
     --enable-expert-parallel) instead of each expert split over them; the tokens are replicated on every GPU after
-    attention, each GPU runs its own experts on the tokens routed to them, and the same all-reduce sums the result."""
-    tp = num_gpus if engine.multi_gpu == "tp" else 1
+    attention, each GPU runs its own experts on the tokens routed to them, and the same all-reduce sums the result.
+
+    `dp_attention`: data-parallel attention (SGLang --enable-dp-attention; vLLM --data-parallel-size with
+    --enable-expert-parallel): `rows`, `sequences` are ONE GPU's own requests; every GPU holds the attention and dense
+    weights whole and runs them on its own rows, while the routed experts are spread over all `num_gpus` GPUs and see
+    every GPU's tokens (all-gather before the experts, reduce-scatter after, in each MoE layer)."""
+    dp = num_gpus if (dp_attention and spec.moe is not None) else 1
+    tp = 1 if dp > 1 else (num_gpus if engine.multi_gpu == "tp" else 1)
     e = 2.0
     device = profile.gpu
     gemv_bw = profile.bandwidth
@@ -122,11 +128,17 @@ def forward_pass_s(spec: ModelSpec, *, profile: DeviceProfile, topo: Topology, e
         key = (sig, keys)
         hit = cache.get(key)
         if hit is None:
-            ep = tp if (expert_parallel and spec.moe is not None) else 1
-            active = _active_experts(spec, rows) if decode else None
+            ep = dp if dp > 1 else (tp if (expert_parallel and spec.moe is not None) else 1)
+            active = _active_experts(spec, rows * dp) if decode else None
             ops = block_ops(spec, layer, tokens=rows, keys=keys, tp=tp, ep=ep, etp=1 if ep > 1 else None,
                             kv_rows=sequences * keys if decode else None,
                             active_experts=active / ep if active is not None else None, style=engine.kernel_style)
+            if dp > 1:  # the experts run on every GPU's tokens: their GEMMs at dp x rows, each GPU its 1/dp of them
+                moe_ops = block_ops(spec, layer, tokens=rows * dp, keys=keys, tp=dp, ep=dp, etp=1,
+                                    active_experts=active / dp if active is not None else None,
+                                    style=engine.kernel_style)
+                experts = [g for g in moe_ops.gemms if g.name.startswith("experts_")]
+                ops = replace(ops, gemms=tuple(g for g in ops.gemms if not g.name.startswith("experts_")) + tuple(experts))
             g = f = b = 0.0
             for op in ops.gemms:
                 # the routed experts of a layer run as one grouped kernel (vLLM/SGLang fused_moe, TensorRT-LLM's MoE
@@ -162,6 +174,9 @@ def forward_pass_s(spec: ModelSpec, *, profile: DeviceProfile, topo: Topology, e
         kernels += engine.kernels_per_block
         if tp > 1:
             comm += 2 * topo.collective_s("all_reduce", rows * spec.hidden_size * e, tp)
+        if dp > 1 and spec.moe.moe_layers[layer]:
+            gathered = rows * dp * spec.hidden_size * e
+            comm += (topo.collective_s("all_gather", gathered, dp) + topo.collective_s("reduce_scatter", gathered, dp))
     hg = head_gemm(spec, logits_rows, tp)
     head = matmul_s(profile, hg.m, hg.n, hg.k, dtype, e, weight_bytes_per_param)
     gemm += head

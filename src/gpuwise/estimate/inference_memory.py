@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from ..dtypes import DType
 from ..model.spec import ModelSpec
-from ..quant.formats import WeightFormat, weight_bytes_by_layer
+from ..quant.formats import WeightFormat, tensor_bytes, weight_bytes_by_layer
 from . import engines
 from .kv_cache import kv_cache_bytes
 
@@ -94,6 +94,18 @@ class VLLMOptions:
     version: tuple[int, int] = engines.VLLM_NEWEST
     mem_fraction_static: float | None = None
     """SGLang's share of the memory free at start for weights + KV pool (default: its rule for the GPU)."""
+    dp_attention: bool = False
+    """Data-parallel attention for a MoE: every GPU holds the attention and dense weights whole and the KV of its
+    own requests (all heads); the routed experts are spread over the GPUs."""
+
+
+def _weights_per_gpu(spec: ModelSpec, w: WeightFormat, n: int, dp_attention: bool) -> float:
+    """Weight bytes on each of `n` GPUs: all split over tensor parallelism, or (DP attention) the routed experts
+    split and the rest whole."""
+    if not (dp_attention and spec.moe is not None and n > 1):
+        return w.weight_bytes(spec) / n
+    routed = sum(b for t, b in tensor_bytes(w, spec) if t.experts > 1 or t.role.endswith("_exps"))
+    return w.weight_bytes(spec) - routed + routed / n
 
 
 def _vllm(spec: ModelSpec, gpu_memory: int, gpu_id: str, tp: int, w: WeightFormat, kv: DType,
@@ -101,7 +113,11 @@ def _vllm(spec: ModelSpec, gpu_memory: int, gpu_id: str, tp: int, w: WeightForma
     v = engines.VLLM
     opts = opts or VLLMOptions()
     util = opts.gpu_memory_utilization or v.gpu_memory_utilization
-    weights = w.weight_bytes(spec) / tp
+    n = tp
+    dp = opts.dp_attention and spec.moe is not None and n > 1
+    weights = _weights_per_gpu(spec, w, n, dp)
+    if dp:  # each GPU: its share of the sequences, all heads
+        tp, batch = 1, math.ceil(batch / n)
     kv_bytes = kv_cache_bytes(spec, context=context, batch=batch, bytes_per_element=kv.bytes, engine="vllm",
                               tp=tp, block_tokens=v.block_size)
     d_seqs, d_tokens = v.scheduler_limits(gpu_memory, gpu_id)
@@ -110,7 +126,7 @@ def _vllm(spec: ModelSpec, gpu_memory: int, gpu_id: str, tp: int, w: WeightForma
     forward = max_tokens * _act_bytes(w) * _layer_temporaries_per_token(spec, tp)
     sampler = v.sampler_copies(opts.version) * max_seqs * spec.vocab_size * 4
     act = max(forward, sampler)
-    non_torch = v.non_torch(tp, opts.version)
+    non_torch = v.non_torch(n, opts.version)
     cuda_total = gpu_memory - engines.CUDA_RESERVED_BYTES
     overhead = non_torch + engines.CUDA_CONTEXT_BYTES
     budget = util * cuda_total + engines.CUDA_CONTEXT_BYTES  # the context sits outside
@@ -119,6 +135,7 @@ def _vllm(spec: ModelSpec, gpu_memory: int, gpu_id: str, tp: int, w: WeightForma
                              block_tokens=v.block_size)
     details = {
         "tensor_parallel": tp,
+        "dp_attention": dp,
         "gpu_memory_utilization": util,
         "cuda_total_bytes": cuda_total,
         "activation_peak_bytes": act,
@@ -128,7 +145,7 @@ def _vllm(spec: ModelSpec, gpu_memory: int, gpu_id: str, tp: int, w: WeightForma
         "max_num_batched_tokens": max_tokens,
         "kv_pool_bytes": max(pool, 0.0),
         "kv_pool_tokens": _pool_tokens(spec, pool, kv, tp, "vllm", v.block_size),
-        "max_concurrent_sequences": max(int(pool // per_seq), 0) if per_seq > 0 else None,
+        "max_concurrent_sequences": (max(int(pool // per_seq), 0) * (n if dp else 1)) if per_seq > 0 else None,
     }
     return InferenceMemory(MemoryBreakdown(weights, kv_bytes, act, overhead), budget, details)
 
@@ -146,7 +163,11 @@ def _sglang(spec: ModelSpec, gpu_memory: int, tp: int, w: WeightFormat, kv: DTyp
     g = engines.SGLANG
     opts = opts or VLLMOptions()
     frac = opts.mem_fraction_static or g.mem_fraction_static(gpu_memory, tp)
-    weights = w.weight_bytes(spec) / tp
+    n = tp
+    dp = opts.dp_attention and spec.moe is not None and n > 1
+    weights = _weights_per_gpu(spec, w, n, dp)
+    if dp:
+        tp, batch = 1, math.ceil(batch / n)
     kv_bytes = kv_cache_bytes(spec, context=context, batch=batch, bytes_per_element=kv.bytes, engine="sglang", tp=tp)
     start_free = gpu_memory - engines.CUDA_RESERVED_BYTES - engines.CUDA_CONTEXT_BYTES
     pool = frac * start_free - weights
@@ -154,10 +175,11 @@ def _sglang(spec: ModelSpec, gpu_memory: int, tp: int, w: WeightFormat, kv: DTyp
     per_seq = kv_cache_bytes(spec, context=context, batch=1, bytes_per_element=kv.bytes, engine="sglang", tp=tp)
     details = {
         "tensor_parallel": tp,
+        "dp_attention": dp,
         "mem_fraction_static": frac,
         "kv_pool_bytes": max(pool, 0.0),
         "kv_pool_tokens": _pool_tokens(spec, pool, kv, tp, "sglang", 1),
-        "max_concurrent_sequences": max(int(pool // per_seq), 0) if per_seq > 0 else None,
+        "max_concurrent_sequences": (max(int(pool // per_seq), 0) * (n if dp else 1)) if per_seq > 0 else None,
         "chunked_prefill_size": g.chunked_prefill_size(gpu_memory),
     }
     budget = frac * start_free + engines.CUDA_CONTEXT_BYTES

@@ -61,13 +61,17 @@ class FitRequest:
     mem_fraction_static: float | None = None
     """SGLang --mem-fraction-static: share of the memory free at start for weights and the KV pool (default:
     SGLang's rule for the GPU's size and TP)."""
+    enable_dp_attention: bool = False
+    """MoE over several GPUs: data-parallel attention (SGLang --enable-dp-attention; vLLM --data-parallel-size N
+    --enable-expert-parallel): each GPU keeps the attention and dense weights whole and the KV cache of its own
+    requests, the routed experts are spread over the GPUs."""
 
     @property
     def vllm_options(self) -> VLLMOptions:
         return VLLMOptions(gpu_memory_utilization=self.gpu_memory_utilization, max_num_seqs=self.max_num_seqs,
                            max_num_batched_tokens=self.max_num_batched_tokens,
                            version=engines.vllm_version(self.vllm_version),
-                           mem_fraction_static=self.mem_fraction_static)
+                           mem_fraction_static=self.mem_fraction_static, dp_attention=self.enable_dp_attention)
 
     def __post_init__(self) -> None:
         require_positive_int("--num-gpus", self.num_gpus, 4096)
@@ -93,6 +97,14 @@ class FitRequest:
                                 ("--gpu-memory-utilization", self.gpu_memory_utilization),
                                 ("--max-num-seqs", self.max_num_seqs),
                                 ("--max-num-batched-tokens", self.max_num_batched_tokens)) if v is not None]
+        if self.enable_dp_attention:
+            if self.engine not in engines.PAGED_TP_ENGINES:
+                raise InvalidArgument(f"--enable-dp-attention is SGLang's and vLLM's layout; the engine is {self.engine}")
+            if self.model.spec.moe is None:
+                raise InvalidArgument("--enable-dp-attention applies to mixture-of-experts models (the experts are "
+                                      "what the GPUs share)")
+            if self.num_gpus < 2:
+                raise InvalidArgument("--enable-dp-attention needs --num-gpus 2 or more")
         if self.mem_fraction_static is not None:
             if not 0 < self.mem_fraction_static < 1:
                 raise InvalidArgument(f"--mem-fraction-static must be in (0, 1), got {self.mem_fraction_static}")

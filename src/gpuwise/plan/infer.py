@@ -80,6 +80,10 @@ class InferRequest:
     enable_expert_parallel: bool = False
     """MoE: spread the routed experts whole over the GPUs instead of splitting each (vLLM --enable-expert-parallel,
     SGLang --ep-size = TP, TensorRT-LLM moe_expert_parallel_size = TP)."""
+    enable_dp_attention: bool = False
+    """MoE: data-parallel attention (SGLang --enable-dp-attention; vLLM --data-parallel-size N
+    --enable-expert-parallel): each GPU serves its own requests' attention with the attention weights whole and
+    their KV cache (all heads), the routed experts spread over the GPUs and fed by all of them."""
     max_num_seqs: int | None = None
     """Requests the engine runs at once (vLLM --max-num-seqs, SGLang --max-running-requests; default: the
     engine's for the GPU)."""
@@ -240,7 +244,7 @@ def kernel_setup(req: InferRequest) -> KernelSetup:
                          gpu_memory_utilization=req.gpu_memory_utilization if vllm else None,
                          max_num_seqs=req.max_num_seqs if vllm else None,
                          max_num_batched_tokens=req.max_num_batched_tokens if vllm else None,
-                         mem_fraction_static=req.mem_fraction_static))
+                         mem_fraction_static=req.mem_fraction_static, enable_dp_attention=req.enable_dp_attention))
     eng = engine_perf(req.engine)
     profile = device_profile(req.gpu, req.profile)
     topo = topology(req.gpu, num_gpus=req.num_gpus, overrides=network_overrides(req.profile))
@@ -255,7 +259,7 @@ def kernel_setup(req: InferRequest) -> KernelSetup:
         return forward_pass_s(spec, profile=profile, topo=topo, engine=eng, dtype=dtype, weight_bytes_per_param=wbpp,
                               kv_bytes_per_element=kv_e, rows=rows, sequences=seqs, context=ctx,
                               num_gpus=req.num_gpus, decode=decode, logits_rows=logits,
-                              expert_parallel=req.enable_expert_parallel)
+                              expert_parallel=req.enable_expert_parallel, dp_attention=req.enable_dp_attention)
 
     return KernelSetup(mem, eng, profile, topo, dtype, step)
 
@@ -321,12 +325,13 @@ def serving_model(req: InferRequest, ks: KernelSetup) -> tuple[StepCost, serve.L
     """The per-step cost and the load (workload, scheduler limits, KV pool) of an under-load request."""
     spec = req.model.spec
     mem, eng = ks.mem, ks.eng
-    tp = req.num_gpus if eng.multi_gpu == "tp" else 1
+    dp = req.num_gpus if (req.enable_dp_attention and spec.moe is not None) else 1
+    tp = 1 if dp > 1 else (req.num_gpus if eng.multi_gpu == "tp" else 1)
     per_token = kv_bytes_per_token(spec, mem.kv.bytes, req.memory_engine if req.memory_engine != "hf" else "vllm", tp)
     load, capacity, cap_reason = serve.load_spec(
         req, gpu_memory_bytes=req.gpu.memory_bytes, gpu_id=req.gpu.id,
         kv_pool_bytes=mem.estimate.details.get("kv_pool_bytes"), kv_bytes_per_token=per_token,
-        context=req.prompt_tokens + req.output_tokens)
+        context=req.prompt_tokens + req.output_tokens, dp=dp)
     wl = load.workload
     cost = serve.step_cost(ks.step, spec=spec, profile=ks.profile, engine=eng, kv_bytes_per_element=mem.kv.bytes,
                            tp=tp, max_rows=load.limits.max_num_batched_tokens,
@@ -340,6 +345,13 @@ def _under_load(req: InferRequest, ks: KernelSetup) -> ServingAnswer:
     cost, load, capacity, cap_reason = serving_model(req, ks)
     wl = load.workload
     result = serve.run(cost, load)
+    dp = req.num_gpus if (req.enable_dp_attention and req.model.spec.moe is not None) else 1
+    if dp > 1:  # one DP rank was simulated with its share of the requests: the throughputs are dp times its own
+        from dataclasses import replace as _replace
+
+        result = _replace(result, completed=result.completed * dp, request_throughput=result.request_throughput * dp,
+                          output_throughput=result.output_throughput * dp,
+                          total_throughput=result.total_throughput * dp)
     ttft = req.slo_ttft_ms / 1e3 if req.slo_ttft_ms else None
     tpot = req.slo_tpot_ms / 1e3 if req.slo_tpot_ms else None
     goodput = result.goodput(ttft, tpot) if (ttft or tpot) else None
@@ -348,7 +360,9 @@ def _under_load(req: InferRequest, ks: KernelSetup) -> ServingAnswer:
              + (f", at most {wl.max_concurrency} in flight" if wl.max_concurrency else ""),
              f"scheduler: at most {load.limits.max_num_seqs} requests and {load.limits.max_num_batched_tokens:,} "
              f"tokens per step ({load.limits_reason}); chunked prefill, recompute preemption, no prefix cache",
-             f"KV pool: {capacity:,} tokens ({cap_reason})",
+             f"KV pool: {capacity:,} tokens ({cap_reason})"
+             + (f"; data-parallel attention: one of {dp} GPUs simulated with every {dp}th request, each GPU "
+                "holding its own requests' KV, the experts shared" if dp > 1 else ""),
              f"each step costs its kernels plus {ks.eng.step_overhead_s * 1e3:.1f} ms of engine time "
              "(catalog/data/engine_perf.toml)",
              *([f"prefix cache: {req.prefix_cache_hit_rate:.0%} of each prompt reused (not computed)"]

@@ -200,8 +200,10 @@ LLAMACPP_BATCH = 2048
 
 
 def load_spec(req, *, gpu_memory_bytes: int, gpu_id: str, kv_pool_bytes: float | None,
-              kv_bytes_per_token: float, context: int) -> tuple[LoadSpec, int, str]:
-    """The workload and the engine's limits and KV pool for an under-load `InferRequest`."""
+              kv_bytes_per_token: float, context: int, dp: int = 1) -> tuple[LoadSpec, int, str]:
+    """The workload and the engine's limits and KV pool for an under-load `InferRequest`; with data-parallel
+    attention over `dp` GPUs, one rank's: every dp-th request, 1/dp of the rate or of the concurrency (the engines
+    deal requests round-robin over their DP ranks)."""
     if req.dataset_path:
         prompts, outputs = read_lengths(req.dataset_path)
         n = req.num_prompts
@@ -213,8 +215,14 @@ def load_spec(req, *, gpu_memory_bytes: int, gpu_id: str, kv_pool_bytes: float |
         outputs = (req.output_tokens,) * req.num_prompts
         source = f"every request {req.prompt_tokens:,} prompt + {req.output_tokens:,} output tokens"
     rate = req.request_rate if req.request_rate is not None else math.inf
+    conc = req.max_concurrency
+    if dp > 1:
+        prompts, outputs = prompts[::dp] or prompts[:1], outputs[::dp] or outputs[:1]
+        rate = rate / dp
+        conc = max(1, math.ceil(conc / dp)) if conc else None
+        source += f"; every {dp}th of them on the simulated DP rank"
     workload = Workload(prompt_tokens=prompts, output_tokens=outputs, request_rate=rate,
-                        max_concurrency=req.max_concurrency, prefix_hit_rate=req.prefix_cache_hit_rate or 0.0)
+                        max_concurrency=conc, prefix_hit_rate=req.prefix_cache_hit_rate or 0.0)
     speculation = (Speculation(num_tokens=req.num_speculative_tokens, acceptance_rate=req.acceptance_rate,
                                draft_layers_fraction=1 / req.model.spec.num_layers)
                    if req.num_speculative_tokens else None)

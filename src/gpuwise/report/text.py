@@ -89,6 +89,7 @@ def render_fit(r: FitResult) -> str:
         tokens = d.get("kv_pool_tokens")
         lines.append(f"{name} KV pool: {fmt_gib(d['kv_pool_bytes'])}"
                      + (f" = {tokens:,} tokens" if tokens is not None else "")
+                     + (" per GPU (data-parallel attention: each GPU its own requests)" if d.get("dp_attention") else "")
                      + f", room for {d['max_concurrent_sequences']:,} sequences of {r.context:,} tokens at once"
                      + (" (vLLM logs these as 'GPU KV cache size' and 'Maximum concurrency')"
                         if req.engine == "vllm" else " (SGLang logs '#tokens' / max_total_num_tokens)"))
