@@ -178,3 +178,20 @@ def test_dp_attention_trades_weight_memory_for_kv_capacity(capsys) -> None:
     assert r.serving.result.completed == 128 and r.serving.result.output_throughput > 0
     code, _, err = run(capsys, "fit", "llama-3.1-8b", "--gpu", "h100-sxm", "--num-gpus", "2", "--enable-dp-attention")
     assert code == 2 and "mixture-of-experts" in err
+
+
+def test_disaggregated_decode_has_no_prefill_interference(capsys) -> None:
+    """1P1D: decode steps carry no prompt chunks, so the inter-token latency tail collapses, and more decode
+    instances never slow decoding; the transfer of the KV sits inside TTFT."""
+    base = dict(model=load_model("llama-3.1-8b"), gpu=get_gpu("h100-sxm"), prompt_tokens=3000, output_tokens=200,
+                request_rate=6.0, num_prompts=300)
+    agg = infer(InferRequest(**base)).serving.result
+    pd = infer(InferRequest(**base, pd_disaggregation="1P1D")).serving.result
+    more = infer(InferRequest(**base, pd_disaggregation="1P3D")).serving.result
+    assert pd.itl_s.p99 < 0.5 * agg.itl_s.p99
+    assert more.tpot_s.mean <= pd.tpot_s.mean * 1.01
+    assert pd.completed == agg.completed == 300
+    for extra, needle in ((["--pd-disaggregation", "1X1D"], "xPyD"),
+                          (["--pd-disaggregation", "1P1D", "--max-concurrency", "4"], "--request-rate")):
+        code, _, err = run(capsys, "infer", "llama-3.1-8b", "--gpu", "h100-sxm", "--request-rate", "2", *extra)
+        assert code == 2 and needle in err, err

@@ -100,6 +100,11 @@ class Workload:
     """Requests per second (Poisson arrivals); inf sends all at once."""
     max_concurrency: int | None = None
     """At most this many requests in flight (the client waits for one to finish before sending the next)."""
+    arrival_times: tuple[float, ...] | None = None
+    """Explicit send times (s), one per request, instead of `request_rate` (a decode instance fed by prefill ones)."""
+    prefilled: bool = False
+    """The prompts arrive with their KV cache already computed (disaggregated decode): only the last prompt token's
+    row is run when a request is admitted, and its whole prompt is allocated in the pool at once."""
     prefix_hit_rate: float = 0.0
     """Share of each prompt already in the engine's prefix cache (vLLM automatic prefix caching, SGLang's radix
     cache): those tokens are not computed again (the last prompt token always is); they still occupy the pool."""
@@ -110,11 +115,15 @@ class Workload:
             raise ValueError("a workload needs as many prompt lengths as output lengths, at least one")
         if not 0 <= self.prefix_hit_rate < 1:
             raise ValueError(f"the prefix-cache hit rate must be in [0, 1), got {self.prefix_hit_rate}")
+        if self.arrival_times is not None and len(self.arrival_times) != len(self.prompt_tokens):
+            raise ValueError("one arrival time per request")
 
 
     def arrivals(self) -> list[float]:
-        """Send times (s): Poisson with `request_rate`, or all at 0."""
+        """Send times (s): explicit, Poisson with `request_rate`, or all at 0."""
         n = len(self.prompt_tokens)
+        if self.arrival_times is not None:
+            return list(self.arrival_times)
         if math.isinf(self.request_rate):
             return [0.0] * n
         rng = random.Random(self.seed)
@@ -220,6 +229,10 @@ class ServingResult:
     """(time s, share of the KV pool in use), at most ~200 points."""
     ttft_values: tuple[float, ...] = field(default_factory=tuple, repr=False)
     tpot_values: tuple[float, ...] = field(default_factory=tuple, repr=False)
+    first_token_at: tuple[float, ...] = field(default_factory=tuple, repr=False)
+    """Per request, in workload order: the time (s) its first token was emitted."""
+    finished_at: tuple[float, ...] = field(default_factory=tuple, repr=False)
+    """Per request, in workload order: the time (s) its last token was emitted."""
 
     def goodput(self, ttft_slo_s: float | None, tpot_slo_s: float | None) -> float:
         """Requests per second that met both SLOs (vLLM's --goodput: each request against its own TTFT and TPOT)."""
@@ -230,7 +243,7 @@ class ServingResult:
 
 class _Req:
     __slots__ = ("i", "prompt", "out", "sent", "computed", "target", "produced", "first", "dec0", "ctx0", "order",
-                 "alive")
+                 "alive", "done")
 
     def __init__(self, i: int, prompt: int, out: int, sent: float) -> None:
         self.i, self.prompt, self.out, self.sent = i, prompt, out, sent
@@ -242,6 +255,7 @@ class _Req:
         self.ctx0 = 0              # cached tokens when it entered decode
         self.order = 0             # admission order (preemption takes the largest)
         self.alive = False
+        self.done = math.nan       # time of its last token
 
 
 def simulate(cost: StepCost, workload: Workload, limits: EngineLimits, *, speculation: Speculation | None = None,
@@ -399,6 +413,11 @@ def simulate(cost: StepCost, workload: Workload, limits: EngineLimits, *, specul
             chunk = min(r.target - r.computed, budget)
             if used_blocks() + math.ceil(chunk / bs) > cap_blocks:
                 break
+            if workload.prefilled and r.computed == 0:  # its KV arrived with it: allocate it, run the last row
+                if used_blocks() + math.ceil(r.target / bs) > cap_blocks:
+                    break
+                r.computed = r.target - 1
+                chunk = 1
             waiting.popleft()
             if hit and r.computed == 0:  # the cached prefix of its prompt is not computed again
                 r.computed = min(int(hit * r.prompt), r.target - 1)
@@ -468,6 +487,8 @@ def simulate(cost: StepCost, workload: Workload, limits: EngineLimits, *, specul
     duration = max(now - first_send, 1e-12)
     step_every = max(1, len(timeline) // timeline_points)
     return ServingResult(
+        first_token_at=tuple(r.first if r.first is not None else math.nan for r in reqs),
+        finished_at=tuple(r.done for r in reqs),
         ttft_s=stats(ttft), tpot_s=stats(tpot), itl_s=stats(itl_v, itl_w), e2e_s=stats(e2e), duration_s=duration,
         completed=completed, request_throughput=completed / duration, output_throughput=out_tokens / duration,
         total_throughput=(out_tokens + in_tokens) / duration, mean_running=running_sum / max(steps, 1),
@@ -477,6 +498,7 @@ def simulate(cost: StepCost, workload: Workload, limits: EngineLimits, *, specul
 
 def _finish(r: _Req, now: float, ttft: list, tpot: list, e2e: list) -> None:
     assert r.first is not None
+    r.done = now
     ttft.append(r.first - r.sent)
     e2e.append(now - r.sent)
     tpot.append((now - r.first) / (r.out - 1) if r.out > 1 else 0.0)

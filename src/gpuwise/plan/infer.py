@@ -90,6 +90,10 @@ class InferRequest:
     max_num_batched_tokens: int | None = None
     """Tokens per engine step, prompt chunks included (vLLM --max-num-batched-tokens, SGLang
     --chunked-prefill-size; default: the engine's for the GPU)."""
+    pd_disaggregation: str | None = None
+    """Under load: disaggregated prefill and decode as xPyD (e.g. 1P1D, 2P4D): x prefill and y decode instances of
+    --num-gpus GPUs each; each request's KV crosses between them over the inter-node network (vLLM's and SGLang's
+    PD disaggregation)."""
     prefix_cache_hit_rate: float | None = None
     """Under load: share of each prompt already in the engine's prefix cache (vLLM automatic prefix caching,
     SGLang's radix cache; shared system prompts, multi-turn chats): not computed again, still held in the pool."""
@@ -131,7 +135,8 @@ class InferRequest:
                                     ("--slo-tpot-ms", self.slo_tpot_ms),
                                     ("--prefix-cache-hit-rate", self.prefix_cache_hit_rate),
                                     ("--num-speculative-tokens", self.num_speculative_tokens),
-                                    ("--acceptance-rate", self.acceptance_rate)) if v is not None]
+                                    ("--acceptance-rate", self.acceptance_rate),
+                                    ("--pd-disaggregation", self.pd_disaggregation)) if v is not None]
         if self.prefix_cache_hit_rate is not None and not 0 <= self.prefix_cache_hit_rate < 1:
             raise InvalidArgument(f"--prefix-cache-hit-rate must be in [0, 1), got {self.prefix_cache_hit_rate}")
         if self.num_speculative_tokens is not None:
@@ -344,7 +349,22 @@ def _under_load(req: InferRequest, ks: KernelSetup) -> ServingAnswer:
     """Simulate the engine serving the request stream (plan/serve.py, estimate/serving.py)."""
     cost, load, capacity, cap_reason = serving_model(req, ks)
     wl = load.workload
-    result = serve.run(cost, load)
+    if req.pd_disaggregation:
+        x, y = serve.parse_pd(req.pd_disaggregation)
+        per_token = kv_bytes_per_token(req.model.spec, ks.mem.kv.bytes,
+                                       req.memory_engine if req.memory_engine != "hf" else "vllm", 1)
+        n = req.num_gpus
+
+        def transfer_s(prompt: int) -> float:
+            # every GPU of the prefill instance sends its shard of the request's KV over its own NIC
+            return ks.topo.collective_s("send_recv", prompt * per_token / n, 2, ks.topo.gpus_per_node)
+
+        try:
+            result = serve.disaggregated(cost, load, prefill=x, decode=y, transfer_s=transfer_s)
+        except ValueError as exc:
+            raise InvalidArgument(str(exc)) from None
+    else:
+        result = serve.run(cost, load)
     dp = req.num_gpus if (req.enable_dp_attention and req.model.spec.moe is not None) else 1
     if dp > 1:  # one DP rank was simulated with its share of the requests: the throughputs are dp times its own
         from dataclasses import replace as _replace
@@ -365,6 +385,9 @@ def _under_load(req: InferRequest, ks: KernelSetup) -> ServingAnswer:
                 "holding its own requests' KV, the experts shared" if dp > 1 else ""),
              f"each step costs its kernels plus {ks.eng.step_overhead_s * 1e3:.1f} ms of engine time "
              "(catalog/data/engine_perf.toml)",
+             *([f"disaggregated {req.pd_disaggregation.upper()}: prefill and decode instances of {req.num_gpus} GPU(s) "
+                f"each ({(sum(serve.parse_pd(req.pd_disaggregation)) * req.num_gpus)} GPUs in all); each request's "
+                "KV crosses over the inter-node network, every GPU sending its shard"] if req.pd_disaggregation else []),
              *([f"prefix cache: {req.prefix_cache_hit_rate:.0%} of each prompt reused (not computed)"]
                if req.prefix_cache_hit_rate else []),
              *([f"speculative decoding: {load.speculation.num_tokens} draft tokens per step from a one-layer head, "

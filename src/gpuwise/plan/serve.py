@@ -12,6 +12,7 @@ import csv
 import json
 import math
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from ..estimate.infer_time import PassTime
 from ..estimate.kernels import attention_s
 from ..estimate.kv_cache import kv_cache_bytes
 from ..estimate.layer_ops import block_ops
-from ..estimate.serving import EngineLimits, ServingResult, Speculation, StepCost, Workload, simulate
+from ..estimate.serving import EngineLimits, ServingResult, Speculation, StepCost, Workload, simulate, stats
 
 MAX_LENGTHS_FILE_BYTES = 16 << 20
 MAX_REQUESTS = 200_000
@@ -289,3 +290,66 @@ def rate_sweep(cost: StepCost, load: LoadSpec, *, num_prompts: int = 500) -> tup
     saturation = simulate(cost, replace(wl, request_rate=math.inf), load.limits, speculation=spec).request_throughput
     return saturation, [SweepPoint(saturation * s, simulate(cost, replace(wl, request_rate=saturation * s),
                                                              load.limits, speculation=spec)) for s in SWEEP_SHARES]
+
+
+def parse_pd(text: str) -> tuple[int, int]:
+    """'1P1D' / '2p4d' -> (prefill instances, decode instances)."""
+    import re
+
+    m = re.fullmatch(r"\s*(\d+)\s*[pP]\s*(\d+)\s*[dD]\s*", text or "")
+    if not m or int(m.group(1)) < 1 or int(m.group(2)) < 1 or int(m.group(1)) > 64 or int(m.group(2)) > 64:
+        raise InvalidArgument(f"--pd-disaggregation: expected xPyD with 1 <= x, y <= 64 (e.g. 1P1D, 2P4D), got "
+                              f"'{text}'")
+    return int(m.group(1)), int(m.group(2))
+
+
+def disaggregated(cost: StepCost, load: LoadSpec, *, prefill: int, decode: int,
+                  transfer_s: Callable[[int], float]) -> ServingResult:
+    """Disaggregated serving: `prefill` instances run prompts only (chunked, no decodes in their steps), each
+    request's KV then crosses to a decode instance (`transfer_s(prompt_tokens)`), and `decode` instances run decodes
+    only (a request joins with its prompt's KV allocated and runs its last prompt row, then one token a step). The
+    client's first token comes from the decode instance. Requests are dealt round-robin to the prefill instances in
+    arrival order and to the decode instances in the order their KV arrives; every prefill instance is simulated, one
+    decode instance is, and throughput is `decode` times its own."""
+    from dataclasses import replace
+
+    wl, lim = load.workload, load.limits
+    if wl.max_concurrency:
+        raise InvalidArgument("--pd-disaggregation is modelled under --request-rate (open-loop arrivals), not "
+                              "--max-concurrency")
+    sends = wl.arrivals()
+    n = len(sends)
+    ready = [math.nan] * n
+    pre_running = pre_steps = 0.0
+    for k in range(prefill):
+        idx = list(range(k, n, prefill))
+        if not idx:
+            continue
+        wp = Workload(prompt_tokens=tuple(wl.prompt_tokens[i] for i in idx), output_tokens=(1,) * len(idx),
+                      arrival_times=tuple(sends[i] for i in idx), prefix_hit_rate=wl.prefix_hit_rate)
+        rp = simulate(cost, wp, lim)
+        pre_running += rp.mean_running * rp.steps
+        pre_steps += rp.steps
+        for j, i in enumerate(idx):
+            ready[i] = rp.first_token_at[j] + transfer_s(wl.prompt_tokens[i])
+    order = sorted((i for i in range(n) if wl.output_tokens[i] > 1), key=lambda i: ready[i])
+    mine = order[::decode]
+    if not mine:
+        raise InvalidArgument("--pd-disaggregation: every request ends at its first token; nothing to decode")
+    wd = Workload(prompt_tokens=tuple(wl.prompt_tokens[i] for i in mine),
+                  output_tokens=tuple(wl.output_tokens[i] - 1 for i in mine),
+                  arrival_times=tuple(ready[i] for i in mine), prefilled=True)
+    rd = simulate(cost, wd, lim, speculation=load.speculation)
+    ttft = [rd.first_token_at[j] - sends[i] for j, i in enumerate(mine)]
+    e2e = [rd.finished_at[j] - sends[i] for j, i in enumerate(mine)]
+    tpot = [(e - t) / (wl.output_tokens[i] - 1) if wl.output_tokens[i] > 2 else 0.0
+            for e, t, i in zip(e2e, ttft, mine)]
+    start = min(sends[i] for i in mine)
+    duration = max(rd.finished_at) - start
+    out_tokens = sum(wl.output_tokens[i] for i in mine) * decode
+    in_tokens = sum(wl.prompt_tokens[i] for i in mine) * decode
+    completed = len(mine) * decode
+    return replace(rd, ttft_s=stats(ttft), tpot_s=stats(tpot), e2e_s=stats(e2e), duration_s=duration,
+                   completed=completed, request_throughput=completed / duration,
+                   output_throughput=out_tokens / duration, total_throughput=(out_tokens + in_tokens) / duration,
+                   ttft_values=tuple(ttft), tpot_values=tuple(tpot))
