@@ -1,9 +1,10 @@
-"""Speed of the serving simulation (estimate/serving.py): 10,000 requests on one core, at several loads.
+"""Speed of the serving simulation (estimate/serving.py): 10,000 requests on one core, at several loads, and of
+the capacity search over the catalog (`gpuwise pick --task serve`).
 
     python benchmarks/serving_sim.py
 
-Prints the wall time of each simulation and of a whole `infer` call under load (cost table included). The issue's
-budget is 1 s for 10,000 requests on one core; this prints figures, it is not a timed test.
+Prints the wall time of each whole `infer` call under load (cost table included) and of the search. The issue's
+budgets are 1 s for 10,000 requests on one core and 5 s for the search; this prints figures, it is not a timed test.
 """
 
 from __future__ import annotations
@@ -31,6 +32,17 @@ def main() -> None:
         wall = time.perf_counter() - t0
         label = ", ".join(f"{k}={v:g}" for k, v in load.items())
         print(f"{name:16} {n:>4} {label:24} {r.serving.result.completed:>8,} {r.serving.result.steps:>7,} {wall:>7.2f}")
+    from gpuwise.plan.pick import pick
+    from gpuwise.plan.pick_request import PickRequest
+
+    for name, rate in (("llama-3.1-8b", 20.0), ("llama-3.1-70b", 20.0), ("qwen3-30b-a3b", 10.0)):
+        t0 = time.perf_counter()
+        res = pick(PickRequest(model=load_model(name), task="serve", request_rate=rate, prompt_tokens=2000,
+                               output_tokens=300, slo_ttft_ms=1000, slo_tpot_ms=33))
+        wall = time.perf_counter() - t0
+        best = res.ranked[0].label if res.ranked else "none"
+        print(f"pick --task serve {name} at {rate:g}/s: {wall:.2f} s over {res.accepted + len(res.rejected)} "
+              f"candidates; best {best}")
 
 
 if __name__ == "__main__":

@@ -59,9 +59,14 @@ class StepCost:
     """The engine's time per step outside the kernels (scheduling, sampling, detokenizing)."""
 
     def seconds(self, rows: int, logits_rows: int, kv_tokens: float, attention_pairs: float) -> float:
-        return (_interp(self.rows_grid, self.rows_s, rows) + _interp(self.head_grid, self.head_s, logits_rows)
-                + kv_tokens * self.kv_read_s_per_token + attention_pairs * self.prefill_attention_s_per_pair
-                + self.step_overhead_s)
+        return (self.rows_time(rows) + self.head_time(logits_rows) + kv_tokens * self.kv_read_s_per_token
+                + attention_pairs * self.prefill_attention_s_per_pair + self.step_overhead_s)
+
+    def rows_time(self, rows: int) -> float:
+        return _interp(self.rows_grid, self.rows_s, rows)
+
+    def head_time(self, rows: int) -> float:
+        return _interp(self.head_grid, self.head_s, rows)
 
 
 def _interp(xs: tuple[int, ...], ys: tuple[float, ...], x: float) -> float:
@@ -241,6 +246,35 @@ class ServingResult:
         return good / self.duration_s if self.duration_s > 0 else 0.0
 
 
+class _Memo:
+    """A StepCost whose interpolations are remembered by row count (a simulation asks for the same few counts
+    again and again)."""
+
+    __slots__ = ("cost", "rows", "head", "kv_read_s_per_token", "prefill_attention_s_per_pair", "step_overhead_s")
+
+    def __init__(self, cost: StepCost) -> None:
+        self.cost, self.rows, self.head = cost, {}, {}
+        self.kv_read_s_per_token = cost.kv_read_s_per_token
+        self.prefill_attention_s_per_pair = cost.prefill_attention_s_per_pair
+        self.step_overhead_s = cost.step_overhead_s
+
+    def rows_time(self, n: int) -> float:
+        t = self.rows.get(n)
+        if t is None:
+            t = self.rows[n] = self.cost.rows_time(n)
+        return t
+
+    def head_time(self, n: int) -> float:
+        t = self.head.get(n)
+        if t is None:
+            t = self.head[n] = self.cost.head_time(n)
+        return t
+
+    def seconds(self, rows: int, logits_rows: int, kv_tokens: float, attention_pairs: float) -> float:
+        return (self.rows_time(rows) + self.head_time(logits_rows) + kv_tokens * self.kv_read_s_per_token
+                + attention_pairs * self.prefill_attention_s_per_pair + self.step_overhead_s)
+
+
 class _Req:
     __slots__ = ("i", "prompt", "out", "sent", "computed", "target", "produced", "first", "dec0", "ctx0", "order",
                  "alive", "done")
@@ -263,6 +297,7 @@ def simulate(cost: StepCost, workload: Workload, limits: EngineLimits, *, specul
     """Run the engine over the workload until every request has finished."""
     if limits.kv_capacity_tokens < limits.block_size:
         raise ValueError("the KV pool holds no block")
+    cost = _Memo(cost)
     sends = workload.arrivals()
     reqs = [_Req(i, p, o, s) for i, (p, o, s) in enumerate(zip(workload.prompt_tokens, workload.output_tokens, sends))]
     longest = max(r.prompt + r.out for r in reqs)
@@ -281,9 +316,7 @@ def simulate(cost: StepCost, workload: Workload, limits: EngineLimits, *, specul
     def draft_s(n: int) -> float:
         if not speculation or not n:
             return 0.0
-        head = _interp(cost.head_grid, cost.head_s, n)
-        return speculation.num_tokens * (_interp(cost.rows_grid, cost.rows_s, n) * speculation.draft_layers_fraction
-                                         + head)
+        return speculation.num_tokens * (cost.rows_time(n) * speculation.draft_layers_fraction + cost.head_time(n))
     budget_max = limits.max_num_batched_tokens
     conc = workload.max_concurrency or len(reqs)
 

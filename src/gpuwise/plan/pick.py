@@ -74,10 +74,16 @@ def pick(req: PickRequest) -> PickResult:
     for gpu in _kinds(req):
         price, source = _price(req, gpu)
         kind: list[Candidate] = []
+        cheapest: float | None = None  # serve: the lowest $/h of an accepted deployment of this kind so far
         for n in _counts(req, gpu):
+            if req.task == "serve" and cheapest is not None and price is not None and n * price >= cheapest:
+                break  # a deployment of n-GPU replicas costs at least n x price: it cannot beat this kind's best
             c = _evaluate(req, gpu, n, price, source)
             if c is not None:
                 kind.append(c)
+                if req.task == "serve" and c.tokens_per_s and c.usd_per_hour is not None and (
+                        req.budget_usd_per_hour is None or c.usd_per_hour <= req.budget_usd_per_hour):
+                    cheapest = c.usd_per_hour if cheapest is None else min(cheapest, c.usd_per_hour)
         candidates.extend(_judge_serve(req, kind) if req.task == "serve" else _judge(req, kind))
     accepted = [c for c in candidates if c.rule is None]
     accepted.sort(key=_rank_key(req))
@@ -169,6 +175,8 @@ def _judge_serve(req: PickRequest, kind: list[Candidate]) -> list[Candidate]:
         if not c.fits:
             need = f"{c.memory_bytes / GiB:.1f} GiB per GPU" if c.memory_bytes else "more than it has"
             out.append(replace(c, rule="memory", reason=f"{c.reason or 'the weights and one request need ' + need}"))
+        elif c.rule is not None:
+            out.append(c)
         elif c.tokens_per_s is None:
             out.append(replace(c, rule="slo"))
         elif req.budget_usd_per_hour is not None and (c.usd_per_hour is None or c.usd_per_hour > req.budget_usd_per_hour):

@@ -136,10 +136,13 @@ def _finetune_adapters(req: PickRequest, gpu: GPU, n: int, seq: int, batch: int,
     return best
 
 
-SERVE_SIM_REQUESTS = 400
+SERVE_MAX_REPLICAS = 64
+"""Deployments needing more replicas than this (even at each replica's saturation rate) are rejected ('scale'):
+beyond what one serving deployment runs; they are also the slowest to simulate (tiny KV pools)."""
+SERVE_SIM_REQUESTS = 300
 """Requests per simulated trial of a replica in the capacity search (enough for a stable p90 at moderate load)."""
-SERVE_BISECTIONS = 7
-"""Halvings of the rate interval: the per-replica capacity is found within 1% of the replica's saturation rate."""
+SERVE_BISECTIONS = 6
+"""Most trials of the rate search (regula falsi on latency / target, stopped when the bracket is within 3%)."""
 
 
 def _serve(req: PickRequest, gpu: GPU, n: int, price: float | None, source: str) -> Candidate:
@@ -169,31 +172,59 @@ def _serve(req: PickRequest, gpu: GPU, n: int, price: float | None, source: str)
         return simulate(cost, Workload(prompt_tokens=wl.prompt_tokens, output_tokens=wl.output_tokens,
                                        request_rate=rate), lim)
 
+    def ratio(res) -> float:
+        """The worse of latency / target at the percentile (<= 1: the targets are met)."""
+        parts = [res.ttft_s.percentile(pct) * 1e3 / req.slo_ttft_ms if req.slo_ttft_ms else 0.0,
+                 res.tpot_s.percentile(pct) * 1e3 / req.slo_tpot_ms if req.slo_tpot_ms else 0.0]
+        return max(parts)
+
     def meets(res) -> bool:
-        return ((req.slo_ttft_ms is None or res.ttft_s.percentile(pct) * 1e3 <= req.slo_ttft_ms)
-                and (req.slo_tpot_ms is None or res.tpot_s.percentile(pct) * 1e3 <= req.slo_tpot_ms))
+        return ratio(res) <= 1.0
 
     saturation = trial(math.inf).request_throughput
-    low = trial(saturation / 50)
+    if req.request_rate / saturation > SERVE_MAX_REPLICAS:
+        return Candidate(gpu=gpu, count=n, fits=True, memory_bytes=ks.mem.estimate.memory.total, tokens_per_s=None,
+                         usd_per_hour=None, usd_per_million_tokens=None, kwh_per_million_tokens=None, setup=setup,
+                         interconnect="", price_source=source, rule="scale", reason=(
+                             f"one replica saturates at {saturation:.3g} requests/s: {req.request_rate:g}/s would "
+                             f"need more than {SERVE_MAX_REPLICAS} replicas"))
+    # the latency floor: one request alone (no queue, no batch)
+    low = simulate(cost, Workload(prompt_tokens=wl.prompt_tokens[:1], output_tokens=wl.output_tokens[:1]), lim)
     if not meets(low):
         return Candidate(gpu=gpu, count=n, fits=True, memory_bytes=ks.mem.estimate.memory.total, tokens_per_s=None,
                          usd_per_hour=None, usd_per_million_tokens=None, kwh_per_million_tokens=None, setup=setup,
                          interconnect="", price_source=source,
                          latency={"ttft_s": low.ttft_s.percentile(pct), "tpot_s": low.tpot_s.percentile(pct),
                                   "percentile": pct, "gpus_per_replica": n}, reason=(
-                             f"even at low load p{pct} TTFT is {low.ttft_s.percentile(pct) * 1e3:,.0f} ms and TPOT "
+                             f"even alone a request's TTFT is {low.ttft_s.percentile(pct) * 1e3:,.0f} ms and TPOT "
                              f"{low.tpot_s.percentile(pct) * 1e3:,.1f} ms per replica (targets: "
                              f"{_slo_text(req)})"))
     lo, hi = saturation / 50, saturation
     if req.slo_ttft_ms is None and req.slo_tpot_ms is None:
         lo = saturation * 0.9  # no targets: run replicas at 90% of their saturation rate (latency unbounded)
     else:
-        for _ in range(SERVE_BISECTIONS):
-            mid = (lo + hi) / 2
-            if meets(trial(mid)):
-                lo = mid
+        # the highest rate within the targets: regula falsi (Illinois) on the worse of the two latency/target
+        # ratios, which rises with the rate; a trial that meets the targets raises the floor
+        f_lo, f_hi = ratio(low) - 1, ratio(trial(hi)) - 1
+        if f_hi <= 0:
+            lo = hi
+        side = 0
+        for _ in range(SERVE_BISECTIONS if f_hi > 0 else 0):
+            mid = hi - f_hi * (hi - lo) / (f_hi - f_lo) if f_hi != f_lo else (lo + hi) / 2
+            mid = min(max(mid, lo + 0.05 * (hi - lo)), hi - 0.05 * (hi - lo))
+            f_mid = ratio(trial(mid)) - 1
+            if f_mid <= 0:
+                lo, f_lo = mid, f_mid
+                if side == -1:
+                    f_hi /= 2
+                side = -1
             else:
-                hi = mid
+                hi, f_hi = mid, f_mid
+                if side == 1:
+                    f_lo /= 2
+                side = 1
+            if (hi - lo) <= 0.03 * hi:
+                break
     replicas = math.ceil(req.request_rate / lo)
     at = trial(req.request_rate / replicas)
     out_tokens = sum(wl.output_tokens) / len(wl.output_tokens)
