@@ -266,7 +266,14 @@ def render_infer(r) -> str:
              f"{req.output_tokens:,} tokens; memory {fmt_gib(mem.estimate.memory.total)} per GPU "
              f"({'fits' if mem.fits else 'DOES NOT FIT'})", ""]
     if r.serving is not None:
-        lines += _serving_lines(r.serving) + ["", f"one static batch of {req.batch} (no queueing):"]
+        lines += _serving_lines(r.serving)
+        turn, ran = r.compute_bound_batch, r.serving.result.mean_running
+        if turn:
+            lines.append(f"ridge: decode's weight GEMMs turn compute-bound at ~{turn} requests per step; the engine ran "
+                         f"{ran:,.1f} per step here, so " + (
+                             "more users per step still ride almost free (each step reads the weights once for all)"
+                             if ran < turn else "each more user per step now costs compute time"))
+        lines += ["", f"one static batch of {req.batch} (no queueing):"]
     rows = [["time to first token", _dur(r.ttft_s), f"prefill {r.prefill.bound}-bound"],
             ["time per output token", _dur(r.tpot_s), f"decode {r.decode_first.bound}-bound"],
             ["request (prompt to last token)", _dur(r.request_s), ""],
