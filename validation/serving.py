@@ -72,10 +72,6 @@ def load() -> list[dict]:
         return tomllib.load(fh).get("run", [])
 
 
-def _model(ref: str) -> str:
-    return str(ROOT / ref) if ref.startswith("validation/") else ref
-
-
 MODEL_REFS = {
     # a published checkpoint -> the catalog model of the same architecture (its weights format set from the row)
     "Qwen/Qwen3-8B": "qwen3-8b", "Qwen/Qwen3-14B": "qwen3-14b", "Qwen/Qwen3-14B-FP8": "qwen3-14b",

@@ -344,6 +344,17 @@ def simulate(cost: StepCost, workload: Workload, limits: EngineLimits, *, specul
         dec = (dec_ctx_sum + len(decoding) * (bs - 1) / 2) / bs if decoding else 0.0
         return dec + (sum(math.ceil(r.computed / bs) for r in prefilling) if prefilling else 0)
 
+    def finish(r: _Req) -> None:
+        nonlocal completed, out_tokens, in_tokens, in_flight
+        r.done = now
+        ttft.append(r.first - r.sent)
+        e2e.append(now - r.sent)
+        tpot.append((now - r.first) / (r.out - 1) if r.out > 1 else 0.0)
+        completed += 1
+        out_tokens += r.out
+        in_tokens += r.prompt
+        in_flight -= 1
+
     def preempt_last() -> bool:
         nonlocal dec_ctx_sum, preemptions
         # the most recently admitted running request
@@ -425,6 +436,16 @@ def simulate(cost: StepCost, workload: Workload, limits: EngineLimits, *, specul
         rows = n_dec * spec_rows
         pairs = 0.0
         emitting: list[_Req] = []
+
+        def run_chunk(r: _Req, chunk: int) -> None:
+            """`chunk` more prompt tokens of `r` in this step, attending to its cached ones (causal)."""
+            nonlocal pairs, budget, rows
+            pairs += chunk * (r.computed + (chunk + 1) / 2)
+            r.computed += chunk
+            budget -= chunk
+            rows += chunk
+            if r.computed >= r.target:
+                emitting.append(r)
         # 2. requests part-way through their prompt: the next chunk
         for r in list(prefilling):
             if budget <= 0:
@@ -433,12 +454,7 @@ def simulate(cost: StepCost, workload: Workload, limits: EngineLimits, *, specul
             extra = math.ceil((r.computed + chunk) / bs) - math.ceil(r.computed / bs)
             if used_blocks() + extra > cap_blocks:
                 break
-            pairs += chunk * (r.computed + (chunk + 1) / 2)
-            r.computed += chunk
-            budget -= chunk
-            rows += chunk
-            if r.computed >= r.target:
-                emitting.append(r)
+            run_chunk(r, chunk)
         # 3. admit waiting requests, first come first served
         running = n_dec + len(prefilling)
         while waiting and budget > 0 and running < limits.max_num_seqs:
@@ -460,12 +476,7 @@ def simulate(cost: StepCost, workload: Workload, limits: EngineLimits, *, specul
             r.alive = True
             prefilling.append(r)
             running += 1
-            pairs += chunk * (r.computed + (chunk + 1) / 2)
-            r.computed += chunk
-            budget -= chunk
-            rows += chunk
-            if r.computed >= r.target:
-                emitting.append(r)
+            run_chunk(r, chunk)
         if rows == 0:  # nothing could be scheduled: the pool is full of prefills that cannot grow
             if not preempt_last():
                 raise RuntimeError("the scheduler made no progress")
@@ -494,11 +505,7 @@ def simulate(cost: StepCost, workload: Workload, limits: EngineLimits, *, specul
                 del decoding[i]
                 dec_ctx_sum -= r.ctx0 + (dec_counter - r.dec0) * per_step
                 r.produced = r.out
-                _finish(r, now, ttft, tpot, e2e)
-                completed += 1
-                out_tokens += r.out
-                in_tokens += r.prompt
-                in_flight -= 1
+                finish(r)
         # requests whose prompt completed: first token (or the next token after a recompute)
         for r in emitting:
             prefilling.remove(r)
@@ -506,11 +513,7 @@ def simulate(cost: StepCost, workload: Workload, limits: EngineLimits, *, specul
                 r.first = now
             r.produced += 1
             if r.produced >= r.out:
-                _finish(r, now, ttft, tpot, e2e)
-                completed += 1
-                out_tokens += r.out
-                in_tokens += r.prompt
-                in_flight -= 1
+                finish(r)
                 continue
             r.dec0 = dec_counter
             r.ctx0 = r.computed + 1
@@ -527,11 +530,3 @@ def simulate(cost: StepCost, workload: Workload, limits: EngineLimits, *, specul
         total_throughput=(out_tokens + in_tokens) / duration, mean_running=running_sum / max(steps, 1),
         max_running=max_running, peak_kv_usage=peak_kv, preemptions=preemptions, steps=steps,
         kv_usage_timeline=tuple(timeline[::step_every]), ttft_values=tuple(ttft), tpot_values=tuple(tpot))
-
-
-def _finish(r: _Req, now: float, ttft: list, tpot: list, e2e: list) -> None:
-    assert r.first is not None
-    r.done = now
-    ttft.append(r.first - r.sent)
-    e2e.append(now - r.sent)
-    tpot.append((now - r.first) / (r.out - 1) if r.out > 1 else 0.0)

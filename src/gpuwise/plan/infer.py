@@ -9,6 +9,7 @@ being memory-bound (after that, more sequences cost real time), and what n paral
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
@@ -340,8 +341,8 @@ def serving_model(req: InferRequest, ks: KernelSetup) -> tuple[StepCost, serve.L
     wl = load.workload
     cost = serve.step_cost(ks.step, spec=spec, profile=ks.profile, engine=eng, kv_bytes_per_element=mem.kv.bytes,
                            tp=tp, max_rows=load.limits.max_num_batched_tokens,
-                           mean_context=serve.mean(p + o / 2 for p, o in zip(wl.prompt_tokens, wl.output_tokens)),
-                           mean_prompt=serve.mean(wl.prompt_tokens))
+                           mean_context=statistics.fmean(p + o / 2 for p, o in zip(wl.prompt_tokens, wl.output_tokens)),
+                           mean_prompt=statistics.fmean(wl.prompt_tokens))
     return cost, load, capacity, cap_reason
 
 

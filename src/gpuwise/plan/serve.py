@@ -172,11 +172,6 @@ def vllm_limits(gpu_memory_bytes: int, gpu_id: str, *, max_num_seqs: int | None,
     return seqs, tokens, reason
 
 
-def mean(xs) -> float:
-    xs = list(xs)
-    return sum(xs) / len(xs) if xs else math.nan
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ServingAnswer:
     """`infer` under load: the simulated run, what it assumed, and the goodput against the SLOs given."""

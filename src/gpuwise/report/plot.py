@@ -10,10 +10,8 @@ from ..plan.roofline import RooflineResult
 FORMATS = (".png", ".svg")
 
 
-def save_roofline(result: RooflineResult, path: str) -> Path:
-    """A log-log roofline (datasheet and achievable) with the model's operations placed on it, written to `path`
-    (.png or .svg): `gpuwise roofline --plot`."""
-    rf, title = result.roofline, result.title
+def _pyplot(path: str):
+    """(the output path, matplotlib.pyplot on the Agg backend); one clear error for a bad name or no matplotlib."""
     out = Path(path)
     if out.suffix.lower() not in FORMATS:
         raise InvalidArgument(f"--plot: use a .png or .svg file name, got '{path}'")
@@ -24,6 +22,14 @@ def save_roofline(result: RooflineResult, path: str) -> Path:
         import matplotlib.pyplot as plt
     except ImportError:
         raise InvalidArgument("--plot needs matplotlib: pip install 'gpuwise[plot]'") from None
+    return out, plt
+
+
+def save_roofline(result: RooflineResult, path: str) -> Path:
+    """A log-log roofline (datasheet and achievable) with the model's operations placed on it, written to `path`
+    (.png or .svg): `gpuwise roofline --plot`."""
+    rf, title = result.roofline, result.title
+    out, plt = _pyplot(path)
     ops = [op for op in rf.ops if op.flops > 0]
     xs = [op.intensity for op in ops]
     lo = min([1.0, *xs]) / 4
@@ -58,16 +64,7 @@ def save_roofline(result: RooflineResult, path: str) -> Path:
 def save_rate_sweep(result, saturation: float, points, path: str) -> Path:
     """Latency against request rate for `gpuwise infer --plot`: TTFT p50/p90 and TPOT p50 of the simulated engine
     from 5% to 125% of its saturation rate, the requested rate marked: the knee is where queueing starts."""
-    out = Path(path)
-    if out.suffix.lower() not in FORMATS:
-        raise InvalidArgument(f"--plot: use a .png or .svg file name, got '{path}'")
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise InvalidArgument("--plot needs matplotlib: pip install 'gpuwise[plot]'") from None
+    out, plt = _pyplot(path)
     req = result.request
     rates = [p.request_rate for p in points]
     fig, ax = plt.subplots(figsize=(7.5, 4.8), dpi=110)
