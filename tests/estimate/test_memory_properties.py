@@ -37,9 +37,34 @@ def test_memory_never_falls_when_the_micro_batch_grows(job, model, mb, factor) -
     kw = dict(num_gpus=8, fsdp="full", seq=1024, **job)
     if job["framework"] == "megatron":
         kw.pop("fsdp")
-    small = _train(model, micro_batch=mb, global_batch=8 * mb * factor, **kw).memory
-    big = _train(model, micro_batch=mb * factor, global_batch=8 * mb * factor, **kw).memory
+    # Two micro-batches per step on both sides: going down to one would free the gradients at the backward's start
+    # (test_one_microbatch_starts_its_backward_without_gradients), a real fall.
+    small = _train(model, micro_batch=mb, global_batch=16 * mb, **kw).memory
+    big = _train(model, micro_batch=mb * factor, global_batch=16 * mb * factor, **kw).memory
     assert big.total >= small.total and big.required >= small.required
+
+
+@settings(max_examples=30, deadline=None)
+@given(jobs, st.sampled_from(MODELS))
+def test_one_microbatch_starts_its_backward_without_gradients(job, model) -> None:
+    """One micro-batch per step (no accumulation): the frameworks that free gradients at zero_grad hold none when
+    the backward starts; Megatron's and DeepSpeed's persistent buffers always do. Measured on an H100:
+    benchmarks/results/h100-sxm/train-llama-3.1-8b-8layers-s8192-mb1*.json."""
+    kw = dict(num_gpus=8, seq=1024, micro_batch=1, **job)
+    if job["framework"] != "megatron":
+        kw["fsdp"] = "full"
+    one = _train(model, global_batch=8, **kw).memory
+    two = _train(model, global_batch=16, **kw).memory
+    assert two.grads == two.states.grads
+    assert one.required <= two.required
+    if job["framework"] in ("megatron", "deepspeed") or one.moment != "backward":
+        assert one.grads == one.states.grads
+        return
+    assert one.moments["backward_peak"] < two.moments["backward_peak"]
+    if one.grads == 0:  # the peak is the backward's start: every activation saved, no gradient yet
+        assert one.activations == two.activations and one.logits == two.logits
+    else:  # its end: every gradient, one block's working set, the saved activations and logits freed
+        assert one.grads == one.states.grads and one.activations < two.activations and one.logits == 0
 
 
 @settings(max_examples=40, deadline=None)

@@ -35,7 +35,7 @@ def _doc(proc: subprocess.CompletedProcess) -> dict:
 
 
 @pytest.mark.parametrize("layout", [["--fsdp", "full", "--recompute", "full", "--global-batch", "4"],
-                                    ["--tp", "2", "--sp", "--fsdp", "full"]])
+                                    ["--tp", "2", "--sp", "--fsdp", "full", "--optimizer-impl", "foreach"]])
 def test_torchrun_two_ranks_with_gloo_reports_numbers(layout: list[str]) -> None:
     doc = _doc(_torchrun(FIXTURE, "--device", "cpu", "--steps", "2", "--warmup-steps", "1", "--seq", "64",
                          "--micro-batch", "1", "--json", *layout))
@@ -48,6 +48,7 @@ def test_torchrun_two_ranks_with_gloo_reports_numbers(layout: list[str]) -> None
     assert math.isclose(cmp_["tokens_per_s"]["measured"],
                         lay["global_batch"] * lay["seq"] / cmp_["step_time_s"]["measured"])
     # On CPU there is no peak, no CUDA memory and nothing to predict for: unknown, never 0.
+    assert lay["optimizer_impl"] == ("foreach" if "foreach" in layout else "fused")
     assert cmp_["mfu"]["measured"] is None and cmp_["peak_allocated_bytes"]["measured"] is None
     assert cmp_["step_time_s"]["predicted"] is None and doc["gpu"] is None
     # The model built has the parameters gpuwise counts (tests/spec checks those against transformers).
@@ -78,6 +79,8 @@ def test_configuration_maps_to_the_prediction_options() -> None:
     opts = cfg.train_options()
     assert opts["fsdp"] == "full" and opts["tp"] == 2 and opts["sp"] and opts["framework"] == "torchtitan"
     assert opts["sdpa_backend"] == "flash"  # the bench model calls plain F.scaled_dot_product_attention
+    assert opts["optimizer_impl"] == "fused"  # torchtitan's default, as bench train's
+    assert _cfg(FIXTURE, "--optimizer-impl", "foreach").train_options()["optimizer_impl"] == "foreach"
     assert _cfg(FIXTURE).sharding == "ddp" and _cfg(FIXTURE, world=1).sharding == "none"
 
 

@@ -55,6 +55,9 @@ def _bench_options(p: argparse.ArgumentParser) -> None:
     bt.add_argument("--precision", choices=["fp32", "bf16", "bf16-pure"], default="bf16",
                     help="bf16: mixed precision with fp32 master weights (default); fp32 runs GEMMs in TF32")
     bt.add_argument("--optimizer", choices=["adamw", "sgd"], default="adamw")
+    bt.add_argument("--optimizer-impl", choices=["fused", "foreach"], default="fused",
+                    help="torch.optim implementation (torchtitan's optimizer.implementation; default fused, as "
+                         "torchtitan's)")
     bt.add_argument("--plan", help="a plan JSON (`gpuwise plan --json`, the first plan) to take the layout from")
     bt.add_argument("--gpu", help="catalog GPU for the prediction (default: the GPU torch reports)")
     bt.add_argument("--profile", help="measured device profile (JSON) for the prediction")

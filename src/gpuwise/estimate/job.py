@@ -25,6 +25,7 @@ HF_TRAINERS: tuple[str, ...] = ("hf", "unsloth")
 """Frameworks training a transformers model with PEFT under the HF Trainer (fp32 adapters, torch optimizers)."""
 Precision = Literal["fp32", "bf16", "fp16", "bf16-pure", "fp8"]
 Optimizer = Literal["adamw", "adamw-8bit", "sgd", "adafactor", "none"]
+OptimizerImpl = Literal["fused", "foreach"]
 Recompute = str
 """none | selective | full | op | layer:N | block:K | uniform:K (estimate/recompute.py; each framework's own
 spellings resolve to these in plan/train.py)."""
@@ -39,6 +40,10 @@ OffloadTarget = Literal["optimizer", "params", "activations"]
 FRAMEWORKS: tuple[str, ...] = get_args(Framework)
 PRECISIONS: tuple[str, ...] = get_args(Precision)
 OPTIMIZERS: tuple[str, ...] = get_args(Optimizer)
+OPTIMIZER_IMPLS: tuple[str, ...] = get_args(OptimizerImpl)
+OWN_FUSED_OPTIMIZERS: tuple[str, ...] = ("megatron", "deepspeed")
+"""Frameworks that step with their own fused, in-place optimizers (Apex / Transformer Engine FusedAdam, DeepSpeed's
+FusedAdam), not torch.optim."""
 RECOMPUTE: tuple[str, ...] = ("none", "selective", "full")
 """The modes the planner and doctor try, cheapest in time first: recomputation only adds work (the planner's pruning
 relies on the order). Where the framework has per-op selective checkpointing (torchtitan), "selective" is it."""
@@ -134,6 +139,13 @@ class TrainJob:
     grad_reduce_in_fp32: bool = True
     """Megatron's gradient buffer in fp32 (Megatron-LM forces accumulate_allreduce_grads_in_fp32 for bf16); False:
     bf16 gradient buffers (MCore DDP grad_reduce_in_fp32=False, as Megatron-Bridge's performance recipes set)."""
+    optimizer_impl: OptimizerImpl | None = None
+    """How torch.optim's AdamW / SGD step (torchtitan's optimizer.implementation; the HF Trainer's --optim
+    adamw_torch_fused or adamw_torch): fused (one kernel reads and writes each state once, in place) or foreach (a
+    kernel per operation over the parameter list: AdamW makes 20 element reads and writes per parameter instead of 7,
+    and holds a temporary the size of one state). None: the framework's default, fused for torchtitan, torchtune
+    (its recipes set fused: True) and the HF Trainer (adamw_torch_fused, transformers with torch 2.8+), foreach for
+    plain PyTorch (fsdp: torch.optim's default). Megatron and DeepSpeed run their own fused optimizers."""
     optimizer_in_backward: bool = False
     """Each parameter's optimizer step runs as soon as its gradient is ready, which is then freed (torchtune
     optimizer_in_bwd): no step-wide gradients."""
@@ -159,6 +171,14 @@ class TrainJob:
                                    ("--sdpa-backend", self.sdpa_backend or "flash", SDPA_BACKENDS)):
             if value not in valid:
                 raise InvalidArgument(f"{name}: unknown value '{value}'; valid: {', '.join(valid)}")
+        if self.optimizer_impl is not None:
+            if self.optimizer_impl not in OPTIMIZER_IMPLS:
+                raise InvalidArgument(f"--optimizer-impl: unknown value '{self.optimizer_impl}'; valid: "
+                                      f"{', '.join(OPTIMIZER_IMPLS)}")
+            if self.framework in OWN_FUSED_OPTIMIZERS:
+                raise InvalidArgument(f"--optimizer-impl chooses torch.optim's implementation, and {self.framework} "
+                                      "steps with its own fused optimizer: drop it, or pass --framework torchtitan, "
+                                      "fsdp, torchtune or hf")
         if self.sdpa_backend is not None and self.framework == "megatron":
             raise InvalidArgument("--sdpa-backend is PyTorch's SDPA backend, and the framework is megatron, which "
                                   "runs Transformer Engine's attention: pass --framework torchtitan, fsdp, torchtune "
@@ -186,6 +206,21 @@ class TrainJob:
         """Bytes of one residual-stream / MLP activation element: 4 under fp32 or a kbit-upcast QLoRA, else the
         activation element size."""
         return 4.0 if self.kbit_upcast else self.element_bytes
+
+    @property
+    def torch_optimizer_impl(self) -> OptimizerImpl | None:
+        """`optimizer_impl` resolved to the framework's default: fused or foreach where torch.optim's AdamW or SGD
+        steps, None where there is no such choice (other optimizers; Megatron's and DeepSpeed's own)."""
+        if self.optimizer not in ("adamw", "sgd") or self.framework in OWN_FUSED_OPTIMIZERS:
+            return None
+        if self.optimizer_impl is not None:
+            return self.optimizer_impl
+        return "foreach" if self.framework == "fsdp" else "fused"
+
+    @property
+    def optimizer_foreach(self) -> bool:
+        """Whether the optimizer steps with torch.optim's foreach kernels (`torch_optimizer_impl`)."""
+        return self.torch_optimizer_impl == "foreach"
 
     @property
     def frozen_base(self) -> bool:

@@ -1,9 +1,12 @@
 """Training memory per GPU: model states + activations + buffers + runtime, at the peak rank and moment.
 
-The peak moment is the start of a backward pass with every in-flight micro-batch's activations saved, the
-gradients allocated in full (they are from the second micro-batch of gradient accumulation on) and, on the
-last pipeline stage, the logits and loss gradients alive. The optimizer step is the other candidate (model
-states, gradients and the optimizer's temporaries, no activations); the larger of the two is reported. Every
+The peak moment is the backward pass, with every in-flight micro-batch's activations saved and, on the last pipeline
+stage, the logits and loss gradients alive. The gradients are allocated in full from the second micro-batch of
+gradient accumulation on, or always where the framework keeps a persistent gradient buffer
+(`gradients_live_at_backward`); with one micro-batch under torch's trainers the backward's peak is the larger of its
+start (no gradients) and its end (every gradient, the activations freed): `_backward_parts`. The optimizer step is
+the other candidate (model states, gradients and the optimizer's temporaries, no activations); the larger of the
+two is reported. Every
 pipeline stage is evaluated and the largest reported, with its stage index; with 1F1B that is the first
 stage (it holds p micro-batches), unless the last stage's logits outweigh it.
 """
@@ -50,10 +53,14 @@ class TrainMemory:
     buffers: float
     runtime: float
     allocator: float
+    """Reserved but not allocated at the peak: `ALLOCATOR_FRACTION` of the allocated bytes, plus the gradient shards
+    FSDP reduce-scatters on its own stream when the peak falls before any gradient exists (`_grads_on_side_stream`).
+    In `total`, not in `required`."""
     stage: int
     """Pipeline stage of the reported rank (0 = first)."""
     moment: str
-    """'backward' (start of a backward pass) or 'optimizer-step'."""
+    """'backward' (the backward pass's peak: its start, or its end when it starts without gradients) or
+    'optimizer-step'."""
     cpu: float
     """Host memory for offloaded states on this rank."""
     states: ModelStates
@@ -106,6 +113,23 @@ class TrainMemory:
         out = {k: round(getattr(self, k)) for k in keys}
         out["total"] = round(self.total)
         return out
+
+
+PERSISTENT_GRADIENT_BUFFERS: tuple[str, ...] = ("megatron", "deepspeed")
+"""Frameworks whose gradients live in buffers allocated once for the run: Megatron-Core's DDP keeps every
+parameter's main_grad in a contiguous buffer (megatron/core/distributed/param_and_grad_buffer.py), DeepSpeed ZeRO its
+gradient partitions. The others (torch DDP / FSDP2, torchtitan, torchtune, the HF Trainer) allocate each gradient in
+the backward and free it at zero_grad(set_to_none=True), torch's default since 2.0."""
+
+
+def gradients_live_at_backward(framework: str, num_microbatches: int) -> bool:
+    """Whether the gradients are allocated when a backward pass starts. With one micro-batch per optimizer step and
+    gradients freed at zero_grad(set_to_none=True), they are not: each appears as its layer's backward runs, while
+    that layer's activations are freed, so the start of the backward holds the activations and no gradients, and its
+    end (the optimizer step) the gradients and no activations. Measured on an H100 (benchmarks/results/h100-sxm,
+    gpuwise bench train): Llama-3.1-8B cut to 8 layers, 8,192 tokens, no recompute, peaks at 60.3 GiB allocated with
+    one micro-batch and 70.7 GiB with two (gradients 10.4 GiB)."""
+    return num_microbatches > 1 or framework in PERSISTENT_GRADIENT_BUFFERS
 
 
 def _runtime(layout: Layout) -> float:
@@ -171,6 +195,12 @@ class _Stage:
     index: int
     states: ModelStates
     states_total: float
+    states_total_no_grads: float
+    """The model states without the gradients, added in `TrainMemory.total`'s order (a backward that starts with
+    none allocated: `gradients_live_at_backward`)."""
+    states_total_end: float
+    """The model states at the end of a backward that started without gradients: all of them, less the transient
+    16-bit weight copies (freed with the activations they were saved with)."""
     activations: StageActivationTerms
     state_buffers: dict[str, float]
     state_buffer_bytes: float
@@ -206,7 +236,7 @@ class LayoutMemory:
         """Memory on the most loaded GPU, by part (the stage and moment `peak` finds); `recompute` defaults to the
         job's."""
         recompute = self.job.recompute if recompute is None else recompute
-        _, st, backward = self.peak(micro_batch, num_microbatches, recompute)
+        _, st, allocator = self.peak(micro_batch, num_microbatches, recompute)
         act = st.activations.at(micro_batch, in_flight_microbatches(self.layout, st.index, num_microbatches),
                                 recompute, self.offload_activations)
         states = st.states
@@ -217,16 +247,23 @@ class LayoutMemory:
         saved_logits = 0.0
         if st.activations.logit_bytes is not None:
             saved_logits = tokens * st.activations.vocab * st.activations.logit_bytes[0] * act.in_flight / self.layout.tp
-        backward_peak = st.states_total + act.total + act.logits + buffers
-        moments = {"end_of_forward": backward_peak - act.recompute_working - act.logits + saved_logits,
-                   "backward_peak": backward_peak, "optimizer_step": st.step_allocated}
+        grads_live = gradients_live_at_backward(self.job.framework, num_microbatches)
+        held, activations, logits, part = _backward_parts(st, grads_live, act.layers + act.outside_layers,
+                                                          act.recompute_working, act.logits)
+        backward_peak = held + activations + logits + buffers
+        end_of_forward = (st.states_total if grads_live else st.states_total_no_grads) + act.total \
+            - act.recompute_working + saved_logits + buffers
+        moments = {"end_of_forward": end_of_forward, "backward_peak": backward_peak,
+                   "optimizer_step": st.step_allocated}
         common = dict(runtime=self.runtime, stage=st.index, cpu=states.cpu, states=states, buffer_parts=parts,
                       activation_in_flight=act.in_flight,
                       activations_per_microbatch=one.layers + one.outside_layers, moments=moments)
-        if backward is not None:
-            return TrainMemory(params=states.params, master_weights=states.master_weights, grads=states.grads,
-                               optimizer=states.optimizer, activations=act.total, logits=act.logits, buffers=buffers,
-                               allocator=ALLOCATOR_FRACTION * backward, moment="backward", **common)
+        if allocator is not None:
+            return TrainMemory(params=states.params - (states.transient_params if part == "end" else 0.0),
+                               master_weights=states.master_weights,
+                               grads=0.0 if part == "start" else states.grads, optimizer=states.optimizer,
+                               activations=activations, logits=logits, buffers=buffers,
+                               allocator=allocator, moment="backward", **common)
         return TrainMemory(params=states.params - states.transient_params, master_weights=states.master_weights,
                            grads=states.grads, optimizer=states.optimizer, activations=0.0, logits=0.0,
                            buffers=st.step_buffers, allocator=ALLOCATOR_FRACTION * st.step_allocated,
@@ -234,8 +271,8 @@ class LayoutMemory:
 
     def peak(self, micro_batch: int, num_microbatches: int,
              recompute: str | None = None) -> tuple[float, _Stage, float | None]:
-        """(total bytes, stage, bytes allocated at the backward peak or None where the optimizer step is the
-        peak) of the most loaded stage: the first of the distinct stages with the largest total.
+        """(total bytes, stage, the allocator's allowance at the backward peak or None where the optimizer step is
+        the peak) of the most loaded stage: the first of the distinct stages with the largest total.
 
         The planner's inner loop: no objects built. Parts are added in `TrainMemory.total`'s order (`states_total`
         is its first four), so that `at(...).total` equals this total exactly. `recompute` defaults to the job's (the
@@ -245,27 +282,59 @@ class LayoutMemory:
         tokens = micro_batch * self.seq / self.layout.cp
         token_buffers = _token_buffers(self.spec, self.layout, e=self.e, tokens=tokens).values()
         best: tuple[float, _Stage, float | None] | None = None
+        grads_live = gradients_live_at_backward(self.job.framework, num_microbatches)
+        side_stream = _grads_on_side_stream(self.layout, self.job.framework)
         for st in self.stages:
             in_flight = in_flight_microbatches(self.layout, st.index, num_microbatches)
             layers, outside, working, logits, _, _ = st.activations.parts(micro_batch, in_flight, recompute,
                                                                           self.offload_activations)
-            act_total = layers + outside + working  # Activations.total
             buffers = sum(token_buffers, st.state_buffer_bytes)  # sum(buffer_parts.values()), in its order
-            backward = st.states_total + act_total + logits + buffers
+            held, activations, logits, part = _backward_parts(st, grads_live, layers + outside, working, logits)
+            backward = held + activations + logits + buffers
             if backward >= st.step_allocated:
-                total = st.states_total + act_total + logits + buffers + self.runtime + ALLOCATOR_FRACTION * backward
+                allocator = ALLOCATOR_FRACTION * backward
+                if side_stream and part == "start":
+                    allocator += st.states.grads
+                total = held + activations + logits + buffers + self.runtime + allocator
                 if best is None or total > best[0]:
-                    best = (total, st, backward)
+                    best = (total, st, allocator)
             elif best is None or st.step_total > best[0]:
                 best = (st.step_total, st, None)
         assert best is not None
         return best
 
 
-def required_bytes(total: float, stage: _Stage, backward: float | None) -> float:
-    """`TrainMemory.required` from `LayoutMemory.peak`'s tuple (total, stage, bytes allocated at the backward peak or
-    None at the optimizer step): the planner's and `train`'s fit test, without building a `TrainMemory`."""
-    return total - ALLOCATOR_FRACTION * (backward if backward is not None else stage.step_allocated)
+def _backward_parts(st: _Stage, grads_live: bool, saved: float, working: float,
+                    logits: float) -> tuple[float, float, float, str]:
+    """(model states, activations, logits, which moment: all | start | end) allocated at a backward's peak, from
+    the saved activations, one block's recompute working set and the loss's logits and gradients.
+
+    With the gradients live from the start (`gradients_live_at_backward`), everything at once ("all"). Without, the
+    larger of the backward's start (no gradients) and its end (every gradient and the first block's working set; the
+    saved activations, and the 16-bit weight copies saved with them, freed): between them each block frees its
+    activations as its gradients appear. Measured on an H100: benchmarks/results/h100-sxm
+    (docs/training-memory.md)."""
+    acts = saved + working
+    if grads_live:
+        return st.states_total, acts, logits, "all"
+    if st.states_total_end + working > st.states_total_no_grads + acts + logits:
+        return st.states_total_end, working, 0.0, "end"
+    return st.states_total_no_grads, acts, logits, "start"
+
+
+def _grads_on_side_stream(layout: Layout, framework: str) -> bool:
+    """Whether the gradients are reduce-scattered into shards on a stream of their own (FSDP / FSDP2 and the PyTorch
+    trainers over them), so that the caching allocator, which keeps a pool per stream, serves them with new memory
+    rather than with the activation blocks the compute stream frees as the backward goes."""
+    return (layout.sharding_spec.grads and layout.shard_size > 1
+            and framework not in PERSISTENT_GRADIENT_BUFFERS)
+
+
+def required_bytes(total: float, stage: _Stage, allocator: float | None) -> float:
+    """`TrainMemory.required` from `LayoutMemory.peak`'s tuple (total, stage, the allocator's allowance at the
+    backward peak or None at the optimizer step): the planner's and `train`'s fit test, without building a
+    `TrainMemory`."""
+    return total - (allocator if allocator is not None else ALLOCATOR_FRACTION * stage.step_allocated)
 
 
 _STAGES: dict = {}
@@ -280,7 +349,7 @@ def layout_memory(spec: ModelSpec, layout: Layout, job: TrainJob) -> LayoutMemor
     hold the terms of every mode), so that the layouts differing only in those share them."""
     key = (id(spec), _CLASS_FIELDS(layout), job.framework, job.precision, job.optimizer, job.seq, job.finetune,
            job.lora_rank, job.lora_targets, job.offload, job.attention, job.compile, job.loss_chunks,
-           job.fused_loss, job.optimizer_in_backward, job.fp8_param_gather, job.grad_reduce_in_fp32,
+           job.fused_loss, job.optimizer_in_backward, job.optimizer_impl, job.fp8_param_gather, job.grad_reduce_in_fp32,
            job.lora_dropout, job.kbit_upcast, job.fp8_saved, job.fp8_transpose_cache,
            job.recompute if recompute_plan(job.recompute).kind == "modules" else None)
     hit = _STAGES.get(key)
@@ -319,19 +388,23 @@ def _stage(spec: ModelSpec, layout: Layout, stage: int, job: TrainJob) -> _Stage
                        if rt.tensor.is_matrix and rt.tensor.layer is not None),
                       default=0.0)
         parts["nf4_dequant"] = largest * job.element_bytes
-    # Optimizer step: torch's foreach AdamW / SGD allocate an fp32 temporary per parameter (hf, fsdp,
-    # torchtitan); Megatron's and DeepSpeed's fused optimizers update in place.
+    # Optimizer step: torch's foreach AdamW allocates a temporary the size of one state (torch/optim/adam.py
+    # _multi_tensor_adam: exp_avg_sq_sqrt = torch._foreach_sqrt(exp_avg_sqs)), foreach SGD an fp32 copy of the
+    # gradients (weight decay); the fused kernels, Megatron's and DeepSpeed's optimizers update in place.
     temp = 0.0
-    if optimizer != "none" and framework in (*HF_TRAINERS, *PYTORCH_NATIVE) and "optimizer" not in offload \
-            and not job.optimizer_in_backward:
+    if job.optimizer_foreach and "optimizer" not in offload and not job.optimizer_in_backward:
         shard = layout.shard_size if layout.sharding_spec.optimizer else 1
-        temp = 4 * states.trainable_params / shard
+        temp = states.optimizer / 2 if optimizer == "adamw" else 4 * states.trainable_params / shard
     ddp = parts.get("ddp_buckets", 0.0)
     step = states.total - states.transient_params + temp + ddp
     step_total = TrainMemory.sum_parts(states.params - states.transient_params, states.master_weights, states.grads,
                                        states.optimizer, 0.0, 0.0, temp + ddp, _runtime(layout),
                                        ALLOCATOR_FRACTION * step)
-    return _Stage(index=stage, states=states, states_total=states.total, activations=terms, state_buffers=parts,
+    return _Stage(index=stage, states=states, states_total=states.total,
+                  states_total_no_grads=states.params + states.master_weights + 0.0 + states.optimizer,
+                  states_total_end=states.params - states.transient_params + states.master_weights + states.grads
+                  + states.optimizer,
+                  activations=terms, state_buffers=parts,
                   state_buffer_bytes=sum(parts.values()), step_buffers=temp + ddp, step_allocated=step,
                   step_total=step_total)
 

@@ -34,6 +34,8 @@ class BenchConfig:
     recompute: str
     precision: str
     optimizer: str
+    optimizer_impl: str
+    """fused or foreach (torch.optim's implementations)."""
     steps: int
     warmup_steps: int
     world_size: int
@@ -56,7 +58,8 @@ class BenchConfig:
         sh = {"none": {}, "ddp": {"zero": 0}, "fsdp-full": {"fsdp": "full"}, "fsdp-grad-op": {"fsdp": "grad-op"}}
         return dict(num_gpus=self.world_size, seq=self.seq, global_batch=self.global_batch,
                     micro_batch=self.micro_batch, tp=self.tp, sp=self.sp, recompute=self.recompute,
-                    precision=self.precision, optimizer=self.optimizer, framework="torchtitan",
+                    precision=self.precision, optimizer=self.optimizer, optimizer_impl=self.optimizer_impl,
+                    framework="torchtitan",
                     # the benchmark's own model calls plain F.scaled_dot_product_attention: SDPA's flash-first order
                     sdpa_backend="flash", gpus_per_node=self.local_world_size, **sh[self.sharding])
 
@@ -64,7 +67,7 @@ class BenchConfig:
         parts = [f"dp {self.dp}"] + ([f"tp {self.tp}" + (" + sp" if self.sp else "")] if self.tp > 1 else [])
         parts += [self.sharding, f"micro-batch {self.micro_batch} x {self.accumulation} accumulation",
                   f"global batch {self.global_batch} x {self.seq} tokens", f"recompute {self.recompute}",
-                  self.precision, self.optimizer]
+                  self.precision, f"{self.optimizer} ({self.optimizer_impl})"]
         return ", ".join(parts)
 
 
@@ -156,7 +159,8 @@ def configure(args, env: DistEnv) -> BenchConfig:
     model = full if layers == spec.num_layers else _shrunk(full, layers)
     return BenchConfig(model=model, full=full, layers=layers, seq=seq, micro_batch=micro, global_batch=global_batch,
                        tp=tp, sp=sp, sharding=sharding, recompute=recompute, precision=args.precision,
-                       optimizer=args.optimizer, steps=args.steps, warmup_steps=args.warmup_steps,
+                       optimizer=args.optimizer, optimizer_impl=getattr(args, "optimizer_impl", "fused"),
+                       steps=args.steps, warmup_steps=args.warmup_steps,
                        world_size=env.world_size, local_world_size=env.local_world_size)
 
 

@@ -111,11 +111,18 @@ def _gradient_sync(model, cfg: BenchConfig, last: bool) -> None:
 
 def _optimizer(torch, model, cfg: BenchConfig, dev):
     params = [p for p in model.parameters() if p.requires_grad]
+    # --optimizer-impl: fused (torchtitan's default: one kernel per parameter group) or foreach (a kernel per
+    # operation, torch's default when neither is asked for); the prediction models the one asked for. Tensor
+    # parallelism without FSDP leaves the norms as plain tensors beside DTensor weights, which neither can mix: a
+    # per-parameter loop there (`mixed_tensor_optimizer`; the report notes it).
+    mixed = mixed_tensor_optimizer(cfg)
+    fused = cfg.optimizer_impl == "fused" and not mixed
+    kw = dict(fused=fused, foreach=not mixed and not fused)
     if cfg.optimizer == "sgd":
-        return torch.optim.SGD(params, lr=1e-4, momentum=0.9)
-    # fused AdamW on CUDA (one kernel per parameter group), foreach elsewhere.
-    # foreach (torch's default on CUDA), never fused: the memory model charges foreach's temporary copy of the
-    # parameters at the optimizer step. Tensor parallelism without FSDP leaves the norms as plain tensors beside
-    # DTensor weights, which foreach cannot mix: a per-parameter loop there.
-    mixed = cfg.tp > 1 and not cfg.sharding.startswith("fsdp")
-    return torch.optim.AdamW(params, lr=1e-4, fused=False, foreach=not mixed)
+        return torch.optim.SGD(params, lr=1e-4, momentum=0.9, **kw)
+    return torch.optim.AdamW(params, lr=1e-4, **kw)
+
+
+def mixed_tensor_optimizer(cfg: BenchConfig) -> bool:
+    """Tensor parallelism without FSDP: DTensor weights beside plain-tensor norms, stepped parameter by parameter."""
+    return cfg.tp > 1 and not cfg.sharding.startswith("fsdp")

@@ -77,6 +77,7 @@ def _flags(cfg: BenchConfig) -> str:
     o = cfg.train_options()
     out = [f"--num-gpus {o['num_gpus']}", f"--seq {o['seq']}", f"--global-batch {o['global_batch']}",
            f"--micro-batch {o['micro_batch']}", f"--precision {o['precision']}", f"--optimizer {o['optimizer']}",
+           f"--optimizer-impl {o['optimizer_impl']}",
            f"--recompute {o['recompute']}", "--framework torchtitan", f"--sdpa-backend {o['sdpa_backend']}",
            f"--gpus-per-node {o['gpus_per_node']}"]
     if cfg.tp > 1:
@@ -105,7 +106,8 @@ def to_dict(r: BenchResult) -> dict:
         "backend": r.backend, "world_size": cfg.world_size,
         "layout": {"dp": cfg.dp, "tp": cfg.tp, "sp": cfg.sp, "sharding": cfg.sharding, "recompute": cfg.recompute,
                    "micro_batch": cfg.micro_batch, "accumulation": cfg.accumulation, "global_batch": cfg.global_batch,
-                   "seq": cfg.seq, "precision": cfg.precision, "optimizer": cfg.optimizer},
+                   "seq": cfg.seq, "precision": cfg.precision, "optimizer": cfg.optimizer,
+                   "optimizer_impl": cfg.optimizer_impl},
         "steps": cfg.steps, "warmup_steps": cfg.warmup_steps, "step_times_s": list(r.measured.step_times_s),
         "comparison": comparison,
         "mfu_denominator": {"flops_per_s_per_gpu": r.peak_flops_per_gpu, "gpus": cfg.world_size,

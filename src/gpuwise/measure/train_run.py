@@ -15,7 +15,7 @@ from ..estimate.flops import step_flops
 from ..plan.train import TrainRequest, train
 from . import dist
 from .train_config import BenchConfig, configure
-from .train_loop import run
+from .train_loop import mixed_tensor_optimizer, run
 from .train_result import BenchResult
 
 
@@ -62,6 +62,10 @@ def bench(args) -> BenchResult | None:
     flops = step_flops(cfg.model.spec, seq=cfg.seq, global_batch=cfg.global_batch, convention="causal",
                        recompute=cfg.recompute)
     notes = []
+    if mixed_tensor_optimizer(cfg):
+        notes.append("tensor parallelism without FSDP: the optimizer steps parameter by parameter (neither fused nor "
+                     f"foreach mixes DTensor and plain tensors); the prediction is for --optimizer-impl "
+                     f"{cfg.optimizer_impl}")
     if dev.type == "cpu" and gpu is not None:
         notes.append(f"measured on CPU, predicted for {gpu.id}: the two are not comparable, errors are not shown")
     name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "CPU"

@@ -330,9 +330,9 @@ class _Search:
                     if prune and mb in fits_at and _dominated(fits_at[mb], offload, i):
                         continue
                     m = per_rank // mb
-                    total, stage, backward = mem_model.peak(mb, m, rc)
+                    total, stage, allocator = mem_model.peak(mb, m, rc)
                     self.evaluated += 1
-                    if required_bytes(total, stage, backward) > self.budget:
+                    if required_bytes(total, stage, allocator) > self.budget:
                         break
                     fits_at.setdefault(mb, []).append((offload, i))
                     results.append(self._timed(layout, mb, m, rc, offload, total, stage.states))

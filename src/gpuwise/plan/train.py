@@ -17,8 +17,8 @@ from ..errors import InvalidArgument, require_positive_int, require_positive_num
 from ..estimate.comm import Topology
 from ..estimate.flops import StepFlops, gemm_dtype, job_flops, utilization
 from ..estimate.job import (FSDP2_OFFLOAD_ALL, Attention, CpCommType, Finetune, FlopsConvention, Framework,
-                            MoeDispatcher, OffloadTarget, Optimizer, Precision, Recompute, SdpaBackend, TrainJob,
-                            fp8_transpose_cached, job_default)
+                            MoeDispatcher, OffloadTarget, Optimizer, OptimizerImpl, Precision, Recompute, SdpaBackend,
+                            TrainJob, fp8_transpose_cached, job_default)
 from ..estimate.layout import PARAM_OFFLOAD_SHARDINGS, Layout, Schedule, divisors
 from ..estimate.model_states import adapter_input_bytes, lora_targets
 from ..estimate.parallel import validate_layout
@@ -129,6 +129,7 @@ class TrainRequest:
     weights keep no cached transpose; it is built in each backward (Blackwell needs none either way)."""
     grad_reduce_in_fp32: bool = job_default("grad_reduce_in_fp32")
     optimizer_in_backward: bool = job_default("optimizer_in_backward")
+    optimizer_impl: OptimizerImpl | None = None
     offload: tuple[OffloadTarget, ...] = ()
     """States kept in host memory: a comma list of optimizer, params, activations."""
     optimizer: Optimizer = job_default("optimizer")
@@ -220,7 +221,7 @@ class TrainRequest:
                        flops_convention=self.flops_convention,
                        compile=self.compile, loss_chunks=chunks, fused_loss=self.fused_loss,
                        fp8_param_gather=self.fp8_param_gather, grad_reduce_in_fp32=self.grad_reduce_in_fp32,
-                       optimizer_in_backward=self.optimizer_in_backward,
+                       optimizer_in_backward=self.optimizer_in_backward, optimizer_impl=self.optimizer_impl,
                        activation_func_fp8_input_store=self.activation_func_fp8_input_store,
                        fp8_dot_product_attention=self.fp8_dot_product_attention,
                        fp8_transpose_cache=fp8_transpose_cached(self.gpu.architecture,
@@ -457,12 +458,16 @@ def train_confidence(req: TrainRequest, layout: Layout) -> SpeedConfidence:
 def _assumptions(req: TrainRequest, framework: str, layout: Layout, mem: TrainMemory) -> tuple[str, ...]:
     out = [f"framework profile '{framework}'; peak at the {mem.moment.replace('-', ' ')} on pipeline stage "
            f"{mem.stage} of {layout.pp} (rank 0 of that stage's data-parallel group; all its ranks are alike)"]
+    if mem.moment != "backward" or mem.grads > 0 or mem.states.grads == 0:
+        grads = "gradients counted in full (as from the second micro-batch of accumulation on)"
+    else:
+        grads = ("no gradients yet at the start of the backward (one micro-batch per step, and zero_grad("
+                 "set_to_none=True) freed the last step's); they are counted at the optimizer step")
     if req.attention == "flash":
-        out.append("activations with flash attention (no materialized scores); gradients counted in full "
-                   "(as from the second micro-batch of accumulation on)")
+        out.append(f"activations with flash attention (no materialized scores); {grads}")
     else:
         out.append("unfused attention: the softmax output (and dropout mask and output) of every head is saved, "
-                   "a x s^2 per sequence; gradients counted in full (as from the second micro-batch on)")
+                   f"a x s^2 per sequence; {grads}")
     if framework == "hf" and req.finetune == "full" and req.precision in ("bf16", "fp16", "fp8"):
         out.append("mixed precision as torch.autocast: fp32 weights (master) plus cached 16-bit casts (params)")
     fp8_params = req.fp8_param_gather and req.precision == "fp8" and framework == "megatron"

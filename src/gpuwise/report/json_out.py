@@ -98,6 +98,7 @@ def train_to_dict(r: TrainResult) -> dict[str, Any]:
         "tokens_per_step": req.seq * req.global_batch,
         "precision": req.precision,
         "optimizer": req.optimizer,
+        "optimizer_impl": req.job.torch_optimizer_impl,
         "recompute": req.job.recompute,
         "offload": list(req.offload),
         "finetune": {"mode": req.finetune, "lora_rank": req.lora_rank if req.finetune != "full" else None,

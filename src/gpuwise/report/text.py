@@ -161,11 +161,12 @@ def render_train(r: TrainResult) -> str:
         (f" (vpp {lay.vpp})" if lay.vpp > 1 else "") + f" x cp {lay.cp}" + (f", ep {lay.ep}" if lay.ep > 1 else "") \
         + (f" (expert tp {lay.expert_tp})" if lay.ep > 1 and lay.expert_tp != lay.tp else "")
     tune = "" if req.finetune == "full" else f", {req.finetune} rank {req.lora_rank} on {req.lora_targets}"
+    impl = f" ({req.job.torch_optimizer_impl})" if req.job.torch_optimizer_impl else ""
     lines = [
         f"{req.model.id}: {params} params, {spec.family}, {spec.num_layers} layers",
         f"on {req.num_gpus} x {gpu.name} ({fmt_gib(gpu.memory_bytes)} each): {degrees}, {lay.sharding}",
-        f"{r.framework} profile ({r.framework_reason}); {req.precision}, {req.optimizer}, recompute {req.job.recompute}"
-        f"{tune}",
+        f"{r.framework} profile ({r.framework_reason}); {req.precision}, {req.optimizer}{impl}, recompute "
+        f"{req.job.recompute}{tune}",
         f"batch {req.global_batch} x {req.seq:,} tokens = {req.global_batch * req.seq:,} tokens/step; micro-batch "
         f"{req.micro_batch}, {r.num_microbatches} micro-batches per rank",
         "",
