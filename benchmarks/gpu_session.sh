@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The measurements to take whenever a GPU is lent (issue 6, item 6), in one batch:
-#   calibrate (device profile), bench train on three models/layouts that fit one GPU (with the calibrated profile
+#   calibrate (device profile), bench train on four models/layouts that fit one GPU (with the calibrated profile
 #   and without), and gpuwise infer next to a real transformers decode loop at several batch sizes.
 # Usage: bash benchmarks/gpu_session.sh OUTDIR [calibrate|train|decode|all]   (then commit OUTDIR as
 #        benchmarks/results/<gpu>/). Each stage fits in one 10-minute call of the device tool; train and decode
@@ -11,13 +11,13 @@ out="${1:?usage: gpu_session.sh OUTDIR [calibrate|train|decode|all]}"
 stage="${2:-all}"
 mkdir -p "$out"
 want() { [ "$stage" = all ] || [ "$stage" = "$1" ]; }
-log() { echo "+ $*" | tee -a "$out/commands.txt"; }
+log() { echo "+ $*" | tee -a "$out/commands.txt" >&2; }  # stderr: stdout is the JSON
 run() { log "$@"; "$@"; }
 
 if want calibrate; then
 run nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv | tee "$out/nvidia-smi.csv"
 run gpuwise calibrate --save "$out/profile.json" --json > "$out/calibrate.json"
-python - "$out/calibrate.json" <<'PY' | tee "$out/calibrate.txt"
+python3 - "$out/calibrate.json" <<'PY' | tee "$out/calibrate.txt"
 import json, sys
 d = json.load(open(sys.argv[1]))
 for m in d["matmul"]:
@@ -38,12 +38,17 @@ if want train; then
 train gpt2-s1024-mb8 gpt2 --seq 1024 --micro-batch 8
 train llama-3.2-1b-s4096-mb2 llama-3.2-1b --seq 4096 --micro-batch 2
 train llama-3.2-1b-s4096-mb4-recompute llama-3.2-1b --seq 4096 --micro-batch 4 --recompute full
-train llama-3.1-8b-16layers-s4096-mb1 llama-3.1-8b --layers 16 --seq 4096 --micro-batch 1 --recompute full
+# 8 of 32 layers: with fp32 master weights and AdamW (16 bytes per parameter), 16 layers plus the 128k-vocabulary
+# embedding and head (4.5B parameters, 72 GB of states) do not fit 80 GB.
+train llama-3.1-8b-8layers-s4096-mb1 llama-3.1-8b --layers 8 --seq 4096 --micro-batch 1 --recompute full
+# one micro-batch per step against two: gradients absent at the start of the first backward, present from the second
+train llama-3.1-8b-8layers-s8192-mb1 llama-3.1-8b --layers 8 --seq 8192 --micro-batch 1
+train llama-3.1-8b-8layers-s8192-mb1-acc2 llama-3.1-8b --layers 8 --seq 8192 --micro-batch 1 --global-batch 2
 fi
 
 if want decode; then
 for m in llama-3.2-1b llama-3.1-8b; do
-  run python benchmarks/decode_vs_infer.py "$m" --batches 1,8,32 --prompt 512 --new 128 --json "$out/decode-$m.json"
+  run python3 benchmarks/decode_vs_infer.py "$m" --batches 1,8,32 --prompt 512 --new 128 --json "$out/decode-$m.json"
 done
 fi
 echo "results in $out"
