@@ -12,7 +12,10 @@ from gpuwise.errors import UnknownGPUError
     ("h100-sxm", "h100-sxm"), ("H100", "h100-sxm"), ("NVIDIA H100 80GB HBM3", "h100-sxm"),
     ("nvidia h100 pcie", "h100-pcie"), ("NVIDIA A100-SXM4-80GB", "a100-sxm-80gb"), ("RTX 4090", "rtx-4090"),
     ("NVIDIA GeForce RTX 4090", "rtx-4090"), ("rtx_a6000", "rtx-a6000"), ("Tesla T4", "t4"), ("m2-ultra", "m2-ultra"),
-    ("h200", "h200-sxm"),
+    ("h200", "h200-sxm"), ("H100 80GB", "h100-sxm"), ("h100-80gb", "h100-sxm"),
+    # by their words, when they single out one GPU
+    ("4090", "rtx-4090"), ("RTX4090", "rtx-4090"), ("geforce 5090", "rtx-5090"), ("3090", "rtx-3090"),
+    ("3090 ti", "rtx-3090-ti"), ("MI300", "mi300x"), ("l40 s", "l40s"),
 ])
 def test_forgiving_lookup(name: str, gid: str) -> None:
     assert get_gpu(name).id == gid
@@ -21,6 +24,12 @@ def test_forgiving_lookup(name: str, gid: str) -> None:
 def test_unknown_gpu_suggests() -> None:
     with pytest.raises(UnknownGPUError, match="rtx-4090"):
         get_gpu("rtx 4900")
+
+
+@pytest.mark.parametrize("name", ["80gb", "sxm", "rtx"])
+def test_a_name_that_fits_several_gpus_is_refused_with_them(name: str) -> None:
+    with pytest.raises(UnknownGPUError, match=r"matches \d+ GPUs: .*pass one of their ids"):
+        get_gpu(name)
 
 
 def test_h100_dense_bf16_and_ridge_point() -> None:

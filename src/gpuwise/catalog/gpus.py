@@ -73,10 +73,11 @@ class GPU:
         return self.peak_flops.get(dtype)
 
 
+_VENDOR_WORDS = re.compile(r"\b(nvidia|geforce|tesla|amd|instinct|intel|google|apple)\b")
+
+
 def _normalize(name: str) -> str:
-    s = name.lower()
-    s = re.sub(r"\b(nvidia|geforce|tesla|amd|instinct|intel|google|apple)\b", " ", s)
-    return re.sub(r"[^a-z0-9]", "", s)
+    return re.sub(r"[^a-z0-9]", "", _VENDOR_WORDS.sub(" ", name.lower()))
 
 
 def _gpu_from_row(row: dict) -> GPU:
@@ -148,14 +149,47 @@ def gpu_sources() -> dict[str, str]:
     return _catalog()[2]
 
 
+def _tokens(name: str) -> frozenset[str]:
+    """The words of a GPU name, letters and digits split apart ('RTX4090' and 'rtx-4090': rtx, 4090), vendor words
+    dropped."""
+    return frozenset(re.findall(r"[a-z]+|[0-9]+", _VENDOR_WORDS.sub(" ", name.lower())))
+
+
+def _by_words(name: str, gpus: tuple[GPU, ...]) -> list[GPU]:
+    """GPUs one of whose spellings (id, name, alias) holds every word of `name`, fewest other words first: '4090'
+    finds the RTX 4090, '3090' the RTX 3090 before the 3090 Ti. Several at the same fewest count: all of them."""
+    words = _tokens(name)
+    if not words:
+        return []
+    best: dict[str, tuple[int, GPU]] = {}
+    for g in gpus:
+        for key in (g.id, g.name, *g.aliases):
+            have = _tokens(key)
+            if words <= have:
+                extra = len(have - words)
+                if g.id not in best or extra < best[g.id][0]:
+                    best[g.id] = (extra, g)
+    if not best:
+        return []
+    fewest = min(extra for extra, _ in best.values())
+    return [g for extra, g in best.values() if extra == fewest]
+
+
 def get_gpu(name: str) -> GPU:
-    """A GPU by id, name or alias; forgiving about case, spaces and vendor words ('NVIDIA H100 80GB HBM3')."""
+    """A GPU by id, name or alias; forgiving about case, spaces and vendor words ('NVIDIA H100 80GB HBM3'); else by
+    its words ('4090', 'RTX4090'), when they single out one GPU. A name that fits several is refused with them."""
     if not isinstance(name, str) or not name.strip():
         raise UnknownGPUError("no GPU given; see `gpuwise gpus` for the catalog")
     gpus, index, _ = _catalog()
     hit = index.get(_normalize(name))
     if hit is not None:
         return hit
+    found = _by_words(name, gpus)
+    if len(found) == 1:
+        return found[0]
+    if found:
+        listed = ", ".join(f"{g.id} ({g.name})" for g in found[:6]) + (", ..." if len(found) > 6 else "")
+        raise UnknownGPUError(f"GPU '{name}' matches {len(found)} GPUs: {listed}; pass one of their ids")
     ids = [g.id for g in gpus]
     raise UnknownGPUError(f"unknown GPU '{name}'.{suggest(name, ids)} See `gpuwise gpus` for the catalog.")
 
