@@ -6,6 +6,8 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -128,3 +130,34 @@ def test_python_dash_m_runs_the_cli() -> None:
     proc = subprocess.run([sys.executable, "-m", "gpuwise", "fit", "gpt2", "--gpu", "nope"],
                           capture_output=True, text=True, env=env, timeout=60)
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_unreachable_hub_fails_at_once_in_one_line() -> None:
+    """No network (here: nothing listens on the endpoint's port): one line, in well under 2 s of waiting, not
+    huggingface_hub's five retries."""
+    env = {**os.environ, "HF_ENDPOINT": "http://127.0.0.1:9", "HF_HUB_OFFLINE": "0",
+           "HF_HUB_CACHE": tempfile.mkdtemp()}
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "gpuwise", "fit", "some-org/some-model-not-in-catalog", "--gpu",
+                           "h100"], capture_output=True, text=True, env=env, timeout=60)
+    assert time.perf_counter() - start < 10  # the interpreter's start included; the Hub part is one refused connect
+    assert proc.returncode == 2 and "unreachable" in proc.stderr and "not in the local Hub cache" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_unreachable_hub_answers_from_the_local_cache(monkeypatch) -> None:
+    pytest.importorskip("huggingface_hub")
+    import huggingface_hub
+
+    from gpuwise.catalog import models
+
+    calls = []
+
+    def cached(repo_id, filename, local_files_only=False, **kw):
+        calls.append(local_files_only)
+        return "tests/fixtures/configs/tiny-llama.json"
+
+    monkeypatch.setattr(models, "_hub_reachable", lambda endpoint: "huggingface.co unreachable: test")
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", cached)
+    loaded = models.load_model("some-org/cached-model")
+    assert calls == [True] and loaded.source == "hub" and loaded.spec.num_layers > 0

@@ -126,22 +126,48 @@ def read_config_file(path: str | os.PathLike) -> tuple[dict, str]:
 _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
+HUB_CONNECT_TIMEOUT_S = 1.5
+"""How long to wait for the Hub's TCP handshake before calling it unreachable: a reply from huggingface.co takes
+well under a second where there is a network, and without one the answer must come in under 2 s (issue 20), not
+after huggingface_hub's five retries (~24 s)."""
+
+
+def _hub_reachable(endpoint: str) -> str | None:
+    """None when a TCP connection to the Hub's host opens within the timeout, else why not (one short phrase)."""
+    import socket
+    from urllib.parse import urlsplit
+
+    url = urlsplit(endpoint)
+    host, port = url.hostname or "huggingface.co", url.port or (80 if url.scheme == "http" else 443)
+    try:
+        socket.create_connection((host, port), timeout=HUB_CONNECT_TIMEOUT_S).close()
+    except OSError as exc:
+        return f"{host} unreachable: {exc.strerror or exc.__class__.__name__}"
+    return None
+
+
 def _from_hub(repo_id: str) -> tuple[dict, str]:
+    """A Hub model's config.json through huggingface_hub's cache (HF_HUB_OFFLINE, HF_TOKEN and HF_ENDPOINT as it reads
+    them): from the cache when the Hub is offline or unreachable, else downloaded, without retries."""
     advice = (f"download its config.json (https://huggingface.co/{repo_id}/blob/main/config.json) and pass the "
               "file or its folder instead")
     try:
-        from huggingface_hub import hf_hub_download  # optional: pip install gpuwise[hub]
+        from huggingface_hub import constants, hf_hub_download  # optional: pip install gpuwise[hub]
+        from huggingface_hub.utils import logging as hub_logging
     except ImportError:
         raise UnknownModelError(
             f"'{repo_id}' is not in the catalog and huggingface_hub is not installed; {advice}"
         ) from None
+    offline = bool(constants.HF_HUB_OFFLINE)
+    reason = "HF_HUB_OFFLINE is set" if offline else _hub_reachable(constants.ENDPOINT)
+    hub_logging.set_verbosity_error()  # its retry warnings would repeat what the one line says
     try:
-        path = hf_hub_download(repo_id, "config.json")
-    except Exception as exc:  # offline, gated, missing: all explained the same way
-        reason = exc.__class__.__name__
+        path = hf_hub_download(repo_id, "config.json", local_files_only=reason is not None)
+    except Exception as exc:  # gated, missing, not cached: each named by its exception class
+        why = reason + ", and it is not in the local Hub cache" if reason else exc.__class__.__name__
         raise UnknownModelError(
             f"'{repo_id}' is not in the catalog and its config.json could not be fetched from the Hub "
-            f"({reason}); {advice}"
+            f"({why}); {advice}"
         ) from None
     raw, _ = read_config_file(path)
     return raw, path
