@@ -20,6 +20,20 @@ TB = 10**12
 
 TFLOP = 10**12
 
+_SIZE_UNITS = {"b": 1, "kib": KiB, "mib": MiB, "gib": GiB, "tib": TiB, "kb": KB, "mb": MB, "gb": GB, "tb": TB}
+
+
+def parse_size(text: str) -> float | None:
+    """'24GiB', '24 GiB', '23.5gb', '24000 MiB' -> bytes (GiB and GB as written: binary and decimal); None when it is
+    not a positive finite number with one of the units B, KiB, MiB, GiB, TiB, KB, MB, GB, TB."""
+    import re
+
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([a-zA-Z]+)\s*", text or "")
+    if m is None or m.group(2).lower() not in _SIZE_UNITS:
+        return None
+    value = float(m.group(1)) * _SIZE_UNITS[m.group(2).lower()]
+    return value if value > 0 else None
+
 
 def gib(n_bytes: float) -> float:
     """Bytes -> GiB (2**30)."""

@@ -24,6 +24,7 @@ from .attention_kernels import FAMILIES
 from .gpus import GPU
 
 PROFILE_KIND = "gpuwise-device-profile"
+SIXTEEN_BIT_FALLBACK = {"bf16": ("fp16", "fp32"), "fp16": ("bf16", "fp32")}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False)
@@ -63,11 +64,15 @@ class DeviceProfile:
         return (self.gpu.memory_bandwidth_bytes_per_s or 0.0) * self.memory_efficiency
 
     def matmul_flops(self, dtype: str) -> float | None:
-        """Achievable large-GEMM FLOP/s in `dtype`, or None when the GPU has no such peak."""
-        peak = self.gpu.peak_flops.get(dtype)
+        """Achievable large-GEMM FLOP/s in `dtype`, or None when the GPU has no such peak. A 16-bit type the catalog
+        gives no peak for runs at the other 16-bit type's, else at fp32's (Apple's GPUs: fp32 only), never free."""
+        key = dtype
+        if self.gpu.peak_flops.get(key) is None and dtype in SIXTEEN_BIT_FALLBACK:
+            key = next((d for d in SIXTEEN_BIT_FALLBACK[dtype] if self.gpu.peak_flops.get(d)), dtype)
+        peak = self.gpu.peak_flops.get(key)
         if peak is None:
             return None
-        return peak * self.matmul_efficiency.get(dtype, self.matmul_efficiency["default"])
+        return peak * self.matmul_efficiency.get(key, self.matmul_efficiency["default"])
 
 
 def _arch_key(gpu: GPU) -> str:
@@ -247,8 +252,27 @@ def host_copy_bytes_per_s(profile: DeviceProfile) -> float:
 
 
 def device_profile(gpu: GPU, path: str | None) -> DeviceProfile:
-    """The profile a request runs with: the measured one in `path` (`--profile`), else the catalog default."""
-    return load_profile(path, gpu) if path else default_profile(gpu)
+    """The profile a request runs with: the measured one in `path` (`--profile`), else the catalog default. A GPU
+    whose memory bandwidth or 16-bit (or fp32) matrix peak is unknown has no speed to predict: refused, rather than
+    costing its matrix products as free."""
+    profile = load_profile(path, gpu) if path else default_profile(gpu)
+    missing = speed_figures_missing(gpu)
+    if missing:
+        raise InvalidArgument(f"{gpu.name}: its {missing} {'is' if ' and ' not in missing else 'are'} not known, so "
+                              "its speed cannot be predicted; `gpuwise fit` answers memory alone (a GPU the catalog "
+                              "lacks: describe it in a user catalog, docs/catalogs.md)")
+    return profile
+
+
+def speed_figures_missing(gpu: GPU) -> str | None:
+    """What a speed prediction needs that the catalog does not give for `gpu` (None: nothing): the DRAM bandwidth,
+    and a dense matrix peak in a 16-bit type or fp32."""
+    missing = []
+    if not gpu.memory_bandwidth_bytes_per_s:
+        missing.append("memory bandwidth")
+    if not any(gpu.peak(d) for d in ("bf16", "fp16", "fp32")):
+        missing.append("matrix FLOP/s peak")
+    return " and ".join(missing) or None
 
 
 @lru_cache(maxsize=1)

@@ -9,11 +9,11 @@ Peaks are dense (no 2:4 sparsity) per dtype in FLOP/s; a dtype the source does n
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
-from ..errors import UnknownGPUError, suggest
-from ..units import GB, GiB, MiB
+from ..errors import InvalidArgument, UnknownGPUError, suggest
+from ..units import GB, GiB, MiB, TiB, fmt_gib, parse_size
 from ._toml import load_toml
 
 
@@ -192,6 +192,29 @@ def get_gpu(name: str) -> GPU:
         raise UnknownGPUError(f"GPU '{name}' matches {len(found)} GPUs: {listed}; pass one of their ids")
     ids = [g.id for g in gpus]
     raise UnknownGPUError(f"unknown GPU '{name}'.{suggest(name, ids)} See `gpuwise gpus` for the catalog.")
+
+
+MAX_GPU_MEMORY_BYTES = 16 * TiB
+"""Largest memory `--gpu-memory` accepts: 16 TiB, ten times a GB300 NVL72 rack's whole HBM (20.7 TB across 72 GPUs is
+288 GB per GPU): a size past it is a typo."""
+
+
+def with_memory(gpu: GPU | None, size: str) -> GPU:
+    """A GPU with `size` of usable memory (`--gpu-memory 24GiB`): the catalog GPU with its capacity replaced (what is
+    free on a shared card), or without one a GPU the catalog lacks, of which nothing else is known (its speed
+    figures are then unknown, never made up)."""
+    n_bytes = parse_size(size)
+    if n_bytes is None or n_bytes > MAX_GPU_MEMORY_BYTES:
+        raise InvalidArgument(f"--gpu-memory: '{size}' is not a memory size up to 16 TiB (e.g. 24GiB, 23.5GB, "
+                              "16000MiB)")
+    label = fmt_gib(n_bytes)
+    if gpu is None:
+        return GPU(id=f"custom-{n_bytes / GiB:g}gib", name="custom GPU", vendor="", segment="custom",
+                   memory_gb=n_bytes / GB, memory_bytes=int(n_bytes), memory_bytes_source="--gpu-memory",
+                   memory_bandwidth_bytes_per_s=None, peak_flops={},
+                   notes="from --gpu-memory: only its memory is known")
+    return replace(gpu, memory_bytes=int(n_bytes), memory_bytes_source="--gpu-memory",
+                   name=f"{gpu.name}, {label} usable", mig_profiles=())
 
 
 def search_gpus(query: str | None = None) -> list[GPU]:

@@ -52,7 +52,15 @@ def _command_of(argv: Sequence[str]) -> str | None:
 
 def _parse(argv: Sequence[str]) -> argparse.Namespace:
     command = _command_of(argv)
-    return parser(command if command is not None else "").parse_args(list(argv))
+    args = parser(command if command is not None else "").parse_args(list(argv))
+    if hasattr(args, "gpu_memory"):  # a command with one GPU: --gpu, --gpu-memory or both
+        if args.gpu_memory is not None:
+            from ..catalog.gpus import get_gpu, with_memory
+
+            args.gpu = with_memory(get_gpu(args.gpu) if args.gpu else None, args.gpu_memory)
+        elif args.gpu is None:
+            raise UsageError("--gpu is required (or --gpu-memory SIZE for a GPU the catalog lacks)")
+    return args
 
 
 def run(argv: Sequence[str]) -> str | None:

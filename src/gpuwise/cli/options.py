@@ -27,6 +27,8 @@ from .args import comma_list, finite_float, positive_int, rate
 
 MODEL_HELP = "catalog name, Hugging Face id, or path to a config.json (or its folder)"
 GPU_HELP = "GPU id or name, e.g. h100-sxm, rtx-4090, 'NVIDIA A100-SXM4-80GB'"
+GPU_MEMORY_HELP = ("usable GPU memory, e.g. 24GiB: with --gpu, that GPU with this much free; alone, a GPU the catalog "
+                   "lacks, of which only the memory is known (speed figures unknown)")
 FLAG_ALIASES = {"prices": ("--price",)}
 INFINITE_OK = frozenset({"request_rate"})
 """Number options where inf means something (vLLM bench's --request-rate inf: every request at once)."""
@@ -56,7 +58,8 @@ def add_request_options(parser: argparse.ArgumentParser, cls: type, *, skip: fro
             parser.add_argument(f.name, help=MODEL_HELP)
             continue
         if _type_name(tp) == "GPU":
-            parser.add_argument(flag(f.name), required=True, help=GPU_HELP)
+            parser.add_argument(flag(f.name), help=GPU_HELP + " (required unless --gpu-memory is given)")
+            parser.add_argument("--gpu-memory", metavar="SIZE", help=GPU_MEMORY_HELP)
             continue
         kw: dict[str, Any] = {"dest": f.name}
         names = [*FLAG_ALIASES.get(f.name, ()), flag(f.name)]

@@ -110,8 +110,9 @@ def forward_pass_s(spec: ModelSpec, *, profile: DeviceProfile, topo: Topology, e
         gemv_bw = min(gemv_bw, engine.gemv_bytes_per_s_per_sm * device.sm_count)
     own_rate = None  # the engine's own GEMM kernels (llama.cpp): a share of the fp16-accumulate peak
     if engine.gemm_efficiency:
+        # Apple's GPUs: the fp32 peak, the one figure the catalog has (no 16-bit matrix rate is published)
         peak16 = (device.peak_flops.get("fp16_fp16acc") or device.peak_flops.get("fp16")
-                  or device.peak_flops.get("bf16"))
+                  or device.peak_flops.get("bf16") or device.peak_flops.get("fp32"))
         if peak16:
             hopper = engine.hopper_mma_factor if (device.architecture or "").startswith("Hopper") else 1.0
             quant = engine.quantized_gemm_factor if weight_bytes_per_param < 1.9 else 1.0

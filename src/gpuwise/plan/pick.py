@@ -20,7 +20,7 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
-from ..catalog.devices import rental_price
+from ..catalog.devices import rental_price, speed_figures_missing
 from ..catalog.gpus import GPU, all_gpus
 from ..catalog.mig import mig_slices
 from ..units import GiB
@@ -50,8 +50,6 @@ def _kinds(req: PickRequest) -> list[GPU]:
     for g in all_gpus():
         if g.vendor not in vendors:
             continue
-        if not g.memory_bandwidth_bytes_per_s:
-            continue
         out.append(g)
         if req.mig:
             out.extend(mig_slices(g))
@@ -73,6 +71,13 @@ def pick(req: PickRequest) -> PickResult:
     candidates: list[Candidate] = []
     for gpu in _kinds(req):
         price, source = _price(req, gpu)
+        missing = speed_figures_missing(gpu)
+        if missing:  # nothing to rank it by: said, not left out
+            candidates.append(Candidate(gpu=gpu, count=1, fits=False, memory_bytes=None, tokens_per_s=None,
+                                        usd_per_hour=price, usd_per_million_tokens=None, kwh_per_million_tokens=None,
+                                        setup="", interconnect="", price_source=source, rule="unknown",
+                                        reason=f"its {missing} not in the catalog: no speed to rank it by"))
+            continue
         kind: list[Candidate] = []
         cheapest: float | None = None  # serve: the lowest $/h of an accepted deployment of this kind so far
         for n in _counts(req, gpu):
