@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gpuwise.catalog.gpus import all_gpus, get_gpu, gpu_sources
-from gpuwise.errors import UnknownGPUError
+from gpuwise.errors import InvalidArgument, UnknownGPUError
 
 
 @pytest.mark.parametrize(("name", "gid"), [
@@ -51,3 +51,74 @@ def test_no_zero_numbers_and_every_source_resolves() -> None:
         assert all(v > 0 for v in g.peak_flops.values()), g.id
         assert g.sources and all(s in sources for s in g.sources), g.id
     assert get_gpu("t4").peak("bf16") is None  # Turing has no bf16 tensor cores: unknown stays None
+
+
+MY_GPU = """
+[[gpu]]
+id = "rtx-4060-ti-16gb"
+name = "NVIDIA GeForce RTX 4060 Ti 16GB"
+aliases = ["4060 Ti 16GB"]
+vendor = "nvidia"
+architecture = "Ada Lovelace"
+memory_gb = 16
+memory_bandwidth_gb_s = 288
+sm_count = 34
+peak_tflops = { fp32 = 22.1, bf16 = 44.1, fp16 = 44.1 }
+"""
+
+
+@pytest.fixture
+def user_catalog(tmp_path, monkeypatch):
+    """Write a user GPU catalog and point GPUWISE_GPUS at it; the catalog is read again before and after."""
+    from gpuwise.catalog import gpus
+
+    def write(text: str):
+        path = tmp_path / "gpus.toml"
+        path.write_text(text)
+        monkeypatch.setenv("GPUWISE_GPUS", str(path))
+        gpus._catalog.cache_clear()
+        return path
+
+    yield write
+    monkeypatch.delenv("GPUWISE_GPUS", raising=False)
+    gpus._catalog.cache_clear()
+
+
+def test_a_user_catalog_adds_gpus_with_the_catalog_schema(user_catalog) -> None:
+    user_catalog(MY_GPU)
+    g = get_gpu("4060 ti 16gb")
+    assert g.id == "rtx-4060-ti-16gb" and g.memory_bytes == 16 * 2**30 and g.peak("bf16") == 44.1e12
+    assert g.memory_bandwidth_bytes_per_s == 288e9 and g.segment == "custom"
+    assert get_gpu("h100").id == "h100-sxm"  # the shipped catalog is still there
+
+
+@pytest.mark.parametrize("text, words", [
+    ("x = [", "not valid TOML"),
+    (MY_GPU.replace("memory_gb = 16", "memory_gb = 0"), "memory_gb = 0 is not a number"),
+    (MY_GPU.replace("memory_gb = 16", "memory_gb = 1e9"), "memory_gb"),
+    (MY_GPU.replace("memory_gb = 16\n", ""), "'memory_gb' (GB as marketed) is required"),
+    (MY_GPU.replace("fp32 = 22.1", "fp33 = 22.1"), "peak_tflops.fp33: unknown dtype"),
+    (MY_GPU.replace("sm_count = 34", "sm_count = \"34\""), "sm_count"),
+    (MY_GPU.replace("sm_count", "sm_cuont"), "unknown key(s) sm_cuont"),
+    (MY_GPU.replace('"4060 Ti 16GB"', '"RTX 4090"'), "already names rtx-4090"),
+    (MY_GPU.replace('id = "rtx-4060-ti-16gb"', 'id = "My GPU"'), "must be lower-case"),
+    ("[gpu]\nid = 1", "expected only [[gpu]] tables"),
+])
+def test_a_malformed_user_catalog_is_one_clear_error(user_catalog, text: str, words: str) -> None:
+    path = user_catalog(text)
+    with pytest.raises(InvalidArgument) as exc:
+        get_gpu("h100")
+    assert str(path) in str(exc.value) and words in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_a_named_user_catalog_that_does_not_exist_is_an_error(tmp_path, monkeypatch) -> None:
+    from gpuwise.catalog import gpus
+
+    monkeypatch.setenv("GPUWISE_GPUS", str(tmp_path / "missing.toml"))
+    gpus._catalog.cache_clear()
+    try:
+        with pytest.raises(InvalidArgument, match="no such file"):
+            get_gpu("h100")
+    finally:
+        monkeypatch.delenv("GPUWISE_GPUS")
+        gpus._catalog.cache_clear()

@@ -8,13 +8,15 @@ Peaks are dense (no 2:4 sparsity) per dtype in FLOP/s; a dtype the source does n
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
+from pathlib import Path
 
 from ..errors import InvalidArgument, UnknownGPUError, suggest
 from ..units import GB, GiB, MiB, TiB, fmt_gib, parse_size
-from ._toml import load_toml
+from ._toml import load_toml, tomllib
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,7 +139,105 @@ def _catalog() -> tuple[tuple[GPU, ...], dict[str, GPU], dict[str, str]]:
     for g in gpus:
         for key in (g.id, g.name, *g.aliases):
             index.setdefault(_normalize(key), g)
-    return gpus, index, dict(data.get("sources", {}))
+    mine = _user_gpus(index)
+    for g in mine:
+        for key in (g.id, g.name, *g.aliases):
+            index[_normalize(key)] = g
+    return gpus + mine, index, dict(data.get("sources", {}))
+
+
+USER_CATALOG_ENV = "GPUWISE_GPUS"
+MAX_USER_CATALOG_BYTES = 1 << 20
+_USER_KEYS = {"id", "name", "vendor", "segment", "architecture", "release_year", "form_factor", "memory_gb",
+              "memory_mib_reported", "memory_type", "memory_bandwidth_gb_s", "l2_cache_mb", "sm_count",
+              "peak_tflops", "interconnect", "interconnect_gb_s", "nvlink", "pcie_gen", "pcie_lanes", "tdp_w",
+              "price_usd", "price_note", "aliases", "sources", "notes"}
+_PEAK_KEYS = ("fp64", "fp64_tensor", "fp32", "tf32", "bf16", "fp16", "fp16_fp16acc", "fp8", "fp8_fp16acc", "int8",
+              "fp4")
+_USER_NUMBERS = {"memory_gb": 16384.0, "memory_mib_reported": 16 * 2**20, "memory_bandwidth_gb_s": 1e5,
+                 "l2_cache_mb": 1e4, "sm_count": 1e4, "interconnect_gb_s": 1e5, "pcie_gen": 10, "pcie_lanes": 64,
+                 "tdp_w": 1e5, "price_usd": 1e8, "release_year": 2100}
+"""Each number's upper bound: ten times or more what any accelerator has (16 TiB of memory, 100 TB/s, 100 PFLOP/s
+per type), so that a typo is caught and a real GPU is not."""
+
+
+def user_catalog_path() -> Path:
+    """The user's own GPU catalog: $GPUWISE_GPUS, else $XDG_CONFIG_HOME/gpuwise/gpus.toml (~/.config by default)."""
+    env = os.environ.get(USER_CATALOG_ENV)
+    if env:
+        return Path(env).expanduser()
+    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return Path(base) / "gpuwise" / "gpus.toml"
+
+
+def _user_gpus(index: dict[str, GPU]) -> tuple[GPU, ...]:
+    """The GPUs of the user catalog (`user_catalog_path`; none when it does not exist), each row checked: the
+    catalog's schema (`[[gpu]]` rows, data/gpus.toml's keys and units), positive numbers below the bounds above, an id
+    and names that no other GPU has. Any fault: one line naming the file, the row and the key."""
+    path = user_catalog_path()
+    if not path.exists():
+        if os.environ.get(USER_CATALOG_ENV):
+            raise InvalidArgument(f"{USER_CATALOG_ENV}={path}: no such file")
+        return ()
+    where = f"user GPU catalog {path}"
+    if not path.is_file():
+        raise InvalidArgument(f"{where}: not a regular file")
+    if path.stat().st_size > MAX_USER_CATALOG_BYTES:
+        raise InvalidArgument(f"{where}: larger than {MAX_USER_CATALOG_BYTES:,} bytes")
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidArgument(f"{where}: cannot read it ({exc.__class__.__name__})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise InvalidArgument(f"{where}: not valid TOML ({exc})") from None
+    rows = data.get("gpu", [])
+    if set(data) - {"gpu"} or not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+        raise InvalidArgument(f"{where}: expected only [[gpu]] tables (see docs/catalogs.md)")
+    out: list[GPU] = []
+    seen = dict(index)
+    for i, row in enumerate(rows, 1):
+        gpu = _checked_user_row(row, f"{where}, GPU {i}")
+        for key in (gpu.id, gpu.name, *gpu.aliases):
+            other = seen.get(_normalize(key))
+            if other is not None and other is not gpu:
+                raise InvalidArgument(f"{where}, GPU {i}: '{key}' already names {other.id} ({other.name}); give it "
+                                      "another id, name or alias")
+            seen[_normalize(key)] = gpu
+        out.append(gpu)
+    return tuple(out)
+
+
+def _checked_user_row(row: dict, where: str) -> GPU:
+    unknown = set(row) - _USER_KEYS
+    if unknown:
+        raise InvalidArgument(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; valid: "
+                              f"{', '.join(sorted(_USER_KEYS))}")
+    for key in ("id", "name"):
+        if not isinstance(row.get(key), str) or not row[key].strip() or len(row[key]) > 200:
+            raise InvalidArgument(f"{where}: '{key}' must be a non-empty string")
+    if not re.fullmatch(r"[a-z0-9][a-z0-9._-]*", row["id"]):
+        raise InvalidArgument(f"{where}: id '{row['id']}' must be lower-case letters, digits, '.', '_' or '-'")
+    if "memory_gb" not in row:
+        raise InvalidArgument(f"{where}: 'memory_gb' (GB as marketed) is required")
+    for key, bound in _USER_NUMBERS.items():
+        if key in row:
+            _check_number(where, key, row[key], bound)
+    peaks = row.get("peak_tflops", {})
+    if not isinstance(peaks, dict):
+        raise InvalidArgument(f"{where}: 'peak_tflops' must be a table of dtype = TFLOP/s")
+    for key, value in peaks.items():
+        if key not in _PEAK_KEYS:
+            raise InvalidArgument(f"{where}: peak_tflops.{key}: unknown dtype; valid: {', '.join(_PEAK_KEYS)}")
+        _check_number(where, f"peak_tflops.{key}", value, 1e5)
+    aliases = row.get("aliases", [])
+    if not isinstance(aliases, list) or not all(isinstance(a, str) and a.strip() for a in aliases):
+        raise InvalidArgument(f"{where}: 'aliases' must be a list of names")
+    return _gpu_from_row({"vendor": "", "segment": "custom", **row})
+
+
+def _check_number(where: str, key: str, value: object, bound: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= bound:
+        raise InvalidArgument(f"{where}: {key} = {value!r} is not a number in (0, {bound:g}]")
 
 
 def all_gpus() -> tuple[GPU, ...]:
