@@ -72,6 +72,12 @@ CASES: list[tuple[str, dict]] = [
     ("opt", dict(hidden_size=64, ffn_dim=96, num_hidden_layers=2, num_attention_heads=4, vocab_size=128,
                  max_position_embeddings=96, enable_bias=False)),
     ("bloom", dict(hidden_size=64, n_layer=2, n_head=4, vocab_size=128)),
+    # gpt-oss: biases on attention, router and experts, a sink per head, alternating sliding/full layers
+    ("gpt_oss", {**TINY, "intermediate_size": 48, "head_dim": 16, "num_local_experts": 4, "num_experts_per_tok": 2}),
+    ("gpt_oss", {**TINY, "intermediate_size": 48, "head_dim": 16, "num_local_experts": 4, "num_experts_per_tok": 2,
+                 "attention_bias": False, "tie_word_embeddings": True, "layer_types": ["full_attention"] * 3}),
+    ("smollm3", {**TINY, "no_rope_layer_interval": 2, "pad_token_id": 0}),
+    ("smollm3", {**TINY, "tie_word_embeddings": False, "attention_bias": True, "pad_token_id": 0}),
 ]
 
 

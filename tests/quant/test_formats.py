@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from gpuwise.catalog.models import entry_spec, find_entry
+from gpuwise.catalog.models import entry_spec, find_entry, load_model
 from gpuwise.errors import UnknownFormatError
-from gpuwise.model.params import Tensor, param_counts
-from gpuwise.quant.formats import get_weight_format
+from gpuwise.model.params import Tensor, param_counts, tensor_inventory
+from gpuwise.quant.formats import default_weight_format, get_weight_format
 
 
 @pytest.mark.parametrize(("alias", "canonical"), [
@@ -44,3 +44,25 @@ def test_gptq_bits_include_scales_zeros_and_g_idx() -> None:
     t = Tensor("attn_q", 0, (4096, 4096))  # (out, in)
     assert get_weight_format("gptq").matrix_bits(t) == pytest.approx(4 + (16 + 4) / 128 + 32 / 4096)
     assert get_weight_format("awq").matrix_bits(t) == pytest.approx(4 + (16 + 4) / 128)
+
+
+@pytest.mark.parametrize(("model", "total_size"), [
+    # model.safetensors.index.json "total_size" of openai/gpt-oss-20b (quoted in several public copies of the file);
+    # the 120b's tensor bytes as a public verification script asserts them for openai/gpt-oss-120b
+    ("gpt-oss-20b", 13_761_264_768), ("gpt-oss-120b", 65_248_815_744),
+])
+def test_gpt_oss_mxfp4_checkpoints_are_byte_exact(model: str, total_size: int) -> None:
+    """MXFP4 experts (4-bit elements + one 8-bit scale per 32) and everything else bf16, as the checkpoint stores
+    them; the default format of a checkpoint whose quantization_config says mxfp4."""
+    spec = load_model(model).spec
+    fmt, why = default_weight_format(spec, "vllm")
+    assert fmt.name == "mxfp4-experts" and "MXFP4" in why
+    assert fmt.weight_bytes(spec) == total_size
+
+
+def test_block_scaled_formats_count_their_scales() -> None:
+    spec = load_model("llama-3.1-8b").spec
+    matrices = sum(t.numel for t in tensor_inventory(spec) if t.is_matrix and t.role not in ("token_embd", "output"))
+    rest = (param_counts(spec).total - matrices) * 2
+    for name, bits in (("mxfp4", 4 + 8 / 32), ("nvfp4", 4 + 8 / 16), ("mxfp8", 8 + 8 / 32)):
+        assert get_weight_format(name).weight_bytes(spec) == round(matrices * bits / 8 + rest)

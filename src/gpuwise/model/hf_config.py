@@ -16,10 +16,12 @@ from .hf_families import PARSERS
 from .hf_fields import Cfg
 from .spec import ModelSpec
 
-SUPPORTED_FAMILIES: tuple[str, ...] = tuple(sorted(CLASS_DEFAULTS)) + ("gemma3",)
+SUPPORTED_FAMILIES: tuple[str, ...] = tuple(sorted(CLASS_DEFAULTS)) + ("gemma3", "kimi_k2")
 
 # Old names still found in config.json files on the Hub.
-_ALIASES = {"RefinedWeb": "falcon", "RefinedWebModel": "falcon", "gemma3_text": "gemma3_text"}
+_ALIASES = {"RefinedWeb": "falcon", "RefinedWebModel": "falcon", "gemma3_text": "gemma3_text",
+            # Kimi K2 ships DeepSeek-V3's remote code under its own model_type (architectures DeepseekV3ForCausalLM)
+            "kimi_k2": "deepseek_v3"}
 
 
 def spec_from_hf_config(raw: Any) -> ModelSpec:

@@ -76,5 +76,12 @@ CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
     "olmo2": dict(vocab_size=50304, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
                   num_attention_heads=32, tie_word_embeddings=False, attention_bias=False, hidden_act="silu",
                   max_position_embeddings=2048),
+    "gpt_oss": dict(vocab_size=201088, hidden_size=2880, intermediate_size=2880, num_hidden_layers=36,
+                    num_attention_heads=64, num_key_value_heads=8, head_dim=64, num_local_experts=128,
+                    num_experts_per_tok=4, sliding_window=128, tie_word_embeddings=False, attention_bias=True,
+                    hidden_act="silu", max_position_embeddings=131072),
+    "smollm3": dict(vocab_size=128256, hidden_size=2048, intermediate_size=11008, num_hidden_layers=36,
+                    num_attention_heads=16, num_key_value_heads=4, tie_word_embeddings=True, attention_bias=False,
+                    mlp_bias=False, hidden_act="silu", max_position_embeddings=32768, sliding_window=None),
     "bloom": dict(vocab_size=250880, hidden_size=64, n_layer=2, n_head=8, tie_word_embeddings=True),
 }

@@ -100,6 +100,24 @@ def _qwen3_moe(cfg: Cfg) -> ModelSpec:
     return ModelSpec(**f, sliding_window=window, layer_types=layer_types(cfg, n, window), moe=moe)
 
 
+def _gpt_oss(cfg: Cfg) -> ModelSpec:
+    # modeling_gpt_oss.py: biases on q/k/v/o (attention_bias), the router and every expert; a sink logit per head;
+    # every layer MoE; sliding and full attention layers alternate (layer_types).
+    f = common_llama_like(cfg, mlp_bias=False, attention_sinks=True)
+    n = f["num_layers"]
+    moe = MoESpec(
+        num_experts=cfg.int("num_local_experts"),
+        top_k=cfg.int("num_experts_per_tok", "experts_per_token"),
+        expert_intermediate_size=f["intermediate_size"],
+        router_bias=True,
+        expert_bias=True,
+        moe_layers=(True,) * n,
+    )
+    f["intermediate_size"] = 0
+    window = sliding(cfg)
+    return ModelSpec(**f, sliding_window=window, layer_types=layer_types(cfg, n, window), moe=moe)
+
+
 def _gemma(cfg: Cfg) -> ModelSpec:
     f = common_llama_like(cfg, mlp_bias=False)
     return ModelSpec(**f, layer_types=layer_types(cfg, f["num_layers"], None))
@@ -289,5 +307,6 @@ PARSERS: dict[str, Callable[[Cfg], ModelSpec]] = {
     "llama": _llama, "mistral": _mistral, "mixtral": _mixtral, "qwen2": _qwen2, "qwen2_moe": _qwen2_moe,
     "qwen3": _qwen3, "qwen3_moe": _qwen3_moe, "gemma": _gemma, "gemma2": _gemma2, "gemma3_text": _gemma3_text,
     "phi3": _phi3, "gpt2": _gpt2, "gpt_neox": _gpt_neox, "falcon": _falcon, "opt": _opt, "bloom": _bloom,
-    "deepseek_v2": _deepseek, "deepseek_v3": _deepseek, "olmo2": _olmo2,
+    "deepseek_v2": _deepseek, "deepseek_v3": _deepseek, "olmo2": _olmo2, "gpt_oss": _gpt_oss,
+    "smollm3": _llama,  # modeling_smollm3.py: Llama's block; no_rope_layers only skip RoPE (no parameters)
 }

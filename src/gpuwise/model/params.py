@@ -99,6 +99,8 @@ def _attention(spec: ModelSpec, i: int) -> list[Tensor]:
     t += _linear("attn_k", i, embed, kv_out, spec.qkv_bias)
     t += _linear("attn_v", i, embed, kv_out, spec.qkv_bias)
     t += _linear("attn_output", i, q_out, embed, spec.o_bias)
+    if spec.attention_sinks:
+        t.append(Tensor("attn_sinks", i, (spec.num_heads,)))
     if spec.qk_norm == "head":
         t += [Tensor("norm", i, (spec.head_dim,)), Tensor("norm", i, (spec.head_dim,))]
     elif spec.qk_norm == "full":
@@ -123,11 +125,16 @@ def _moe_mlp(spec: ModelSpec, i: int) -> list[Tensor]:
     h = spec.hidden_size
     e, w = moe.num_experts, moe.expert_intermediate_size
     t = [Tensor("ffn_gate_inp", i, (e, h))]  # the router
+    if moe.router_bias:
+        t.append(Tensor("bias", i, (e,)))
     # transformers v5 stores routed experts fused as 3-D tensors (E, 2w, h) and (E, h, w).
     if spec.gated_mlp:
         t.append(Tensor("ffn_gate_exps", i, (w, h), experts=e))
     t.append(Tensor("ffn_up_exps", i, (w, h), experts=e))
     t.append(Tensor("ffn_down_exps", i, (h, w), experts=e))
+    if moe.expert_bias:  # gpt-oss: gate_up_proj_bias (E, 2w) and down_proj_bias (E, h)
+        t.append(Tensor("bias", i, ((2 if spec.gated_mlp else 1) * w,), experts=e))
+        t.append(Tensor("bias", i, (h,), experts=e))
     if moe.shared_intermediate_size:
         t += _dense_mlp(spec, i, moe.shared_intermediate_size, suffix="_shexp")
     if moe.shared_expert_gate:

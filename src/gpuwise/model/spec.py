@@ -27,6 +27,10 @@ class MoESpec:
     """Total FFN width of the always-on shared expert(s) (0 = none); DeepSeek: n_shared * moe width."""
     shared_expert_gate: bool = False
     """Qwen2-MoE's sigmoid gate (hidden -> 1) on the shared expert."""
+    router_bias: bool = False
+    """The router (hidden -> experts) has a bias (gpt-oss)."""
+    expert_bias: bool = False
+    """Every routed expert's projections have biases (gpt-oss: gate_up_proj_bias, down_proj_bias)."""
     moe_layers: tuple[bool, ...] = ()
     """Per layer: True where the FFN is MoE, False where it is a dense FFN (leading dense layers)."""
 
@@ -80,6 +84,8 @@ class ModelSpec:
     qkv_bias: bool
     o_bias: bool
     mlp_bias: bool
+    attention_sinks: bool = False
+    """A learned sink logit per query head in every attention layer (gpt-oss `self_attn.sinks`)."""
     qk_norm: str = "none"
     """'none', 'head' (one RMSNorm of head_dim shared by heads: Qwen3, Gemma 3) or 'full' (over all heads: OLMo 2)."""
     fused_qkv: bool = False

@@ -49,6 +49,9 @@ class WeightFormat:
     """Bits of the tensors the format leaves unquantized (embeddings, lm_head, norms)."""
     imatrix: bool = True
     """GGUF only: the file was made with an importance matrix (changes a few IQ/Q4_0 choices)."""
+    experts_only: bool = False
+    """Only the routed experts' matrices are quantized, the rest kept 16-bit (gpt-oss's MXFP4 checkpoints:
+    transformers' mxfp4 integration swaps only the MoE experts; attention, router, embeddings stay bf16)."""
 
     @property
     def is_gguf(self) -> bool:
@@ -73,6 +76,8 @@ class WeightFormat:
             return self.bits + extra
         if self.kind == "fp8":
             return 8 + 32 / (128 * 128)  # block-wise fp32 scales (DeepSeek-V3 weight_block_size [128, 128])
+        if self.kind == "microscaling":  # element bits + one scale per block (group_size elements)
+            return self.bits + MICROSCALING_SCALE_BITS[self.name.split("-")[0]] / self.group_size
         raise AssertionError(self.kind)
 
     def weight_bytes(self, spec: ModelSpec) -> int:
@@ -97,7 +102,7 @@ def tensor_bytes(fmt: WeightFormat, spec: ModelSpec) -> tuple[tuple[Tensor, floa
     for t in tensor_inventory(spec):
         if fmt.kind == "float":
             bits = fmt.bits
-        elif t.role in _NOT_QUANTIZED or not t.is_matrix:
+        elif t.role in _NOT_QUANTIZED or not t.is_matrix or (fmt.experts_only and not t.role.endswith("_exps")):
             bits = fmt.keep_dtype_bits
         else:
             bits = fmt.matrix_bits(t)
@@ -123,6 +128,14 @@ def weight_bytes_by_layer(fmt: WeightFormat, spec: ModelSpec) -> tuple[float, tu
 
 
 _FLOAT_ALIASES = {"fp32", "bf16", "fp16", "fp8_e4m3", "fp8_e5m2"}
+MICROSCALING = {  # name: (element bits, elements per scale, description)
+    "mxfp4": (4, 32, "MXFP4 (OCP microscaling): FP4 E2M1 elements, one E8M0 scale per 32"),
+    "mxfp8": (8, 32, "MXFP8 (OCP microscaling): FP8 E4M3 elements, one E8M0 scale per 32"),
+    "nvfp4": (4, 16, "NVFP4: FP4 E2M1 elements, one FP8 E4M3 scale per 16 (and one fp32 per tensor)"),
+}
+"""Block-scaled formats: OCP Microscaling Formats (MX) v1.0 spec (block of 32, 8-bit shared exponent scale); NVFP4 per
+NVIDIA's Blackwell documentation (block of 16, E4M3 scale, plus a per-tensor fp32 scale, negligible per element)."""
+MICROSCALING_SCALE_BITS = {"mxfp4": 8, "mxfp8": 8, "nvfp4": 8}
 _QUANT_PATTERN = re.compile(r"^(gptq|awq)(?:[-_]?(?:int|w)?(\d+)(?:bit)?)?(?:[-_]?g(?:roup)?(-?\d+))?$")
 
 
@@ -135,7 +148,8 @@ def to_gguf(fmt: WeightFormat) -> WeightFormat:
 
 
 def known_weight_formats() -> list[str]:
-    return (["fp32", "bf16", "fp16", "fp8", "int8", "int4", "nf4", "nf4-dq", "fp4", "gptq", "gptq-8bit", "awq"]
+    return (["fp32", "bf16", "fp16", "fp8", "int8", "int4", "nf4", "nf4-dq", "fp4", "gptq", "gptq-8bit", "awq",
+             "mxfp4", "mxfp4-experts", "nvfp4", "mxfp8"]
             + list(gguf.FILE_TYPES))
 
 
@@ -153,6 +167,13 @@ def get_weight_format(name: str) -> WeightFormat:
     if up in gguf.FILE_TYPES and (explicit_gguf or canonical(raw) not in _FLOAT_ALIASES):
         return WeightFormat(f"gguf:{up}", "gguf", f"GGUF {up} (llama.cpp mix; tensor types per llama-quant.cpp)",
                             bits=gguf.bits_per_weight(gguf.FILE_TYPES[up]))
+    base = key.removesuffix("-experts")
+    if base in MICROSCALING:
+        bits, block, description = MICROSCALING[base]
+        experts = key.endswith("-experts")
+        return WeightFormat(key, "microscaling", description + ("; routed experts only, the rest bf16" if experts
+                                                                 else "; embeddings, lm_head, router and norms bf16"),
+                            bits=bits, group_size=block, experts_only=experts)
     if key in ("fp8", "fp8-e4m3", "float8", "f8", "e4m3", "fp8-e4m3fn"):
         return WeightFormat("fp8", "fp8", "FP8 e4m3 linear weights with block scales; embeddings/lm_head/norms bf16",
                             bits=8)
@@ -197,6 +218,10 @@ def default_weight_format(spec: ModelSpec, engine: str) -> tuple[WeightFormat, s
         return get_weight_format("Q4_K_M"), "llama.cpp default here: Q4_K_M, the most downloaded GGUF type"
     if spec.checkpoint_quant == "fp8":
         return get_weight_format("fp8"), "the checkpoint ships FP8 weights (quantization_config)"
+    if spec.checkpoint_quant == "mxfp4":
+        return (get_weight_format("mxfp4-experts"),
+                "the checkpoint ships MXFP4 experts, the rest bf16 (quantization_config; transformers' and vLLM's "
+                "mxfp4 support quantizes the MoE experts only)")
     from ..dtypes import torch_dtype_to_name
 
     native = torch_dtype_to_name(spec.torch_dtype)
