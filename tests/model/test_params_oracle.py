@@ -76,6 +76,25 @@ CASES: list[tuple[str, dict]] = [
     ("gpt_oss", {**TINY, "intermediate_size": 48, "head_dim": 16, "num_local_experts": 4, "num_experts_per_tok": 2}),
     ("gpt_oss", {**TINY, "intermediate_size": 48, "head_dim": 16, "num_local_experts": 4, "num_experts_per_tok": 2,
                  "attention_bias": False, "tie_word_embeddings": True, "layer_types": ["full_attention"] * 3}),
+    ("granite", {**TINY}),
+    ("ministral", {**TINY, "head_dim": 16}),
+    ("olmo3", {**TINY}),
+    ("olmo3", {**TINY, "layer_types": ["full_attention", "sliding_attention", "full_attention"]}),
+    ("exaone4", {**TINY, "head_dim": 16}),
+    ("seed_oss", {**TINY, "head_dim": 16}),
+    ("seed_oss", {**TINY, "head_dim": 16, "attention_bias": False, "attention_out_bias": True}),
+    ("glm4", {**TINY, "head_dim": 16, "pad_token_id": 0}),
+    ("nemotron", {**TINY, "head_dim": 16}),
+    ("nemotron", {**TINY, "mlp_bias": True, "attention_bias": True, "tie_word_embeddings": True}),
+    ("apertus", {**TINY, "head_dim": 16}),
+    ("glm4_moe", {**TINY, "n_routed_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+                  "first_k_dense_replace": 1, "n_group": 1, "topk_group": 1}),
+    ("glm4_moe", {**TINY, "n_routed_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+                  "first_k_dense_replace": 0, "n_shared_experts": 2, "attention_bias": True, "use_qk_norm": True,
+                  "head_dim": 32, "n_group": 1, "topk_group": 1}),
+    ("llama4_text", {**TINY, "head_dim": 16, "num_local_experts": 4, "intermediate_size_mlp": 80, "pad_token_id": 0}),
+    ("llama4_text", {**TINY, "head_dim": 16, "num_local_experts": 4, "intermediate_size_mlp": 80, "pad_token_id": 0,
+                     "interleave_moe_layer_step": 2, "num_experts_per_tok": 2, "tie_word_embeddings": True}),
     ("smollm3", {**TINY, "no_rope_layer_interval": 2, "pad_token_id": 0}),
     ("smollm3", {**TINY, "tie_word_embeddings": False, "attention_bias": True, "pad_token_id": 0}),
 ]
@@ -112,3 +131,18 @@ def test_gemma3_multimodal_wrapper_counts_its_language_model() -> None:
     assert spec.family == "gemma3_text"
     assert any("vision" in n for n in spec.notes)
     assert param_counts(spec).total == transformers_param_count({"model_type": "gemma3_text", **text})
+
+
+@pytest.mark.parametrize(("wrapper", "text_type"), [("llama4", "llama4_text"), ("gemma3", "gemma3_text"),
+                                                    ("mistral3", "mistral")])
+def test_vision_language_configs_count_their_language_model(wrapper: str, text_type: str) -> None:
+    """Llama 4, Gemma 3 and Mistral Small 3 ship one config with the language model under text_config: that is what
+    is counted, the vision tower left out and said so."""
+    text = {**TINY, "head_dim": 16, "pad_token_id": 0}
+    if text_type == "llama4_text":
+        text.update(num_local_experts=4, intermediate_size_mlp=80)
+    wrapped = spec_from_hf_config({"model_type": wrapper, "torch_dtype": "bfloat16", "text_config": dict(text)})
+    alone = spec_from_hf_config({"model_type": text_type, **text})
+    assert param_counts(wrapped).total == param_counts(alone).total == transformers_param_count(
+        {"model_type": text_type, **text})
+    assert wrapped.torch_dtype == "bfloat16" and any("vision tower" in n for n in wrapped.notes)

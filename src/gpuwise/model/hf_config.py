@@ -16,7 +16,15 @@ from .hf_families import PARSERS
 from .hf_fields import Cfg
 from .spec import ModelSpec
 
-SUPPORTED_FAMILIES: tuple[str, ...] = tuple(sorted(CLASS_DEFAULTS)) + ("gemma3", "kimi_k2")
+MULTIMODAL_WRAPPERS: dict[str, tuple[str, str]] = {
+    "gemma3": ("gemma3_text", "~0.4B params"),
+    "llama4": ("llama4_text", "~0.9B params"),
+    "mistral3": ("mistral", "~0.4B params"),
+}
+"""Vision-language configs whose language model is their `text_config`: (its default model_type, the size of what is
+left out)."""
+
+SUPPORTED_FAMILIES: tuple[str, ...] = tuple(sorted(CLASS_DEFAULTS)) + tuple(MULTIMODAL_WRAPPERS) + ("kimi_k2",)
 
 # Old names still found in config.json files on the Hub.
 _ALIASES = {"RefinedWeb": "falcon", "RefinedWebModel": "falcon", "gemma3_text": "gemma3_text",
@@ -32,16 +40,19 @@ def spec_from_hf_config(raw: Any) -> ModelSpec:
     if not isinstance(model_type, str) or not model_type:
         raise ConfigError("config.json has no 'model_type'")
     notes: tuple[str, ...] = ()
-    if model_type == "gemma3":  # multimodal wrapper: the language model is text_config
+    if model_type in MULTIMODAL_WRAPPERS:  # the language model is text_config
+        text_type, tower = MULTIMODAL_WRAPPERS[model_type]
         text = raw.get("text_config")
         if not isinstance(text, dict):
-            raise ConfigError("config.json: gemma3 config without a 'text_config' object")
+            raise ConfigError(f"config.json: {model_type} config without a 'text_config' object")
         text = dict(text)
-        text.setdefault("model_type", "gemma3_text")
+        text.setdefault("model_type", text_type)
         text.setdefault("torch_dtype", raw.get("torch_dtype") or raw.get("dtype"))
+        if "quantization_config" in raw:
+            text.setdefault("quantization_config", raw["quantization_config"])
         raw = text
-        model_type = "gemma3_text"
-        notes = ("language model only: the vision tower and projector (~0.4B params) are not counted",)
+        model_type = str(text["model_type"])
+        notes = (f"language model only: the vision tower and projector ({tower}) are not counted",)
     family = _ALIASES.get(model_type, model_type)
     parser = PARSERS.get(family)
     if parser is None:

@@ -118,6 +118,105 @@ def _gpt_oss(cfg: Cfg) -> ModelSpec:
     return ModelSpec(**f, sliding_window=window, layer_types=layer_types(cfg, n, window), moe=moe)
 
 
+def _pattern_types(cfg: Cfg, n: int, window: int | None, pattern: int | str | None) -> tuple[str, ...]:
+    """Explicit layer_types, else a repeating pattern with its last layer full (OLMo 3: every 4th layer full;
+    EXAONE 4: sliding_window_pattern, an int or a string of L (local) and G (global)), all full without a window."""
+    if isinstance(cfg.raw.get("layer_types"), list) or window is None or not pattern:
+        return layer_types(cfg, n, window) if window is not None or isinstance(cfg.raw.get("layer_types"), list) \
+            else (FULL,) * n
+    if isinstance(pattern, str):
+        return tuple(SLIDING if pattern[i % len(pattern)].upper() == "L" else FULL for i in range(n))
+    return tuple(SLIDING if (i + 1) % pattern else FULL for i in range(n))
+
+
+def _olmo3(cfg: Cfg) -> ModelSpec:
+    # modeling_olmo3.py: OLMo 2's block (q/k norms over all heads, norms after attention and MLP) with sliding layers
+    f = common_llama_like(cfg, mlp_bias=False, qk_norm="full")
+    window = sliding(cfg)
+    return ModelSpec(**f, sliding_window=window, layer_types=_pattern_types(cfg, f["num_layers"], window, 4))
+
+
+def _exaone4(cfg: Cfg) -> ModelSpec:
+    # modeling_exaone4.py: per-head q/k norms, norms after attention and MLP, no biases
+    f = common_llama_like(cfg, qkv_bias=False, o_bias=False, mlp_bias=False, qk_norm="head")
+    window = sliding(cfg)
+    pattern = cfg.get("sliding_window_pattern")
+    return ModelSpec(**f, sliding_window=window, layer_types=_pattern_types(cfg, f["num_layers"], window, pattern))
+
+
+def _seed_oss(cfg: Cfg) -> ModelSpec:
+    # modeling_seed_oss.py: q/k/v biases (attention_bias), o_proj's own switch (attention_out_bias)
+    f = common_llama_like(cfg, o_bias=cfg.bool("attention_out_bias"))
+    return ModelSpec(**f, layer_types=layer_types(cfg, f["num_layers"], None))
+
+
+def _glm4(cfg: Cfg) -> ModelSpec:
+    # modeling_glm4.py (GLM-4-0414): q/k/v biases, no o_proj bias, fused gate_up_proj, norms before and after both
+    # attention and MLP
+    f = common_llama_like(cfg, o_bias=False, mlp_bias=False, norms_per_layer=4)
+    return ModelSpec(**f, layer_types=layer_types(cfg, f["num_layers"], None))
+
+
+def _nemotron(cfg: Cfg) -> ModelSpec:
+    # modeling_nemotron.py: LayerNorm1P (weight and bias), a plain up/down MLP with squared ReLU
+    f = common_llama_like(cfg, gated_mlp=False, norm="layernorm", norm_bias=True,
+                          mlp_bias=cfg.bool("mlp_bias"))
+    return ModelSpec(**f, layer_types=layer_types(cfg, f["num_layers"], None))
+
+
+def _apertus(cfg: Cfg) -> ModelSpec:
+    # modeling_apertus.py: per-head q/k norms, a plain up/down MLP whose xIELU activation learns two scalars
+    f = common_llama_like(cfg, gated_mlp=False, qk_norm="head", mlp_bias=cfg.bool("mlp_bias"),
+                          activation_params=2)
+    return ModelSpec(**f, layer_types=layer_types(cfg, f["num_layers"], None))
+
+
+def _glm4_moe(cfg: Cfg) -> ModelSpec:
+    # modeling_glm4_moe.py: q/k/v biases (attention_bias) but none on o_proj, optional per-head q/k norms; DeepSeek-V3's
+    # MoE (first_k_dense_replace dense layers, shared experts, a sigmoid router whose correction bias is a buffer)
+    f = common_llama_like(cfg, o_bias=False, mlp_bias=False, qk_norm="head" if cfg.bool("use_qk_norm") else "none")
+    n = f["num_layers"]
+    width = cfg.int("moe_intermediate_size")
+    first_dense = cfg.int("first_k_dense_replace", required=False, minimum=0) or 0
+    moe = MoESpec(
+        num_experts=cfg.int("n_routed_experts"),
+        top_k=cfg.int("num_experts_per_tok"),
+        expert_intermediate_size=width,
+        shared_intermediate_size=(cfg.int("n_shared_experts", required=False, minimum=0) or 0) * width,
+        moe_layers=tuple(i >= first_dense for i in range(n)),
+    )
+    notes: tuple[str, ...] = ()
+    if cfg.raw.get("num_nextn_predict_layers"):
+        notes = ("multi-token-prediction layers are not counted (transformers does not instantiate them)",)
+    return ModelSpec(**f, moe=moe, layer_types=(FULL,) * n, notes=notes)
+
+
+def _llama4_text(cfg: Cfg) -> ModelSpec:
+    # modeling_llama4.py: MoE layers (moe_layers, else every interleave_moe_layer_step-th) with one shared expert of the
+    # experts' width and a router without bias; dense layers of intermediate_size_mlp; q/k L2 norms without weights;
+    # chunked local attention (attention_chunk_size) on the RoPE layers, full attention on the NoPE ones
+    f = common_llama_like(cfg, qkv_bias=False, o_bias=False, mlp_bias=False)
+    n = f["num_layers"]
+    step = cfg.int("interleave_moe_layer_step")
+    explicit = cfg.raw.get("moe_layers")
+    moe_at = set(explicit) if isinstance(explicit, list) else set(range(step - 1, n, step))
+    width = f["intermediate_size"]
+    moe = MoESpec(num_experts=cfg.int("num_local_experts"), top_k=cfg.int("num_experts_per_tok"),
+                  expert_intermediate_size=width, shared_intermediate_size=width,
+                  moe_layers=tuple(i in moe_at for i in range(n)))
+    f["intermediate_size"] = cfg.int("intermediate_size_mlp")
+    chunk = cfg.int("attention_chunk_size", required=False)
+    if isinstance(cfg.raw.get("layer_types"), list):
+        types = layer_types(cfg, n, chunk)
+    else:
+        interval = cfg.int("no_rope_layer_interval")
+        rope = cfg.raw.get("no_rope_layers") or [int((i + 1) % interval != 0) for i in range(n)]
+        types = tuple(SLIDING if (r and chunk is not None) else FULL for r in rope)
+    notes = ("chunked local attention counted as a sliding window of attention_chunk_size: the cache holds at most one "
+             "chunk per such layer",) if chunk is not None and SLIDING in types else ()
+    return ModelSpec(**f, sliding_window=chunk, layer_types=types, moe=moe, notes=notes)
+
+
 def _gemma(cfg: Cfg) -> ModelSpec:
     f = common_llama_like(cfg, mlp_bias=False)
     return ModelSpec(**f, layer_types=layer_types(cfg, f["num_layers"], None))
@@ -309,4 +408,7 @@ PARSERS: dict[str, Callable[[Cfg], ModelSpec]] = {
     "phi3": _phi3, "gpt2": _gpt2, "gpt_neox": _gpt_neox, "falcon": _falcon, "opt": _opt, "bloom": _bloom,
     "deepseek_v2": _deepseek, "deepseek_v3": _deepseek, "olmo2": _olmo2, "gpt_oss": _gpt_oss,
     "smollm3": _llama,  # modeling_smollm3.py: Llama's block; no_rope_layers only skip RoPE (no parameters)
+    "granite": _llama,  # modeling_granite.py: Llama's block (its multipliers are scalars in the config)
+    "ministral": _mistral, "olmo3": _olmo3, "exaone4": _exaone4, "seed_oss": _seed_oss, "glm4": _glm4,
+    "nemotron": _nemotron, "apertus": _apertus, "glm4_moe": _glm4_moe, "llama4_text": _llama4_text,
 }

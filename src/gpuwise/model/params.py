@@ -151,6 +151,7 @@ def _block(spec: ModelSpec, i: int) -> list[Tensor]:
         t += _moe_mlp(spec, i)
     else:
         t += _dense_mlp(spec, i, spec.intermediate_size)
+    t += [Tensor("act_param", i, (1,))] * spec.activation_params
     return t
 
 

@@ -75,6 +75,8 @@ class ModelSpec:
     gated_mlp: bool
     """SwiGLU/GeGLU style: gate and up projections (3 matrices) instead of 2."""
     activation: str
+    activation_params: int = 0
+    """Learned scalars of the MLP's activation per layer (Apertus' xIELU: alpha_p, alpha_n)."""
     norm: str
     """'rmsnorm' or 'layernorm'."""
     norm_bias: bool
