@@ -28,6 +28,8 @@ COMMANDS = [
     ["train", "deepseek-v3", "--gpu", "h200", "--num-gpus", "2048", "--pp", "16", "--pp-first-layers", "1", "--ep", "64", "--seq", "4096",
      "--global-batch", "8192", "--zero", "1", "--framework", "megatron", "--json"],
     ["models"],
+    ["models", "--fits", "2x rtx-3090"],  # issue 20: the whole catalog in <= 0.5 s
+    ["models", "--fits", "h100", "--engine", "vllm", "--json"],
     ["gpus"],
 ]
 

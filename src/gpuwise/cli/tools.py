@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..errors import GpuwiseError
-from .args import port
+from .args import port, positive_int
 from .command import Command
 
 
@@ -28,12 +28,35 @@ def _listing(args: argparse.Namespace, command: str, what: str, found: list, to_
     return render(found)
 
 
+def _models_options(p: argparse.ArgumentParser) -> None:
+    _catalog_options("id, Hugging Face id or family")(p)
+    from ..plan.runnable import DEFAULT_CONTEXT, FORMATS
+
+    p.add_argument("--fits", metavar="GPUS", help="what runs on these GPUs: e.g. '2x rtx-3090', 'rtx-4090', '24GiB' "
+                                                   "(each model in its best format that fits, with its speed)")
+    p.add_argument("--engine", choices=tuple(FORMATS), default="llamacpp",
+                   help="with --fits: the engine (default llamacpp)")
+    p.add_argument("--context", type=positive_int, help=f"with --fits: usable context in tokens (default "
+                                                        f"{DEFAULT_CONTEXT:,}, or the model's maximum if smaller)")
+    p.add_argument("--top", type=positive_int, default=20, help="with --fits: rows shown with their speed (default 20)")
+
+
 def _models(args: argparse.Namespace) -> str:
     from ..catalog.models import search_models
     from ..report.json_out import model_entry_to_dict
     from ..report.text import render_models
 
-    return _listing(args, "models", "model", search_models(args.query), model_entry_to_dict, render_models)
+    if args.fits is None:
+        if args.context is not None or args.engine != "llamacpp":
+            raise GpuwiseError("--engine and --context apply with --fits GPUS")
+        return _listing(args, "models", "model", search_models(args.query), model_entry_to_dict, render_models)
+    from ..plan.runnable import runnable
+    from ..report.json_out import runnable_to_dict
+    from ..report.text import render_runnable
+    from ..schema import dumps
+
+    r = runnable(args.fits, engine=args.engine, context=args.context, top=args.top, query=args.query)
+    return dumps(runnable_to_dict(r)) if args.json else render_runnable(r, args.top)
 
 
 def _gpus(args: argparse.Namespace) -> str:
@@ -84,7 +107,8 @@ TOOLS: dict[str, Command] = {
     "explain": Command("a concept in plain words, with its numbers for your GPU and model", _explain_options, _explain),
     "serve": Command("a local web page and HTTP API over the same answers (http://127.0.0.1:8000)", _serve_options,
                      _serve),
-    "models": Command("list the embedded model catalog", _catalog_options("id, Hugging Face id or family"), _models),
+    "models": Command("list the embedded model catalog, or with --fits what runs on your GPUs", _models_options,
+                      _models),
     "gpus": Command("list the embedded GPU catalog", _catalog_options("id, name, vendor, segment or architecture"),
                     _gpus),
 }

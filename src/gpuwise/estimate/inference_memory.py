@@ -215,8 +215,10 @@ def _llamacpp(spec: ModelSpec, gpu_memory: int, n_gpus: int, w: WeightFormat, kv
     pre, layers, post = weight_bytes_by_layer(w, spec)
     n_ctx = math.ceil(batch * context / lc.ctx_pad) * lc.ctx_pad  # one context shared by `batch` sequences
     splits = _split_layers(spec.num_layers, n_gpus)
-    per_layer_kv = [kv_cache_bytes(spec, context=n_ctx, batch=1, bytes_per_element=kv.bytes, engine="llamacpp",
-                                   layers=range(i, i + 1)) for i in range(spec.num_layers)]
+    by_type: dict[str, float] = {}  # one layer's cache depends only on its attention type
+    per_layer_kv = [by_type[t] if t in by_type else by_type.setdefault(t, kv_cache_bytes(
+        spec, context=n_ctx, batch=1, bytes_per_element=kv.bytes, engine="llamacpp", layers=range(i, i + 1)))
+        for i, t in enumerate(spec.layer_types)]
     attn_scratch = lc.n_ubatch * n_ctx * (2 if lc.flash_attention else 4 * spec.num_heads)
     logits = lc.n_ubatch * spec.vocab_size * 4
     worst: MemoryBreakdown | None = None

@@ -110,6 +110,7 @@ def tensor_bytes(fmt: WeightFormat, spec: ModelSpec) -> tuple[tuple[Tensor, floa
     return tuple(out)
 
 
+@lru_cache(maxsize=512)
 def weight_bytes_by_layer(fmt: WeightFormat, spec: ModelSpec) -> tuple[float, tuple[float, ...], float]:
     """(input side: embeddings etc., bytes of each block, output side: final norm + lm_head)."""
     head_roles = ("output",)

@@ -16,6 +16,7 @@ from ..catalog.models import CatalogEntry
 from ..model.params import param_counts
 from ..schema import SCHEMA_VERSION, dumps  # noqa: F401 (dumps: the presenters' import)
 from ..schema import num as _num
+from ..schema import envelope
 from ..schema import rounded as _round
 
 if TYPE_CHECKING:  # types only: `gpuwise fit` must not load the training estimators
@@ -416,3 +417,15 @@ def pick_to_dict(r) -> dict:
             "task": req.task, "objective": req.objective, "budget_usd_per_hour": req.budget_usd_per_hour,
             "headroom": req.headroom, "ranked": [cand(c) for c in r.ranked], "why": r.why, "accepted": r.accepted,
             "rejected": [cand(c) for c in r.rejected], "search_time_s": round(r.search_time_s, 4)}
+
+
+def runnable_to_dict(r) -> dict:
+    """`gpuwise models --fits --json`: every model that runs (ranked), and those that do not."""
+    return envelope(
+        "models", gpu=gpu_to_dict(r.gpu), num_gpus=r.num_gpus, engine=r.engine, context=r.context,
+        runnable=[{"id": x.model.id, "hf_id": x.model.hf_id, "params": x.params, "active_params": x.active_params,
+                   "weights_format": x.weights.name, "weight_bytes": x.weight_bytes,
+                   "bits_per_weight": round(x.bits_per_weight, 3), "context": x.context, "max_context": x.max_context,
+                   "decode_tokens_per_s": x.decode_tokens_per_s, "note": x.note or None} for x in r.runnable],
+        detailed_rows=r.top, not_fitting=list(r.not_fitting), speed_unknown=r.speed_unknown,
+        search_time_s=round(r.search_time_s, 4))

@@ -150,6 +150,32 @@ def render_models(entries: list[CatalogEntry]) -> str:
     return _table(rows, ["id", "hugging face id", "family", "params", "active", "attn", "max ctx"], right={3, 4, 6})
 
 
+def render_runnable(r, top: int) -> str:
+    """`gpuwise models --fits`: the models that run, best first, and those that do not."""
+    gpus = f"{r.num_gpus} x {r.gpu.name}" if r.num_gpus > 1 else r.gpu.name
+    lines = [f"What runs on {gpus} ({fmt_gib(r.gpu.memory_bytes)} each) with {r.engine}, with at least "
+             f"{r.context:,} tokens of context (or the model's maximum), in the best format that fits:", ""]
+    rows = []
+    for i, x in enumerate(r.runnable[:top], 1):
+        speed = "unknown" if x.decode_tokens_per_s is None else f"{x.decode_tokens_per_s:,.0f}"
+        rows.append([str(i), x.model.id, fmt_count(x.params) + (f" ({fmt_count(x.active_params)})"
+                                                                 if x.active_params else ""),
+                     x.weights.name.removeprefix("gguf:"), f"{x.bits_per_weight:.1f}", fmt_gib(x.weight_bytes),
+                     f"{x.max_context:,}", speed, x.note])
+    lines.append(_table(rows, ["#", "model", "params (active)", "format", "bits/w", "weights", "max context",
+                               "decode tok/s", "note"], right={0, 4, 5, 6, 7}))
+    more = len(r.runnable) - top
+    lines.append("")
+    if more > 0:
+        lines.append(f"... and {more} smaller models that fit (--top {len(r.runnable)} or --json lists them)")
+    if r.not_fitting:
+        lines.append(f"Not in any format at {r.context:,} tokens ({len(r.not_fitting)}): {', '.join(r.not_fitting)}")
+    lines.append("Ranked by parameters among formats of 4+ bits per weight, then the low-bit fits; decode tok/s is "
+                 "one sequence's rate (`gpuwise infer`)" + (f"; speed unknown: {r.speed_unknown}" if r.speed_unknown
+                                                           else "") + ".")
+    return "\n".join(lines)
+
+
 def render_train(r: TrainResult) -> str:
     req = r.request
     spec = req.model.spec
