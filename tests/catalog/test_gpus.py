@@ -122,3 +122,18 @@ def test_a_named_user_catalog_that_does_not_exist_is_an_error(tmp_path, monkeypa
     finally:
         monkeypatch.delenv("GPUWISE_GPUS")
         gpus._catalog.cache_clear()
+
+
+def test_apple_gpus_plan_with_macos_default_share_of_unified_memory(user_catalog) -> None:
+    """macOS lets the GPU wire about 3/4 of unified memory above 36 GB and 2/3 up to it (catalog/gpus.py sources)."""
+    assert get_gpu("m3-max").memory_bytes == int(128 * 2**30 * 3 / 4)
+    user_catalog('[[gpu]]\nid = "m4-16gb"\nname = "Apple M4 16GB"\nvendor = "apple"\nmemory_gb = 16\n')
+    assert get_gpu("m4-16gb").memory_bytes == int(16 * 2**30 * 2 / 3)
+
+
+@pytest.mark.parametrize(("query", "vendor"), [("apple", "apple"), ("NVIDIA", "nvidia"), ("AMD", "amd")])
+def test_a_vendor_word_lists_that_vendor_s_gpus(query: str, vendor: str) -> None:
+    from gpuwise.catalog.gpus import search_gpus
+
+    found = search_gpus(query)
+    assert found and {g.vendor for g in found} == {vendor}

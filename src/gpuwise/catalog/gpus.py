@@ -82,11 +82,28 @@ def _normalize(name: str) -> str:
     return re.sub(r"[^a-z0-9]", "", _VENDOR_WORDS.sub(" ", name.lower()))
 
 
+APPLE_GPU_SHARE = ((36.0, 2 / 3), (float("inf"), 3 / 4))
+"""macOS lets the GPU wire only part of unified memory (Metal's `recommendedMaxWorkingSetSize`, raised with
+`sudo sysctl iogpu.wired_limit_mb`): by default about 2/3 of it up to 36 GB and 3/4 above, as measured and reported
+(exo-explore/exo#1672: 10.67 GB of a 16 GB M4; gpustack/gpustack#1375: "75% of total RAM"; sgl-project/sglang#21443:
+"typically ~65-75%"). Newer macOS may give more (antirez/ds4#893: 107.5 GiB of 128 on macOS 26): --gpu-memory says
+what a given Mac has."""
+
+
+def apple_gpu_share(memory_gb: float) -> float:
+    return next(share for upto, share in APPLE_GPU_SHARE if memory_gb <= upto)
+
+
 def _gpu_from_row(row: dict) -> GPU:
     tflops = row.get("peak_tflops", {}) or {}
     reported = row.get("memory_mib_reported")
     if reported:
         mem_bytes, mem_src = int(reported * MiB), "nvidia-smi"
+    elif row.get("vendor") == "apple":
+        share = apple_gpu_share(float(row["memory_gb"]))
+        mem_bytes = int(float(row["memory_gb"]) * GiB * share)
+        mem_src = (f"macOS's default GPU share of unified memory, {share:.0%} of {float(row['memory_gb']):g} GB "
+                   "(raise it with sysctl iogpu.wired_limit_mb and pass --gpu-memory)")
     else:
         mem_bytes, mem_src = int(float(row["memory_gb"]) * GiB), "marketed GB read as GiB"
     bw = row.get("memory_bandwidth_gb_s")
@@ -323,6 +340,8 @@ def search_gpus(query: str | None = None) -> list[GPU]:
     if not query:
         return list(gpus)
     q = _normalize(query)
+    if not q:  # only a vendor word ('apple', 'NVIDIA'): the vendor's GPUs
+        return [g for g in gpus if g.vendor == query.strip().lower()]
     out = []
     for g in gpus:
         hay = [g.id, g.name, g.vendor, g.segment, g.architecture or "", *g.aliases]

@@ -277,9 +277,6 @@ def fit(req: FitRequest) -> FitResult:
                            "at start for weights and the KV pool; the rest is for activations and CUDA graphs")
     if req.engine == "llamacpp":
         assumptions.append("llama.cpp keeps token embeddings in host memory; flash attention on; micro-batch 512")
-    if req.gpu.vendor == "apple":
-        assumptions.append("Apple unified memory: macOS lets the GPU use only part of it by default "
-                           "(recommendedMaxWorkingSetSize), not modelled here")
     if req.gpu.mig_profiles and req.num_gpus == 1:
         assumptions.append("MIG slice memory taken as the GB in the profile name, read as GiB")
     assumptions.extend(spec.notes)
