@@ -44,6 +44,8 @@ class EnginePerf:
     quantized_gemm_factor: float
     prefill_chunk: int
     source: str
+    metal_gemm_efficiency: float = 0.0
+    """llama.cpp's Metal matrix kernels on Apple GPUs: their share of the GPU's FP16 (= FP32) ALU peak."""
 
 
 @lru_cache(maxsize=None)
@@ -56,7 +58,7 @@ def engine_perf(name: str) -> EnginePerf:
                       r["launch_gap_us"] * 1e-6, r["step_overhead_us"] * 1e-6, int(r["kernels_per_block"]), r["kernel_style"],
                       float(r["gemv_gb_s_per_sm"]) * GB, float(r["gemm_efficiency"]),
                       float(r["hopper_mma_factor"]), float(r["quantized_gemm_factor"]), int(r["prefill_chunk"]),
-                      r["source"])
+                      r["source"], float(r.get("metal_gemm_efficiency", 0.0)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +118,9 @@ def forward_pass_s(spec: ModelSpec, *, profile: DeviceProfile, topo: Topology, e
         if peak16:
             hopper = engine.hopper_mma_factor if (device.architecture or "").startswith("Hopper") else 1.0
             quant = engine.quantized_gemm_factor if weight_bytes_per_param < 1.9 else 1.0
-            own_rate = peak16 * engine.gemm_efficiency * hopper * quant
+            share = engine.metal_gemm_efficiency if device.vendor == "apple" and engine.metal_gemm_efficiency \
+                else engine.gemm_efficiency
+            own_rate = peak16 * share * hopper * quant
     gemm = attn = stream = comm = 0.0
     flops = nbytes = 0.0
     kernels = 0
