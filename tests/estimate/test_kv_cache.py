@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gpuwise.catalog.models import entry_spec, find_entry
-from gpuwise.estimate.kv_cache import kv_bytes_per_token, kv_cache_bytes
+from gpuwise.estimate.kv_cache import kv_bytes_per_token, kv_cache_bytes, state_bytes_per_sequence
 from gpuwise.model import spec_from_hf_config
 
 
@@ -91,3 +91,62 @@ def test_kv_grows_linearly_with_batch(name: str) -> None:
     s = spec(name)
     one = kv_cache_bytes(s, context=3000, batch=1, bytes_per_element=2)
     assert kv_cache_bytes(s, context=3000, batch=5, bytes_per_element=2) == 5 * one
+
+
+def _meta_layer(model_type: str, **config):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.AutoConfig.for_model(model_type, **config)
+    with torch.device("meta"):
+        return transformers.AutoModelForCausalLM.from_config(cfg).model.layers
+
+
+HYBRIDS = [
+    ("qwen3_next", dict(num_hidden_layers=4, hidden_size=64, intermediate_size=96, num_attention_heads=4,
+                        num_key_value_heads=2, head_dim=16, vocab_size=100, num_experts=4, num_experts_per_tok=2,
+                        moe_intermediate_size=32, shared_expert_intermediate_size=32, linear_num_key_heads=2,
+                        linear_num_value_heads=4, linear_key_head_dim=8, linear_value_head_dim=12,
+                        full_attention_interval=2)),
+    ("granitemoehybrid", dict(num_hidden_layers=3, hidden_size=64, intermediate_size=96, num_attention_heads=4,
+                              num_key_value_heads=2, vocab_size=100, layer_types=["mamba", "attention", "mamba"],
+                              mamba_n_heads=4, mamba_d_state=8, mamba_n_groups=2, mamba_expand=1,
+                              num_local_experts=4, num_experts_per_tok=2, shared_intermediate_size=32,
+                              pad_token_id=0)),
+]
+
+
+@pytest.mark.parametrize(("model_type", "config"), HYBRIDS, ids=[h[0] for h in HYBRIDS])
+def test_recurrent_state_per_sequence_is_what_the_layers_keep(model_type: str, config: dict) -> None:
+    """The state of each linear layer, from transformers' own layer dimensions: Gated DeltaNet keeps a
+    head_k_dim x head_v_dim matrix per value head and the last kernel-1 inputs of its conv_dim-channel convolution
+    (vLLM's gated_delta_net_state_shape); Mamba-2 a head_dim x ssm_state_size matrix per head and its convolution's
+    window (mamba2_state_shape). Attention layers cache K/V per token only."""
+    spec = spec_from_hf_config({"model_type": model_type, **config})
+    expected = 0
+    for layer in _meta_layer(model_type, **config):
+        mixer = getattr(layer, "linear_attn", None) or getattr(layer, "mamba", None)
+        if mixer is None:
+            continue
+        if model_type == "qwen3_next":
+            state = mixer.num_v_heads * mixer.head_k_dim * mixer.head_v_dim
+        else:
+            state = mixer.num_heads * mixer.head_dim * mixer.ssm_state_size
+        expected += state + mixer.conv_dim * (mixer.conv_kernel_size - 1)
+    assert state_bytes_per_sequence(spec, bytes_per_element=1) == expected
+    attention_layers = spec.num_layers - spec.num_linear_layers
+    assert kv_bytes_per_token(spec, 2) == attention_layers * 2 * spec.num_kv_heads * spec.head_dim * 2
+    one = kv_cache_bytes(spec, context=1000, batch=1, bytes_per_element=2)
+    assert kv_cache_bytes(spec, context=1000, batch=3, bytes_per_element=2) == 3 * one
+    assert kv_cache_bytes(spec, context=2000, batch=1, bytes_per_element=2) - one == 1000 * kv_bytes_per_token(spec, 2)
+
+
+def test_hybrid_models_fit_but_are_not_timed() -> None:
+    import gpuwise
+    from gpuwise.errors import InvalidArgument
+
+    r = gpuwise.fit("qwen3-next-80b-a3b-thinking", gpu="h100", num_gpus=4)
+    assert r.fits and r.kv_cache_bytes_per_token == 12 * 2 * 2 * 256 * 2
+    for call in (lambda: gpuwise.infer("qwen3-next-80b-a3b-thinking", gpu="h100", num_gpus=4),
+                 lambda: gpuwise.train("qwen3-next-80b-a3b-thinking", gpu="h100", num_gpus=8)):
+        with pytest.raises(InvalidArgument, match="Gated DeltaNet layers are not timed yet"):
+            call()

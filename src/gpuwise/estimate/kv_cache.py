@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 
-from ..model.spec import SLIDING, ModelSpec
+from ..model.spec import LINEAR, SLIDING, ModelSpec
 
 MLA_LATENT_ENGINES = frozenset({"vllm", "llamacpp", "sglang", "trtllm"})
 
@@ -35,12 +35,32 @@ def kv_elements_per_token_per_layer(spec: ModelSpec, engine: str = "vllm", tp: i
 
 
 def kv_bytes_per_token(spec: ModelSpec, bytes_per_element: float, engine: str = "vllm", tp: int = 1) -> float:
-    """Bytes one more cached token adds across all layers, before any sliding-window cap (per GPU)."""
-    return spec.num_layers * kv_elements_per_token_per_layer(spec, engine, tp) * bytes_per_element
+    """Bytes one more cached token adds across the attention layers, before any sliding-window cap (per GPU)."""
+    return (spec.num_layers - spec.num_linear_layers) * kv_elements_per_token_per_layer(spec, engine, tp) \
+        * bytes_per_element
+
+
+STATE_BYTES_PER_ELEMENT = 2.0
+"""The recurrent state of hybrid models' linear layers, held in the model's 16-bit dtype: vLLM's mamba_cache_dtype and
+mamba_ssm_cache_dtype default to "auto" (the model dtype) whatever --kv-cache-dtype says; transformers' cache too."""
+
+
+def state_bytes_per_sequence(spec: ModelSpec, tp: int = 1, layers: range | None = None,
+                             bytes_per_element: float = STATE_BYTES_PER_ELEMENT) -> float:
+    """Bytes of recurrent state one sequence holds on one GPU (hybrid models' linear layers; heads split over TP)."""
+    lm = spec.linear
+    if lm is None:
+        return 0.0
+    idx = layers if layers is not None else range(spec.num_layers)
+    n = sum(1 for i in idx if spec.layer_types[i] == LINEAR)
+    return n * lm.state_elements / tp * bytes_per_element
 
 
 def cached_tokens(spec: ModelSpec, layer_type: str, context: int, block_tokens: int = 1) -> int:
-    """Tokens a layer holds for one sequence of `context` tokens (sliding layers cap at the window)."""
+    """Tokens a layer holds for one sequence of `context` tokens (sliding layers cap at the window; linear layers
+    hold none: their state is `state_bytes_per_sequence`)."""
+    if layer_type == LINEAR:
+        return 0
     n = context
     if layer_type == SLIDING and spec.sliding_window is not None:
         n = min(context, spec.sliding_window)
@@ -60,10 +80,10 @@ def kv_cache_bytes(
     block_tokens: int = 1,
     layers: range | None = None,
 ) -> float:
-    """KV cache bytes on one GPU for `batch` sequences of `context` tokens (optionally some layers only)."""
+    """KV cache bytes on one GPU for `batch` sequences of `context` tokens (optionally some layers only), with the
+    recurrent state of hybrid models' linear layers."""
     per_layer = kv_elements_per_token_per_layer(spec, engine, tp) * bytes_per_element
     idx = layers if layers is not None else range(spec.num_layers)
-    full = cached_tokens(spec, "full", context, block_tokens)
-    sliding = cached_tokens(spec, SLIDING, context, block_tokens)
-    tokens = sum(sliding if spec.layer_types[i] == SLIDING else full for i in idx)
-    return batch * tokens * per_layer
+    held = {t: cached_tokens(spec, t, context, block_tokens) for t in ("full", SLIDING, LINEAR)}
+    tokens = sum(held[spec.layer_types[i]] for i in idx)
+    return batch * (tokens * per_layer + state_bytes_per_sequence(spec, tp, idx))

@@ -24,7 +24,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..model.spec import SLIDING, ModelSpec
+from ..errors import InvalidArgument
+from ..model.spec import LINEAR, SLIDING, ModelSpec
 
 PERMUTE_BYTES = 8.0
 """Bytes per (token x hidden) element of an MoE layer's permute + unpermute per routed copy and per token: each
@@ -74,6 +75,16 @@ def _moe_expert_tokens(spec: ModelSpec, tokens: int, ep: int) -> tuple[int, int]
     return local, per_expert
 
 
+def raise_untimed_linear(spec: ModelSpec) -> None:
+    """Hybrid models' recurrent layers have no kernel model yet: every time and activation estimate stops here, in
+    one line, rather than costing them as attention."""
+    kind = {"gated_deltanet": "Gated DeltaNet", "mamba2": "Mamba-2"}.get(spec.linear.kind if spec.linear else "",
+                                                                         "recurrent")
+    raise InvalidArgument(f"{spec.family}: its {kind} layers are not timed yet (no kernel model for them): "
+                          "`gpuwise fit` answers memory (weights, KV cache and recurrent state); speed, training "
+                          "memory and plans are not available for this model")
+
+
 def block_ops(spec: ModelSpec, layer: int, *, tokens: int, keys: float, tp: int = 1, ep: int = 1, etp: int | None = None,
               kv_rows: float | None = None, active_experts: float | None = None, style: str = "eager") -> BlockOps:
     """Forward kernels of block `layer` for `tokens` query rows, each attending to `keys` keys on average.
@@ -84,6 +95,8 @@ def block_ops(spec: ModelSpec, layer: int, *, tokens: int, keys: float, tp: int 
     `active_experts`: in decode, the expected number of distinct routed experts the batch touches (their weights
     are read once each); None uses balanced routing over all local experts.
     """
+    if spec.layer_types[layer] == LINEAR:
+        raise_untimed_linear(spec)
     h = spec.hidden_size
     gemms: list[Gemm] = []
     mla = spec.mla

@@ -6,7 +6,7 @@ from typing import Callable
 
 from ..errors import ConfigError
 from .hf_fields import Cfg, common_llama_like, dtype, head_dim, layer_types, sliding
-from .spec import FULL, SLIDING, MLASpec, ModelSpec, MoESpec
+from .spec import FULL, LINEAR, SLIDING, LinearMixerSpec, MLASpec, ModelSpec, MoESpec
 
 
 def _llama(cfg: Cfg) -> ModelSpec:
@@ -217,6 +217,74 @@ def _llama4_text(cfg: Cfg) -> ModelSpec:
     return ModelSpec(**f, sliding_window=chunk, layer_types=types, moe=moe, notes=notes)
 
 
+def _hybrid_types(cfg: Cfg, n: int, interval: int | None) -> tuple[str, ...]:
+    """Per layer FULL or LINEAR: explicit layer_types ('linear_attention' / 'mamba' vs 'full_attention' /
+    'attention'), else every interval-th layer full (Qwen3-Next's full_attention_interval), else all linear (Granite
+    4's class default)."""
+    explicit = cfg.raw.get("layer_types")
+    if isinstance(explicit, list) and explicit:
+        if len(explicit) != n:
+            raise ConfigError(f"config.json: layer_types has {len(explicit)} entries for {n} layers")
+        out = []
+        for t in explicit:
+            if str(t) in ("linear_attention", "mamba"):
+                out.append(LINEAR)
+            elif str(t) in ("full_attention", "attention"):
+                out.append(FULL)
+            else:
+                raise ConfigError(f"config.json: unknown layer type '{t}'")
+        return tuple(out)
+    if interval:
+        return tuple(FULL if (i + 1) % interval == 0 else LINEAR for i in range(n))
+    return (LINEAR,) * n
+
+
+def _qwen3_next(cfg: Cfg) -> ModelSpec:
+    # modeling_qwen3_next.py: Gated DeltaNet layers and gated full-attention layers (q_proj doubled for the output
+    # gate, per-head q/k norms, no biases) every full_attention_interval-th; Qwen2-MoE's sparse MLP
+    f = common_llama_like(cfg, qkv_bias=False, o_bias=False, mlp_bias=False, qk_norm="head", attn_output_gate=True)
+    n = f["num_layers"]
+    experts = cfg.int("num_experts", minimum=0)
+    moe = MoESpec(num_experts=experts, top_k=cfg.int("num_experts_per_tok"),
+                  expert_intermediate_size=cfg.int("moe_intermediate_size"),
+                  shared_intermediate_size=cfg.int("shared_expert_intermediate_size", minimum=0),
+                  shared_expert_gate=True, moe_layers=_qwen_moe_layers(cfg, n, experts))
+    linear = LinearMixerSpec(kind="gated_deltanet", num_heads=cfg.int("linear_num_value_heads"),
+                             head_dim=cfg.int("linear_value_head_dim"), state_dim=cfg.int("linear_key_head_dim"),
+                             num_groups=cfg.int("linear_num_key_heads"), conv_kernel=cfg.int("linear_conv_kernel_dim"))
+    types = _hybrid_types(cfg, n, cfg.int("full_attention_interval", required=False) or 4)
+    return ModelSpec(**f, layer_types=types, moe=moe, linear=linear)
+
+
+def _granitemoehybrid(cfg: Cfg) -> ModelSpec:
+    # modeling_granitemoehybrid.py (Granite 4): per layer a Mamba-2 mixer or attention, then a MoE (when
+    # num_local_experts > 0) beside an always-on shared MLP (fused gate/up input_linear, output_linear)
+    f = common_llama_like(cfg, mlp_bias=False)
+    n = f["num_layers"]
+    hidden = f["hidden_size"]
+    experts = cfg.int("num_local_experts", minimum=0)
+    shared = cfg.int("shared_intermediate_size")
+    moe = None
+    if experts:
+        moe = MoESpec(num_experts=experts, top_k=cfg.int("num_experts_per_tok"),
+                      expert_intermediate_size=f["intermediate_size"], shared_intermediate_size=shared,
+                      moe_layers=(True,) * n)
+        f["intermediate_size"] = 0
+    else:
+        f["intermediate_size"] = shared
+    heads = cfg.int("mamba_n_heads")
+    d_head = cfg.get("mamba_d_head")
+    inner = cfg.int("mamba_expand") * hidden
+    if d_head in (None, "auto"):
+        if inner % heads:
+            raise ConfigError(f"config.json: mamba_n_heads {heads} does not divide mamba_expand x hidden_size {inner}")
+        d_head = inner // heads
+    linear = LinearMixerSpec(kind="mamba2", num_heads=heads, head_dim=int(d_head), state_dim=cfg.int("mamba_d_state"),
+                             num_groups=cfg.int("mamba_n_groups"), conv_kernel=cfg.int("mamba_d_conv"),
+                             conv_bias=cfg.bool("mamba_conv_bias", True), proj_bias=cfg.bool("mamba_proj_bias"))
+    return ModelSpec(**f, layer_types=_hybrid_types(cfg, n, None), moe=moe, linear=linear)
+
+
 def _gemma(cfg: Cfg) -> ModelSpec:
     f = common_llama_like(cfg, mlp_bias=False)
     return ModelSpec(**f, layer_types=layer_types(cfg, f["num_layers"], None))
@@ -411,4 +479,5 @@ PARSERS: dict[str, Callable[[Cfg], ModelSpec]] = {
     "granite": _llama,  # modeling_granite.py: Llama's block (its multipliers are scalars in the config)
     "ministral": _mistral, "olmo3": _olmo3, "exaone4": _exaone4, "seed_oss": _seed_oss, "glm4": _glm4,
     "nemotron": _nemotron, "apertus": _apertus, "glm4_moe": _glm4_moe, "llama4_text": _llama4_text,
+    "qwen3_next": _qwen3_next, "granitemoehybrid": _granitemoehybrid,
 }

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from .spec import ModelSpec
+from .spec import LINEAR, ModelSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +73,30 @@ def _norm(spec: ModelSpec, layer: int | None, dim: int) -> list[Tensor]:
     return out
 
 
+def _linear_mixer(spec: ModelSpec, i: int) -> list[Tensor]:
+    """A hybrid model's recurrent layer (modeling_qwen3_next.py Qwen3NextGatedDeltaNet; modeling_granitemoehybrid.py
+    and modeling_nemotron_h.py Mamba2 mixers)."""
+    lm = spec.linear
+    assert lm is not None
+    h = spec.hidden_size
+    conv = [Tensor("ssm_conv1d", i, (lm.conv_dim, 1, lm.conv_kernel))] + (
+        [Tensor("bias", i, (lm.conv_dim,))] if lm.conv_bias else [])
+    heads = [Tensor("ssm_dt", i, (lm.num_heads,)), Tensor("ssm_a", i, (lm.num_heads,))]
+    if lm.kind == "gated_deltanet":
+        keys = 2 * lm.num_groups * lm.state_dim  # q and k
+        return (_linear("ssm_in", i, h, keys + 2 * lm.inner, False)  # in_proj_qkvz: q, k, v and the output gate z
+                + _linear("ssm_ba", i, h, 2 * lm.num_heads, False)  # in_proj_ba: beta and the decay input per head
+                + conv + heads + [Tensor("norm", i, (lm.head_dim,))]
+                + _linear("ssm_out", i, lm.inner, h, False))
+    # mamba2: in_proj gives z and x (inner each), B and C (groups x state each) and dt (one per head)
+    return (_linear("ssm_in", i, h, 2 * lm.inner + 2 * lm.num_groups * lm.state_dim + lm.num_heads, lm.proj_bias)
+            + conv + heads + [Tensor("ssm_d", i, (lm.num_heads,)), Tensor("norm", i, (lm.inner,))]
+            + _linear("ssm_out", i, lm.inner, h, lm.proj_bias))
+
+
 def _attention(spec: ModelSpec, i: int) -> list[Tensor]:
+    if spec.layer_types[i] == LINEAR:
+        return _linear_mixer(spec, i)
     h = spec.hidden_size
     t: list[Tensor] = []
     mla = spec.mla
@@ -95,7 +118,7 @@ def _attention(spec: ModelSpec, i: int) -> list[Tensor]:
     q_out = spec.num_heads * spec.head_dim
     kv_out = spec.num_kv_heads * spec.head_dim
     embed = spec.hidden_size
-    t += _linear("attn_q", i, embed, q_out, spec.qkv_bias)
+    t += _linear("attn_q", i, embed, q_out * (2 if spec.attn_output_gate else 1), spec.qkv_bias)
     t += _linear("attn_k", i, embed, kv_out, spec.qkv_bias)
     t += _linear("attn_v", i, embed, kv_out, spec.qkv_bias)
     t += _linear("attn_output", i, q_out, embed, spec.o_bias)

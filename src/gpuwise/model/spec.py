@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 
 FULL = "full"
 SLIDING = "sliding"
+LINEAR = "linear"
+"""A layer whose token mixer is a recurrence (Gated DeltaNet, Mamba-2): a fixed state per sequence, no KV cache."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -37,6 +39,38 @@ class MoESpec:
     def __post_init__(self) -> None:
         if self.top_k > self.num_experts:
             raise ValueError(f"top_k {self.top_k} > num_experts {self.num_experts}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LinearMixerSpec:
+    """The recurrent token mixer of hybrid models' `LINEAR` layers.
+
+    gated_deltanet (Qwen3-Next): `num_groups` key heads of `state_dim`, `num_heads` value heads of `head_dim`; the
+    state per head is state_dim x head_dim. mamba2 (Granite 4, Nemotron-H): `num_heads` heads of `head_dim` channels,
+    `num_groups` groups of B/C of `state_dim`; the SSM state per head is head_dim x state_dim. Both run a causal
+    depthwise convolution of `conv_kernel` taps over `conv_dim` channels, whose last conv_kernel - 1 inputs are kept."""
+
+    kind: str
+    num_heads: int
+    head_dim: int
+    state_dim: int
+    num_groups: int
+    conv_kernel: int
+    conv_bias: bool = False
+    proj_bias: bool = False
+
+    @property
+    def inner(self) -> int:
+        return self.num_heads * self.head_dim
+
+    @property
+    def conv_dim(self) -> int:
+        return self.inner + 2 * self.num_groups * self.state_dim
+
+    @property
+    def state_elements(self) -> int:
+        """Elements one sequence keeps in one layer: the recurrent state and the convolution's window."""
+        return self.num_heads * self.head_dim * self.state_dim + self.conv_dim * (self.conv_kernel - 1)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -110,6 +144,10 @@ class ModelSpec:
     """Per layer: 'full' or 'sliding' attention."""
     moe: MoESpec | None = None
     mla: MLASpec | None = None
+    linear: LinearMixerSpec | None = None
+    """The recurrent mixer of the `LINEAR` layers (hybrid models), None when every layer attends."""
+    attn_output_gate: bool = False
+    """q_proj also yields a sigmoid gate on the attention output (Qwen3-Next): twice the query width."""
     torch_dtype: str | None = None
     """Checkpoint dtype as the config states it (bfloat16, float16, float32) or None."""
     checkpoint_quant: str | None = None
@@ -162,3 +200,8 @@ class ModelSpec:
     @property
     def num_sliding_layers(self) -> int:
         return sum(1 for t in self.layer_types if t == SLIDING)
+
+    @property
+    def num_linear_layers(self) -> int:
+        """Layers with a recurrent state instead of a KV cache (hybrid models)."""
+        return sum(1 for t in self.layer_types if t == LINEAR)

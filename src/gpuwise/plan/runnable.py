@@ -44,6 +44,8 @@ DEFAULT_CONTEXT = 8192
 @dataclass(frozen=True, slots=True)
 class Runnable:
     model: LoadedModel
+    num_gpus: int
+    """GPUs it runs on: all of them, or fewer where tensor parallelism cannot split the model that many ways."""
     params: int
     active_params: int | None
     """Per token, for MoE models (None: dense)."""
@@ -98,20 +100,34 @@ def _formats(model: LoadedModel, engine: str) -> list[WeightFormat]:
     return [own] + [f for f in map(get_weight_format, FORMATS[engine]) if f.weight_bytes(model.spec) < size]
 
 
+def _usable_count(model: LoadedModel, gpu: GPU, n: int, engine: str) -> int | None:
+    """The most of the `n` GPUs the engine can split the model over: tensor parallelism needs a degree that divides
+    the heads (vLLM, SGLang), so a model may run on half of them, or one; None if on none."""
+    while n >= 1:
+        try:
+            check_tensor_parallel(FitRequest(model=model, gpu=gpu, num_gpus=n, engine=engine))
+            return n
+        except GpuwiseError:
+            n //= 2
+    return None
+
+
 def _fitting(model: LoadedModel, gpu: GPU, n: int, engine: str, context: int) -> tuple[FitRequest, WeightFormat] | None:
     from ..estimate.inference_memory import inference_memory
 
     spec = model.spec
     ctx = min(context, spec.max_position_embeddings or context)
+    used = _usable_count(model, gpu, n, engine)
+    if used is None:
+        return None
     for fmt in _formats(model, engine):
-        req = FitRequest(model=model, gpu=gpu, num_gpus=n, weights=fmt.name, engine=engine, context=ctx)
+        req = FitRequest(model=model, gpu=gpu, num_gpus=used, weights=fmt.name, engine=engine, context=ctx)
         try:
-            check_tensor_parallel(req)
             w, _, kv, _ = _resolve_formats(req)
         except GpuwiseError:
-            return None  # a layout or format this engine cannot run for the model: not runnable here
-        est = inference_memory(spec, gpu_memory=gpu.memory_bytes, gpu_id=gpu.id, num_gpus=n, weights=w, kv_dtype=kv,
-                               context=ctx, batch=1, engine=engine, vllm=req.vllm_options)
+            return None  # a format this engine cannot run for the model: not runnable here
+        est = inference_memory(spec, gpu_memory=gpu.memory_bytes, gpu_id=gpu.id, num_gpus=used, weights=w,
+                               kv_dtype=kv, context=ctx, batch=1, engine=engine, vllm=req.vllm_options)
         if est.fits:
             return req, w
     return None
@@ -171,16 +187,23 @@ def _row(model: LoadedModel, req: FitRequest, w: WeightFormat, *, detail: bool, 
                                 vllm=req.vllm_options).fits
 
     tok_s = None
+    notes = []
     if detail and speed:
         from .infer import InferRequest, infer
 
-        r = infer(InferRequest(model=model, gpu=req.gpu, num_gpus=req.num_gpus, weights=w.name, engine=req.engine,
-                               prompt_tokens=min(512, req.context // 2), output_tokens=128))
-        tok_s = 1.0 / r.tpot_s if r.tpot_s else None
+        try:
+            r = infer(InferRequest(model=model, gpu=req.gpu, num_gpus=req.num_gpus, weights=w.name,
+                                   engine=req.engine, prompt_tokens=min(512, req.context // 2), output_tokens=128))
+            tok_s = 1.0 / r.tpot_s if r.tpot_s else None
+        except GpuwiseError:  # a model whose layers gpuwise does not time (hybrids): its speed is unknown
+            notes.append("speed not modelled for its layers")
     nbytes = w.weight_bytes(spec)
     bits = _bits(model, w)
-    note = f"{bits:.1f} bits per weight: expect a visible quality loss" if bits < LOW_BITS else ""
-    return Runnable(model=model, params=counts.total, active_params=counts.active if spec.is_moe else None,
+    if bits < LOW_BITS:
+        notes.append(f"{bits:.1f} bits per weight: expect a visible quality loss")
+    note = "; ".join(notes)
+    return Runnable(model=model, num_gpus=req.num_gpus, params=counts.total,
+                    active_params=counts.active if spec.is_moe else None,
                     weights=w, weight_bytes=nbytes, bits_per_weight=bits, context=req.context,
                     max_context=_largest(fits, req.context, cap) if detail else None, decode_tokens_per_s=tok_s,
                     note=note)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..catalog.gpus import GPU
 from ..catalog.models import CatalogEntry
+from ..estimate.kv_cache import state_bytes_per_sequence
 from ..model.params import param_counts
 from ..schema import SCHEMA_VERSION, dumps  # noqa: F401 (dumps: the presenters' import)
 from ..schema import num as _num
@@ -51,6 +52,7 @@ def fit_to_dict(r: FitResult) -> dict[str, Any]:
         "params": r.params.total,
         "active_params": r.params.active,
         "kv_cache_bytes_per_token": _num(r.kv_cache_bytes_per_token),
+        "recurrent_state_bytes_per_sequence": _num(state_bytes_per_sequence(r.request.model.spec)),
         "memory": {
             "weights": _num(m.weights),
             "kv_cache": _num(m.kv_cache),
@@ -423,7 +425,8 @@ def runnable_to_dict(r) -> dict:
     """`gpuwise models --fits --json`: every model that runs (ranked), and those that do not."""
     return envelope(
         "models", gpu=gpu_to_dict(r.gpu), num_gpus=r.num_gpus, engine=r.engine, context=r.context,
-        runnable=[{"id": x.model.id, "hf_id": x.model.hf_id, "params": x.params, "active_params": x.active_params,
+        runnable=[{"id": x.model.id, "hf_id": x.model.hf_id, "num_gpus": x.num_gpus, "params": x.params,
+                   "active_params": x.active_params,
                    "weights_format": x.weights.name, "weight_bytes": x.weight_bytes,
                    "bits_per_weight": round(x.bits_per_weight, 3), "context": x.context, "max_context": x.max_context,
                    "decode_tokens_per_s": x.decode_tokens_per_s, "note": x.note or None} for x in r.runnable],

@@ -116,9 +116,17 @@ def _kv_formula(r: FitResult) -> str:
                     f" x {b:g} B, decompressed by transformers")
         return f"{spec.num_layers} layers x ({mla.kv_lora_rank} latent + {mla.qk_rope_head_dim} rope) x {b:g} B, MLA"
     heads = spec.num_heads if (r.request.engine == "hf" and spec.hf_expands_kv_cache) else spec.num_kv_heads
-    text = f"2 x {spec.num_layers} layers x {heads} KV heads x {spec.head_dim} x {b:g} B"
+    attending = spec.num_layers - spec.num_linear_layers
+    text = f"2 x {attending} {'attention ' if spec.num_linear_layers else ''}layers x {heads} KV heads x " \
+           f"{spec.head_dim} x {b:g} B"
     if spec.num_sliding_layers:
         text += f"; {spec.num_sliding_layers} sliding layers hold at most {spec.sliding_window:,} tokens"
+    if spec.linear is not None and spec.num_linear_layers:
+        from ..estimate.kv_cache import STATE_BYTES_PER_ELEMENT, state_bytes_per_sequence
+
+        text += (f"; plus {fmt_bytes(state_bytes_per_sequence(spec))} of recurrent state per sequence in its "
+                 f"{spec.num_linear_layers} {spec.linear.kind} layers ({spec.linear.state_elements:,} elements each, "
+                 f"{STATE_BYTES_PER_ELEMENT:g} B)")
     return text
 
 
@@ -161,9 +169,9 @@ def render_runnable(r, top: int) -> str:
         rows.append([str(i), x.model.id, fmt_count(x.params) + (f" ({fmt_count(x.active_params)})"
                                                                  if x.active_params else ""),
                      x.weights.name.removeprefix("gguf:"), f"{x.bits_per_weight:.1f}", fmt_gib(x.weight_bytes),
-                     f"{x.max_context:,}", speed, x.note])
-    lines.append(_table(rows, ["#", "model", "params (active)", "format", "bits/w", "weights", "max context",
-                               "decode tok/s", "note"], right={0, 4, 5, 6, 7}))
+                     str(x.num_gpus), f"{x.max_context:,}", speed, x.note])
+    lines.append(_table(rows, ["#", "model", "params (active)", "format", "bits/w", "weights", "GPUs", "max context",
+                               "decode tok/s", "note"], right={0, 4, 5, 6, 7, 8}))
     more = len(r.runnable) - top
     lines.append("")
     if more > 0:
