@@ -112,7 +112,12 @@ HYBRIDS = [
                               mamba_n_heads=4, mamba_d_state=8, mamba_n_groups=2, mamba_expand=1,
                               num_local_experts=4, num_experts_per_tok=2, shared_intermediate_size=32,
                               pad_token_id=0)),
+    ("nemotron_h", dict(hybrid_override_pattern="M*-E", num_hidden_layers=4, hidden_size=64, intermediate_size=96,
+                        num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=100, mamba_num_heads=4,
+                        mamba_head_dim=16, ssm_state_size=8, n_groups=2, n_routed_experts=4, num_experts_per_tok=2,
+                        moe_intermediate_size=32, moe_shared_expert_intermediate_size=24)),
 ]
+SSM_BYTES = {"nemotron_h": 4}  # NemotronHConfig.mamba_ssm_cache_dtype = "float32"; vLLM keeps the SSM state so
 
 
 @pytest.mark.parametrize(("model_type", "config"), HYBRIDS, ids=[h[0] for h in HYBRIDS])
@@ -124,16 +129,19 @@ def test_recurrent_state_per_sequence_is_what_the_layers_keep(model_type: str, c
     spec = spec_from_hf_config({"model_type": model_type, **config})
     expected = 0
     for layer in _meta_layer(model_type, **config):
-        mixer = getattr(layer, "linear_attn", None) or getattr(layer, "mamba", None)
-        if mixer is None:
-            continue
+        mixer = getattr(layer, "linear_attn", None) or getattr(layer, "mamba", None) or getattr(layer, "mixer", None)
+        if mixer is None or not hasattr(mixer, "conv_dim"):
+            continue  # attention, MLP or MoE
         if model_type == "qwen3_next":
             state = mixer.num_v_heads * mixer.head_k_dim * mixer.head_v_dim
         else:
             state = mixer.num_heads * mixer.head_dim * mixer.ssm_state_size
-        expected += state + mixer.conv_dim * (mixer.conv_kernel_size - 1)
+        expected += state * SSM_BYTES.get(model_type, 1) + mixer.conv_dim * (mixer.conv_kernel_size - 1)
     assert state_bytes_per_sequence(spec, bytes_per_element=1) == expected
-    attention_layers = spec.num_layers - spec.num_linear_layers
+    attention_layers = sum(1 for layer in _meta_layer(model_type, **config)
+                           if any(hasattr(getattr(layer, name, None), "q_proj")
+                                  for name in ("self_attn", "mixer")))
+    assert attention_layers == spec.num_attention_layers
     assert kv_bytes_per_token(spec, 2) == attention_layers * 2 * spec.num_kv_heads * spec.head_dim * 2
     one = kv_cache_bytes(spec, context=1000, batch=1, bytes_per_element=2)
     assert kv_cache_bytes(spec, context=1000, batch=3, bytes_per_element=2) == 3 * one

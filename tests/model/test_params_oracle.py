@@ -110,6 +110,12 @@ CASES: list[tuple[str, dict]] = [
     ("granitemoehybrid", {**TINY, "layer_types": ["mamba", "attention", "attention"], "mamba_n_heads": 8,
                           "mamba_d_state": 8, "mamba_expand": 2, "num_local_experts": 0,
                           "shared_intermediate_size": 48, "mamba_conv_bias": False, "mamba_proj_bias": True}),
+    ("nemotron_h", {**TINY, "hybrid_override_pattern": "M*-E", "num_hidden_layers": 4, "mamba_num_heads": 4,
+                    "mamba_head_dim": 16, "ssm_state_size": 8, "n_groups": 2, "head_dim": 16, "n_routed_experts": 4,
+                    "num_experts_per_tok": 2, "moe_intermediate_size": 32, "moe_shared_expert_intermediate_size": 24}),
+    ("nemotron_h", {**TINY, "hybrid_override_pattern": "M-M*-", "num_hidden_layers": 5, "mamba_num_heads": 8,
+                    "mamba_head_dim": 8, "ssm_state_size": 4, "n_groups": 1, "use_conv_bias": False,
+                    "use_bias": True, "mlp_bias": True, "attention_bias": True, "tie_word_embeddings": True}),
     ("smollm3", {**TINY, "no_rope_layer_interval": 2, "pad_token_id": 0}),
     ("smollm3", {**TINY, "tie_word_embeddings": False, "attention_bias": True, "pad_token_id": 0}),
 ]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 
-from ..model.spec import LINEAR, SLIDING, ModelSpec
+from ..model.spec import LINEAR, NONE, SLIDING, ModelSpec
 
 MLA_LATENT_ENGINES = frozenset({"vllm", "llamacpp", "sglang", "trtllm"})
 
@@ -36,8 +36,7 @@ def kv_elements_per_token_per_layer(spec: ModelSpec, engine: str = "vllm", tp: i
 
 def kv_bytes_per_token(spec: ModelSpec, bytes_per_element: float, engine: str = "vllm", tp: int = 1) -> float:
     """Bytes one more cached token adds across the attention layers, before any sliding-window cap (per GPU)."""
-    return (spec.num_layers - spec.num_linear_layers) * kv_elements_per_token_per_layer(spec, engine, tp) \
-        * bytes_per_element
+    return spec.num_attention_layers * kv_elements_per_token_per_layer(spec, engine, tp) * bytes_per_element
 
 
 STATE_BYTES_PER_ELEMENT = 2.0
@@ -53,13 +52,14 @@ def state_bytes_per_sequence(spec: ModelSpec, tp: int = 1, layers: range | None 
         return 0.0
     idx = layers if layers is not None else range(spec.num_layers)
     n = sum(1 for i in idx if spec.layer_types[i] == LINEAR)
-    return n * lm.state_elements / tp * bytes_per_element
+    ssm_bytes = lm.ssm_state_bytes if lm.ssm_state_bytes is not None else bytes_per_element
+    return n * (lm.ssm_elements * ssm_bytes + lm.conv_elements * bytes_per_element) / tp
 
 
 def cached_tokens(spec: ModelSpec, layer_type: str, context: int, block_tokens: int = 1) -> int:
     """Tokens a layer holds for one sequence of `context` tokens (sliding layers cap at the window; linear layers
     hold none: their state is `state_bytes_per_sequence`)."""
-    if layer_type == LINEAR:
+    if layer_type in (LINEAR, NONE):
         return 0
     n = context
     if layer_type == SLIDING and spec.sliding_window is not None:
@@ -84,6 +84,6 @@ def kv_cache_bytes(
     recurrent state of hybrid models' linear layers."""
     per_layer = kv_elements_per_token_per_layer(spec, engine, tp) * bytes_per_element
     idx = layers if layers is not None else range(spec.num_layers)
-    held = {t: cached_tokens(spec, t, context, block_tokens) for t in ("full", SLIDING, LINEAR)}
+    held = {t: cached_tokens(spec, t, context, block_tokens) for t in ("full", SLIDING, LINEAR, NONE)}
     tokens = sum(held[spec.layer_types[i]] for i in idx)
     return batch * (tokens * per_layer + state_bytes_per_sequence(spec, tp, idx))

@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import InvalidArgument
-from ..model.spec import LINEAR, SLIDING, ModelSpec
+from ..model.spec import SLIDING, ModelSpec
 
 PERMUTE_BYTES = 8.0
 """Bytes per (token x hidden) element of an MoE layer's permute + unpermute per routed copy and per token: each
@@ -95,7 +95,7 @@ def block_ops(spec: ModelSpec, layer: int, *, tokens: int, keys: float, tp: int 
     `active_experts`: in decode, the expected number of distinct routed experts the batch touches (their weights
     are read once each); None uses balanced routing over all local experts.
     """
-    if spec.layer_types[layer] == LINEAR:
+    if spec.hybrid:
         raise_untimed_linear(spec)
     h = spec.hidden_size
     gemms: list[Gemm] = []

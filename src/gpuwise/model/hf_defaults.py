@@ -131,5 +131,12 @@ CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
                              num_experts_per_tok=2, shared_intermediate_size=1024, mamba_n_heads=128,
                              mamba_n_groups=1, mamba_d_state=256, mamba_d_head="auto", mamba_d_conv=4,
                              mamba_expand=2, mamba_conv_bias=True, mamba_proj_bias=False),
+    "nemotron_h": dict(vocab_size=131072, hidden_size=4096, tie_word_embeddings=False, num_attention_heads=32,
+                       num_key_value_heads=8, head_dim=128, max_position_embeddings=4096, attention_bias=False,
+                       intermediate_size=21504, mlp_hidden_act="relu2", mlp_bias=False, ssm_state_size=128,
+                       mamba_num_heads=128, mamba_head_dim=64, n_groups=8, conv_kernel=4, expand=2,
+                       use_conv_bias=True, mamba_ssm_cache_dtype="float32", n_routed_experts=8, n_shared_experts=1,
+                       moe_intermediate_size=7688, moe_shared_expert_intermediate_size=7688, num_experts_per_tok=2,
+                       use_bias=False, num_hidden_layers=4),
     "bloom": dict(vocab_size=250880, hidden_size=64, n_layer=2, n_head=8, tie_word_embeddings=True),
 }

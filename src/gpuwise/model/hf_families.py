@@ -6,7 +6,7 @@ from typing import Callable
 
 from ..errors import ConfigError
 from .hf_fields import Cfg, common_llama_like, dtype, head_dim, layer_types, sliding
-from .spec import FULL, LINEAR, SLIDING, LinearMixerSpec, MLASpec, ModelSpec, MoESpec
+from .spec import FULL, LINEAR, NONE, SLIDING, LinearMixerSpec, MLASpec, ModelSpec, MoESpec
 
 
 def _llama(cfg: Cfg) -> ModelSpec:
@@ -285,6 +285,52 @@ def _granitemoehybrid(cfg: Cfg) -> ModelSpec:
     return ModelSpec(**f, layer_types=_hybrid_types(cfg, n, None), moe=moe, linear=linear)
 
 
+_NEMOTRON_H_KINDS = {"M": "linear_attention", "*": "full_attention", "-": "mlp", "E": "moe",
+                     "mamba": "linear_attention", "attention": "full_attention"}
+
+
+def _nemotron_h(cfg: Cfg) -> ModelSpec:
+    # modeling_nemotron_h.py: one norm and ONE mixer per layer (hybrid_override_pattern / layers_block_type: M Mamba-2,
+    # * attention, - plain squared-ReLU MLP, E MoE of plain experts with shared experts), no FFN beside the mixer
+    raw = cfg.raw
+    pattern = raw.get("layers_block_type") or raw.get("layer_types") or raw.get("hybrid_override_pattern")
+    if pattern is None:
+        pattern = ["linear_attention", "moe", "full_attention", "mlp"]  # NemotronHConfig's default
+    kinds = [_NEMOTRON_H_KINDS.get(str(k), str(k)) for k in pattern]
+    if not kinds or any(k not in ("linear_attention", "full_attention", "mlp", "moe") for k in kinds):
+        raise ConfigError(f"config.json: nemotron_h layer pattern {pattern!r} is not made of M, *, - and E")
+    if raw.get("moe_latent_size"):
+        raise ConfigError("config.json: nemotron_h with moe_latent_size (latent MoE) is not supported yet")
+    n = len(kinds)
+    hidden = cfg.int("hidden_size")
+    heads = cfg.int("num_attention_heads")
+    # q/k/v/o never have biases, and the LM head is never tied (_tied_weights_keys = {}), whatever the config says
+    f = common_llama_like(Cfg({**raw, "num_hidden_layers": n}, cfg.family), gated_mlp=False, norms_per_layer=1,
+                          activation=str(cfg.get("mlp_hidden_act") or "relu2"), qkv_bias=False, o_bias=False,
+                          tie_word_embeddings=False)
+    f["head_dim"] = cfg.int("head_dim", required=False) or hidden // heads
+    moe = None
+    if "moe" in kinds:
+        width = cfg.int("moe_intermediate_size")
+        moe = MoESpec(num_experts=cfg.int("n_routed_experts", "num_local_experts"),
+                      top_k=cfg.int("num_experts_per_tok"), expert_intermediate_size=width,
+                      shared_intermediate_size=(cfg.int("n_shared_experts", required=False, minimum=0) or 0)
+                      * cfg.int("moe_shared_expert_intermediate_size"),
+                      moe_layers=tuple(k == "moe" for k in kinds))
+    ssm_dtype = raw.get("mamba_ssm_cache_dtype", cfg.defaults.get("mamba_ssm_cache_dtype"))
+    linear = LinearMixerSpec(
+        kind="mamba2", num_heads=cfg.int("mamba_num_heads"), head_dim=cfg.int("mamba_head_dim"),
+        state_dim=cfg.int("ssm_state_size"), num_groups=cfg.int("n_groups", "mamba_n_groups"),
+        conv_kernel=cfg.int("conv_kernel", "mamba_d_conv"),
+        conv_bias=cfg.bool("use_conv_bias", cfg.bool("mamba_conv_bias", True)) if "use_conv_bias" in raw
+        else cfg.bool("mamba_conv_bias", True),
+        proj_bias=cfg.bool("use_bias"),
+        ssm_state_bytes={"float32": 4.0, "float16": 2.0, "bfloat16": 2.0}.get(str(ssm_dtype)))
+    types = tuple({"linear_attention": LINEAR, "full_attention": FULL}.get(k, NONE) for k in kinds)
+    return ModelSpec(**f, layer_types=types, moe=moe, linear=linear,
+                     ffn_layers=tuple(k in ("mlp", "moe") for k in kinds))
+
+
 def _gemma(cfg: Cfg) -> ModelSpec:
     f = common_llama_like(cfg, mlp_bias=False)
     return ModelSpec(**f, layer_types=layer_types(cfg, f["num_layers"], None))
@@ -479,5 +525,5 @@ PARSERS: dict[str, Callable[[Cfg], ModelSpec]] = {
     "granite": _llama,  # modeling_granite.py: Llama's block (its multipliers are scalars in the config)
     "ministral": _mistral, "olmo3": _olmo3, "exaone4": _exaone4, "seed_oss": _seed_oss, "glm4": _glm4,
     "nemotron": _nemotron, "apertus": _apertus, "glm4_moe": _glm4_moe, "llama4_text": _llama4_text,
-    "qwen3_next": _qwen3_next, "granitemoehybrid": _granitemoehybrid,
+    "qwen3_next": _qwen3_next, "granitemoehybrid": _granitemoehybrid, "nemotron_h": _nemotron_h,
 }

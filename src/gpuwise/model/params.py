@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from .spec import LINEAR, ModelSpec
+from .spec import LINEAR, NONE, ModelSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,8 +169,11 @@ def _block(spec: ModelSpec, i: int) -> list[Tensor]:
     t: list[Tensor] = []
     for _ in range(spec.norms_per_layer):
         t += _norm(spec, i, spec.hidden_size)
-    t += _attention(spec, i)
-    if spec.moe is not None and spec.moe.moe_layers[i]:
+    if spec.layer_types[i] != NONE:
+        t += _attention(spec, i)
+    if spec.ffn_layers and not spec.ffn_layers[i]:
+        pass
+    elif spec.moe is not None and spec.moe.moe_layers[i]:
         t += _moe_mlp(spec, i)
     else:
         t += _dense_mlp(spec, i, spec.intermediate_size)

@@ -13,6 +13,8 @@ FULL = "full"
 SLIDING = "sliding"
 LINEAR = "linear"
 """A layer whose token mixer is a recurrence (Gated DeltaNet, Mamba-2): a fixed state per sequence, no KV cache."""
+NONE = "none"
+"""A layer with no token mixer, only its feed-forward part (Nemotron-H's MLP and MoE layers)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -58,6 +60,17 @@ class LinearMixerSpec:
     conv_kernel: int
     conv_bias: bool = False
     proj_bias: bool = False
+    ssm_state_bytes: float | None = None
+    """Bytes per element of the recurrent state where the model fixes it (Nemotron-H's config: mamba_ssm_cache_dtype
+    float32, which vLLM follows); None: the model's 16-bit dtype. The convolution window keeps the model dtype."""
+
+    @property
+    def ssm_elements(self) -> int:
+        return self.num_heads * self.head_dim * self.state_dim
+
+    @property
+    def conv_elements(self) -> int:
+        return self.conv_dim * (self.conv_kernel - 1)
 
     @property
     def inner(self) -> int:
@@ -70,7 +83,7 @@ class LinearMixerSpec:
     @property
     def state_elements(self) -> int:
         """Elements one sequence keeps in one layer: the recurrent state and the convolution's window."""
-        return self.num_heads * self.head_dim * self.state_dim + self.conv_dim * (self.conv_kernel - 1)
+        return self.ssm_elements + self.conv_elements
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -146,6 +159,8 @@ class ModelSpec:
     mla: MLASpec | None = None
     linear: LinearMixerSpec | None = None
     """The recurrent mixer of the `LINEAR` layers (hybrid models), None when every layer attends."""
+    ffn_layers: tuple[bool, ...] = ()
+    """Per layer: whether it has a feed-forward part (Nemotron-H's mixer-only layers have none); () = every layer."""
     attn_output_gate: bool = False
     """q_proj also yields a sigmoid gate on the attention output (Qwen3-Next): twice the query width."""
     torch_dtype: str | None = None
@@ -181,6 +196,8 @@ class ModelSpec:
             raise ValueError(f"layer_types has {len(self.layer_types)} entries for {self.num_layers} layers")
         if self.moe is not None and len(self.moe.moe_layers) != self.num_layers:
             raise ValueError("moe.moe_layers must have one entry per layer")
+        if self.ffn_layers and len(self.ffn_layers) != self.num_layers:
+            raise ValueError("ffn_layers must have one entry per layer")
 
     @property
     def is_moe(self) -> bool:
@@ -200,6 +217,16 @@ class ModelSpec:
     @property
     def num_sliding_layers(self) -> int:
         return sum(1 for t in self.layer_types if t == SLIDING)
+
+    @property
+    def num_attention_layers(self) -> int:
+        """Layers that attend (and cache K/V): neither recurrent nor mixer-less."""
+        return sum(1 for t in self.layer_types if t not in (LINEAR, NONE))
+
+    @property
+    def hybrid(self) -> bool:
+        """Some layers do not attend (recurrent or feed-forward only)."""
+        return self.num_attention_layers < self.num_layers
 
     @property
     def num_linear_layers(self) -> int:

@@ -116,8 +116,7 @@ def _kv_formula(r: FitResult) -> str:
                     f" x {b:g} B, decompressed by transformers")
         return f"{spec.num_layers} layers x ({mla.kv_lora_rank} latent + {mla.qk_rope_head_dim} rope) x {b:g} B, MLA"
     heads = spec.num_heads if (r.request.engine == "hf" and spec.hf_expands_kv_cache) else spec.num_kv_heads
-    attending = spec.num_layers - spec.num_linear_layers
-    text = f"2 x {attending} {'attention ' if spec.num_linear_layers else ''}layers x {heads} KV heads x " \
+    text = f"2 x {spec.num_attention_layers} {'attention ' if spec.hybrid else ''}layers x {heads} KV heads x " \
            f"{spec.head_dim} x {b:g} B"
     if spec.num_sliding_layers:
         text += f"; {spec.num_sliding_layers} sliding layers hold at most {spec.sliding_window:,} tokens"
@@ -126,7 +125,8 @@ def _kv_formula(r: FitResult) -> str:
 
         text += (f"; plus {fmt_bytes(state_bytes_per_sequence(spec))} of recurrent state per sequence in its "
                  f"{spec.num_linear_layers} {spec.linear.kind} layers ({spec.linear.state_elements:,} elements each, "
-                 f"{STATE_BYTES_PER_ELEMENT:g} B)")
+                 f"{STATE_BYTES_PER_ELEMENT:g} B" + (f"; the SSM state {spec.linear.ssm_state_bytes:g} B"
+                                                    if spec.linear.ssm_state_bytes else "") + ")")
     return text
 
 
