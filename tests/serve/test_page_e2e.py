@@ -284,3 +284,26 @@ def test_a_pasted_config_is_posted_and_answered(page, base_url, tmp_path) -> Non
     assert page.tab.input_value("#cli-command").startswith("gpuwise fit ./config.json --gpu rtx-4090")
     assert "config=" in page.tab.input_value("#view-link")
     page.shot(tmp_path / "pasted-config.png")
+
+
+def test_what_runs_on_the_hardware_and_free_memory(page, base_url, tmp_path) -> None:
+    """Issue 20: the page lists what runs on the GPUs chosen (gpuwise models --fits), and a free-memory field makes
+    every answer use that much memory."""
+    q = {"model": "llama-3.1-8b", "gpu": "rtx-4090", "engine": "llamacpp"}
+    doc = api(base_url, "models", fits="1x rtx-4090", engine="llamacpp", top="10")
+    page.open(task="infer", **q)
+    rows = page.tab.locator('[data-testid="runnable-table"] tbody tr').all_inner_texts()
+    assert len(rows) == 10 and rows[0].split("\t")[1].strip() == doc["runnable"][0]["id"]
+    assert f"{len(doc['runnable'])} catalog models run on NVIDIA GeForce RTX 4090" in page.fact("runnable-what")
+    # 10 GiB free of the card's 24: the verdict, the list and the link all use it
+    small = api(base_url, "fit", gpu_memory="10GiB", **q)
+    page.open(task="infer", gpu_memory="10GiB", **q)
+    assert page.tab.input_value("#gpu_memory") == "10GiB"
+    assert page.fact("verdict-capacity") == gib(small["gpu_memory"])
+    assert "gpu_memory=10GiB" in page.tab.input_value("#view-link")
+    assert "--gpu-memory 10GiB" in page.tab.input_value("#cli-command")
+    listed = api(base_url, "models", fits="1x rtx-4090", gpu_memory="10GiB", engine="llamacpp", top="10")["runnable"]
+    rows = page.tab.locator('[data-testid="runnable-table"] tbody tr').all_inner_texts()
+    assert [r.split("\t")[1].strip() for r in rows] == [x["id"] for x in listed[:10]]
+    assert listed[0]["decode_tokens_per_s"] and len(listed) < len(doc["runnable"])  # the card's speed, less memory
+    page.shot(tmp_path / "runnable.png")

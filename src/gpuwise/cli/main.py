@@ -53,7 +53,7 @@ def _command_of(argv: Sequence[str]) -> str | None:
 def _parse(argv: Sequence[str]) -> argparse.Namespace:
     command = _command_of(argv)
     args = parser(command if command is not None else "").parse_args(list(argv))
-    if hasattr(args, "gpu_memory"):  # a command with one GPU: --gpu, --gpu-memory or both
+    if hasattr(args, "gpu_memory") and hasattr(args, "gpu"):  # a command with one GPU: --gpu, --gpu-memory or both
         if args.gpu_memory is not None:
             from ..catalog.gpus import get_gpu, with_memory
 

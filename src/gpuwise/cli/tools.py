@@ -39,6 +39,7 @@ def _models_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--context", type=positive_int, help=f"with --fits: usable context in tokens (default "
                                                         f"{DEFAULT_CONTEXT:,}, or the model's maximum if smaller)")
     p.add_argument("--top", type=positive_int, default=20, help="with --fits: rows shown with their speed (default 20)")
+    p.add_argument("--gpu-memory", metavar="SIZE", help="with --fits: the memory each GPU has free, e.g. 20GiB")
 
 
 def _models(args: argparse.Namespace) -> str:
@@ -47,15 +48,16 @@ def _models(args: argparse.Namespace) -> str:
     from ..report.text import render_models
 
     if args.fits is None:
-        if args.context is not None or args.engine != "llamacpp":
-            raise GpuwiseError("--engine and --context apply with --fits GPUS")
+        if args.context is not None or args.engine != "llamacpp" or args.gpu_memory is not None:
+            raise GpuwiseError("--engine, --context and --gpu-memory apply with --fits GPUS")
         return _listing(args, "models", "model", search_models(args.query), model_entry_to_dict, render_models)
     from ..plan.runnable import runnable
     from ..report.json_out import runnable_to_dict
     from ..report.text import render_runnable
     from ..schema import dumps
 
-    r = runnable(args.fits, engine=args.engine, context=args.context, top=args.top, query=args.query)
+    r = runnable(args.fits, engine=args.engine, context=args.context, top=args.top, query=args.query,
+                 gpu_memory=args.gpu_memory)
     return dumps(runnable_to_dict(r)) if args.json else render_runnable(r, args.top)
 
 

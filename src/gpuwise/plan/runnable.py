@@ -134,9 +134,9 @@ def _fitting(model: LoadedModel, gpu: GPU, n: int, engine: str, context: int) ->
 
 
 def runnable(fits: str, *, engine: str = "llamacpp", context: int | None = None, top: int = 20,
-             query: str | None = None) -> RunnableResult:
+             query: str | None = None, gpu_memory: str | None = None) -> RunnableResult:
     """Catalog models that run on `fits` GPUs with `context` tokens (default 8,192, or the model's maximum if smaller),
-    best first; the first `top` with their decode speed."""
+    best first; the first `top` with their decode speed. `gpu_memory`: each GPU has only this much free."""
     t0 = time.perf_counter()
     if engine not in FORMATS:
         raise InvalidArgument(f"--engine: unknown value '{engine}'; valid: {', '.join(FORMATS)}")
@@ -144,6 +144,8 @@ def runnable(fits: str, *, engine: str = "llamacpp", context: int | None = None,
     require_positive_int("--context", context, 1 << 24)
     require_positive_int("--top", top, 1 << 16)
     gpu, n = parse_gpus(fits)
+    if gpu_memory is not None:  # the same GPUs with only this much free each
+        gpu = with_memory(gpu if gpu.segment != "custom" else None, gpu_memory)
     vendors = ENGINE_VENDORS.get(engine, ())
     if gpu.vendor and gpu.vendor not in vendors:
         raise InvalidArgument(f"{engine} does not run on {gpu.name} ({gpu.vendor}); use --engine llamacpp")

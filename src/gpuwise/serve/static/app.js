@@ -11,7 +11,7 @@ import * as f from "./format.js";
 const DEFAULTS = { task: "infer", source: "catalog", model: "llama-3.1-8b", gpu: "rtx-4090", finetune: "lora" };
 
 // Inputs of the form that map one to one onto API parameters (sharding maps onto fsdp or zero).
-const FIELDS = ["model", "gpu", "num_gpus", "engine", "weights", "kv_dtype", "batch", "context", "prompt_tokens",
+const FIELDS = ["model", "gpu", "num_gpus", "gpu_memory", "engine", "weights", "kv_dtype", "batch", "context", "prompt_tokens",
   "output_tokens", "request_rate", "slo_ttft_ms", "slo_tpot_ms", "finetune", "lora_rank", "seq", "global_batch", "micro_batch", "precision", "tp", "recompute",
   "optimizer", "offload", "phase"];
 const TASK_FIELDS = {
@@ -22,17 +22,17 @@ const TASK_FIELDS = {
 TASK_FIELDS.finetune = [...TASK_FIELDS.train, "finetune", "lora_rank"];
 
 // Which parameters each command takes from the page (the API rejects unknown ones: docs/json-schema.md).
-const FIT = ["model", "gpu", "num_gpus", "weights", "kv_dtype", "context", "batch", "engine"];
-const INFER = ["model", "gpu", "num_gpus", "weights", "kv_dtype", "batch", "prompt_tokens", "output_tokens", "engine",
+const FIT = ["model", "gpu", "num_gpus", "gpu_memory", "weights", "kv_dtype", "context", "batch", "engine"];
+const INFER = ["model", "gpu", "num_gpus", "gpu_memory", "weights", "kv_dtype", "batch", "prompt_tokens", "output_tokens", "engine",
   "request_rate", "slo_ttft_ms", "slo_tpot_ms"];
-const TRAIN = ["model", "gpu", "num_gpus", "seq", "global_batch", "micro_batch", "tp", "zero", "fsdp", "recompute",
+const TRAIN = ["model", "gpu", "num_gpus", "gpu_memory", "seq", "global_batch", "micro_batch", "tp", "zero", "fsdp", "recompute",
   "offload", "optimizer", "precision"];
 const PICK_INFER = ["model", "weights", "kv_dtype", "batch", "prompt_tokens", "output_tokens", "engine"];
 const PICK_SERVE = ["model", "weights", "kv_dtype", "prompt_tokens", "output_tokens", "engine", "request_rate",
   "slo_ttft_ms", "slo_tpot_ms"];
 const PICK_PRECISIONS = ["bf16", "fp16", "fp8", "fp32"];
 const PLAN_PRECISIONS = ["fp32", "bf16", "fp16", "bf16-pure", "fp8"];  // gpuwise plan --precision: train's
-const PICK_TOP = 10, PLAN_TOP = 5;
+const PICK_TOP = 10, PLAN_TOP = 5, RUNNABLE_TOP = 10;
 
 const $ = (sel) => document.querySelector(sel);
 const form = $("#query");
@@ -101,6 +101,7 @@ function toQuery(st) {
   }
   out.gpu = st.gpu;
   out.num_gpus = st.num_gpus;
+  out.gpu_memory = st.gpu_memory;
   for (const name of TASK_FIELDS[st.task]) out[name] = st[name];
   out.phase = st.phase;
   return new URLSearchParams(cleanParams(out)).toString();
@@ -177,7 +178,7 @@ function fill(id, target, ...nodes) {
 
 // One error message is shown in full once: next to its input (when it names one) and in the first section, in
 // page order, that failed with it; the other sections it stopped say they were not computed.
-const ORDER = ["verdict", "memory", "doctor", "speed", "roofline", "plan", "pick", "share"];
+const ORDER = ["verdict", "memory", "doctor", "speed", "roofline", "plan", "runnable", "pick", "share"];
 let shownErrors = new Map(); // message -> {id, target} of the section showing it (this view only)
 let inputErrors = new Set(); // messages shown next to an input (this view only)
 
@@ -262,7 +263,7 @@ async function ask(st) {
   clearFieldErrors();
   history.replaceState(null, "", `?${toQuery(st)}`);
   $("#view-link").value = location.href;
-  for (const id of ["verdict", "memory", "speed", "roofline", "plan", "pick", "share"]) setLoading(id);
+  for (const id of ["verdict", "memory", "speed", "roofline", "plan", "runnable", "pick", "share"]) setLoading(id);
   setLoading("doctor");
   section("doctor").hidden = true;
 
@@ -328,7 +329,13 @@ function inferView(st, opts, live, primaryError) {
     .then((doc) => live() && fill("pick", $("#pick"), render.pick(doc, st.gpu)))
     .catch((err) => live() && failed("pick", $("#pick"), err));
   skip("plan", $("#plan"), "The planner searches training layouts: choose Training to see them.");
-  return [fitJob, inferJob, pickJob];
+  // every catalog model on these GPUs (or this much memory), in its best format: gpuwise models --fits
+  const fits = `${st.num_gpus || 1}x ${st.gpu}`;
+  const runnableJob = call("models", cleanParams({ fits, gpu_memory: st.gpu_memory, engine: st.engine || "vllm",
+    top: RUNNABLE_TOP }), opts)
+    .then((doc) => live() && fill("runnable", $("#runnable"), render.runnable(doc, RUNNABLE_TOP)))
+    .catch((err) => live() && failed("runnable", $("#runnable"), err));
+  return [fitJob, inferJob, pickJob, runnableJob];
 }
 
 function trainParams(st) {
@@ -339,6 +346,7 @@ function trainParams(st) {
 
 function trainView(st, opts, live, primaryError) {
   const params = trainParams(st);
+  skip("runnable", $("#runnable"), "Which models run here, in which format, is an inference question: choose Inference.");
   const trainJob = call("train", params, opts).then((t) => {
     if (!live()) return;
     fill("verdict", $("#verdict"), render.trainVerdict(t, { pasted: st.source === "config" }));
@@ -349,7 +357,7 @@ function trainView(st, opts, live, primaryError) {
     fill("speed", $("#speed"), render.trainSpeed(t, $("#speed").clientWidth));
     const jobs = [rooflineJob(st, opts, live, { phase: st.phase || "prefill", batch: t.micro_batch, seq: t.seq })];
     if (st.task === "train" || st.finetune === "full") {
-      const planParams = pickParams(st, ["model", "gpu"], { num_gpus: t.num_gpus, seq: t.seq, global_batch: t.global_batch,
+      const planParams = pickParams(st, ["model", "gpu", "gpu_memory"], { num_gpus: t.num_gpus, seq: t.seq, global_batch: t.global_batch,
         precision: PLAN_PRECISIONS.includes(t.precision) ? t.precision : "", optimizer: t.optimizer || "",
         top: PLAN_TOP });
       jobs.push(call("plan", planParams, opts)
@@ -391,7 +399,7 @@ function trainView(st, opts, live, primaryError) {
 
 function rooflineJob(st, opts, live, { phase, batch, seq }) {
   setLoading("roofline");
-  return call("roofline", pickParams(st, ["model", "gpu"], { phase, batch, seq }), opts).then((doc) => {
+  return call("roofline", pickParams(st, ["model", "gpu", "gpu_memory"], { phase, batch, seq }), opts).then((doc) => {
     if (!live()) return;
     const { svg, ops } = roofline(doc, $("#roofline").clientWidth);
     fill("roofline", $("#roofline"), svg);

@@ -322,6 +322,33 @@ export function pick(doc, currentGpu) {
       ], doc.rejected)) : null);
 }
 
+// ---------------------------------------------------------------- what runs here (gpuwise models --fits)
+
+const billions = (n) => (n >= 1e9 ? `${(n / 1e9).toFixed(1)}B` : `${(n / 1e6).toFixed(0)}M`);
+
+export function runnable(doc, top) {
+  const rows = doc.runnable.slice(0, top);
+  const gpus = doc.num_gpus > 1 ? `${doc.num_gpus} × ${doc.gpu.name}` : doc.gpu.name;
+  return h("div", {},
+    h("p", { "data-testid": "runnable-what" }, `${f.count(doc.runnable.length)} catalog models run on ${gpus} with ` +
+      `${doc.engine} and at least ${f.count(doc.context)} tokens of context; the largest first, each in the most ` +
+      "faithful format that fits."),
+    rows.length ? table([
+      { label: "#", cell: (_, i) => String(i + 1) },
+      { label: "model", cell: (x) => x.id },
+      { label: "parameters", num: true, cell: (x) => billions(x.params) + (x.active_params ? ` (${billions(x.active_params)} active)` : "") },
+      { label: "format", cell: (x) => x.weights_format.replace(/^gguf:/, "") },
+      { label: "weights", num: true, cell: (x) => f.gib(x.weight_bytes) },
+      { label: "GPUs", num: true, cell: (x) => String(x.num_gpus) },
+      { label: "max context", num: true, cell: (x) => (x.max_context === null ? f.UNKNOWN : f.count(x.max_context)) },
+      { label: "decode", num: true, cell: (x) => f.perSecond(x.decode_tokens_per_s, "tokens") },
+      { label: "note", cell: (x) => x.note || "" },
+    ], rows, { testid: "runnable-table" }) : h("p", { class: "warn" }, "No catalog model fits."),
+    doc.speed_unknown ? h("p", { class: "hint" }, `Speed unknown: ${doc.speed_unknown}.`) : null,
+    doc.not_fitting.length ? h("p", { class: "hint" },
+      `Not in any format (${doc.not_fitting.length}): ${doc.not_fitting.join(", ")}.`) : null);
+}
+
 // ---------------------------------------------------------------- doctor
 
 export function doctor(doc, tryHref) {
