@@ -158,3 +158,20 @@ def test_hybrid_models_fit_but_are_not_timed() -> None:
                  lambda: gpuwise.train("qwen3-next-80b-a3b-thinking", gpu="h100", num_gpus=8)):
         with pytest.raises(InvalidArgument, match="Gated DeltaNet layers are not timed yet"):
             call()
+
+
+def test_deepseek_sparse_attention_caches_its_indexer_keys() -> None:
+    """DeepSeek-V3.2 in vLLM: the fp8_ds_mla latent (512 fp8 + 4 fp32 scales + 64 bf16 RoPE = 656 B) and the
+    indexer's key (128 fp8 + one fp32 scale = 132 B) per token and layer; vLLM's default cache for it is fp8_ds_mla.
+    In bf16 the latent is (512 + 64) x 2 = 1,152 B; transformers decompresses it and keeps no indexer cache."""
+    import gpuwise
+
+    spec = spec_from_hf_config({"model_type": "deepseek_v32"})  # DeepseekV32Config's defaults: V3.2's shape
+    assert kv_bytes_per_token(spec, 1, "vllm") == 61 * (656 + 132)
+    assert kv_bytes_per_token(spec, 2, "vllm") == 61 * (1152 + 132)
+    assert kv_bytes_per_token(spec, 2, "sglang") == 61 * (1152 + 132)
+    assert kv_bytes_per_token(spec, 2, "hf") == 61 * 128 * (192 + 128) * 2
+    v3 = spec_from_hf_config({"model_type": "deepseek_v3"})
+    assert kv_bytes_per_token(v3, 1, "vllm") == 61 * 576  # plain fp8 MLA: no scales, no indexer
+    r = gpuwise.fit(gpuwise.load_model("deepseek-r1"), gpu="h200", num_gpus=8)
+    assert r.kv.name == "bf16"  # V3 keeps the model dtype

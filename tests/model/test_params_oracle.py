@@ -53,6 +53,8 @@ CASES: list[tuple[str, dict]] = [
     ("deepseek_v2", {**TINY, **MLA, "q_lora_rank": None, "n_shared_experts": 2, "first_k_dense_replace": 0}),
     ("deepseek_v3", {**TINY, **MLA}),
     ("deepseek_v3", {**TINY, **MLA, "q_lora_rank": None, "first_k_dense_replace": 2}),
+    ("deepseek_v32", {**TINY, **MLA, "num_key_value_heads": 4, "index_n_heads": 4, "index_head_dim": 8,
+                      "index_topk": 16}),
     ("gpt2", dict(n_embd=64, n_layer=2, n_head=4, vocab_size=128, n_positions=96)),
     ("gpt2", dict(n_embd=64, n_layer=2, n_head=4, vocab_size=128, n_positions=96, n_inner=80)),
     ("gpt_neox", {**TINY, "intermediate_size": 128}),

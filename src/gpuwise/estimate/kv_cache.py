@@ -34,9 +34,28 @@ def kv_elements_per_token_per_layer(spec: ModelSpec, engine: str = "vllm", tp: i
     return 2 * per_rank * spec.head_dim
 
 
+INDEXER_QUANT_BLOCK = 128
+"""DeepSeek-V3.2's indexer keys are cached in fp8 with one fp32 scale per 128 elements (vLLM's indexer cache of
+index_head_dim + index_head_dim / 128 x 4 bytes; lightllm's Deepseek3_2MemoryManager likewise)."""
+
+
+def kv_bytes_per_token_per_layer(spec: ModelSpec, bytes_per_element: float, engine: str = "vllm",
+                                 tp: int = 1) -> float:
+    """Bytes one token adds to one attention layer on one GPU: K/V (or the MLA latent) at `bytes_per_element`, and for
+    DeepSeek Sparse Attention in MLA-aware engines the indexer's fp8 key, and with an fp8 cache in vLLM its fp8_ds_mla
+    layout (one fp32 scale per 128 latent elements, the RoPE key kept in bf16: 656 B for DeepSeek-V3.2)."""
+    out = kv_elements_per_token_per_layer(spec, engine, tp) * bytes_per_element
+    mla = spec.mla
+    if mla is not None and mla.index_head_dim and engine in MLA_LATENT_ENGINES:
+        out += mla.index_head_dim + mla.index_head_dim // INDEXER_QUANT_BLOCK * 4
+        if engine == "vllm" and bytes_per_element == 1:
+            out += mla.kv_lora_rank // INDEXER_QUANT_BLOCK * 4 + mla.qk_rope_head_dim * (2 - 1)
+    return out
+
+
 def kv_bytes_per_token(spec: ModelSpec, bytes_per_element: float, engine: str = "vllm", tp: int = 1) -> float:
     """Bytes one more cached token adds across the attention layers, before any sliding-window cap (per GPU)."""
-    return spec.num_attention_layers * kv_elements_per_token_per_layer(spec, engine, tp) * bytes_per_element
+    return spec.num_attention_layers * kv_bytes_per_token_per_layer(spec, bytes_per_element, engine, tp)
 
 
 STATE_BYTES_PER_ELEMENT = 2.0
@@ -82,7 +101,7 @@ def kv_cache_bytes(
 ) -> float:
     """KV cache bytes on one GPU for `batch` sequences of `context` tokens (optionally some layers only), with the
     recurrent state of hybrid models' linear layers."""
-    per_layer = kv_elements_per_token_per_layer(spec, engine, tp) * bytes_per_element
+    per_layer = kv_bytes_per_token_per_layer(spec, bytes_per_element, engine, tp)
     idx = layers if layers is not None else range(spec.num_layers)
     held = {t: cached_tokens(spec, t, context, block_tokens) for t in ("full", SLIDING, LINEAR, NONE)}
     tokens = sum(held[spec.layer_types[i]] for i in idx)

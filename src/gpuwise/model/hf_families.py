@@ -487,7 +487,7 @@ def _bloom(cfg: Cfg) -> ModelSpec:
 
 
 def _deepseek(cfg: Cfg) -> ModelSpec:
-    v3 = cfg.family == "deepseek_v3"
+    v3 = cfg.family in ("deepseek_v3", "deepseek_v32")
     f = common_llama_like(cfg, mlp_bias=False if v3 else cfg.bool("mlp_bias"))
     n = f["num_layers"]
     mla = MLASpec(
@@ -496,6 +496,8 @@ def _deepseek(cfg: Cfg) -> ModelSpec:
         qk_nope_head_dim=cfg.int("qk_nope_head_dim"),
         qk_rope_head_dim=cfg.int("qk_rope_head_dim"),
         v_head_dim=cfg.int("v_head_dim"),
+        index_n_heads=(cfg.int("index_n_heads") if cfg.family == "deepseek_v32" else 0),
+        index_head_dim=(cfg.int("index_head_dim") if cfg.family == "deepseek_v32" else 0),
     )
     first_dense = cfg.int("first_k_dense_replace", required=False, minimum=0) or 0
     experts = cfg.int("n_routed_experts")
@@ -511,6 +513,10 @@ def _deepseek(cfg: Cfg) -> ModelSpec:
     notes: tuple[str, ...] = ()
     if cfg.raw.get("num_nextn_predict_layers"):
         notes = ("multi-token-prediction layers are not counted (transformers does not instantiate them)",)
+    if mla.index_head_dim:
+        notes += ("DeepSeek Sparse Attention: its indexer keys are in the KV cache; speed is costed as dense MLA "
+                  f"attention (the indexer's scoring and the top-{cfg.int('index_topk', required=False) or 2048} "
+                  "sparse attention are not modelled)",)
     # MLA: 'head_dim' in transformers' config is the rope dim; the attention uses MLASpec's dims.
     f["head_dim"] = mla.qk_head_dim
     return ModelSpec(**f, mla=mla, moe=moe, layer_types=(FULL,) * n, notes=notes)
@@ -520,7 +526,7 @@ PARSERS: dict[str, Callable[[Cfg], ModelSpec]] = {
     "llama": _llama, "mistral": _mistral, "mixtral": _mixtral, "qwen2": _qwen2, "qwen2_moe": _qwen2_moe,
     "qwen3": _qwen3, "qwen3_moe": _qwen3_moe, "gemma": _gemma, "gemma2": _gemma2, "gemma3_text": _gemma3_text,
     "phi3": _phi3, "gpt2": _gpt2, "gpt_neox": _gpt_neox, "falcon": _falcon, "opt": _opt, "bloom": _bloom,
-    "deepseek_v2": _deepseek, "deepseek_v3": _deepseek, "olmo2": _olmo2, "gpt_oss": _gpt_oss,
+    "deepseek_v2": _deepseek, "deepseek_v3": _deepseek, "deepseek_v32": _deepseek, "olmo2": _olmo2, "gpt_oss": _gpt_oss,
     "smollm3": _llama,  # modeling_smollm3.py: Llama's block; no_rope_layers only skip RoPE (no parameters)
     "granite": _llama,  # modeling_granite.py: Llama's block (its multipliers are scalars in the config)
     "ministral": _mistral, "olmo3": _olmo3, "exaone4": _exaone4, "seed_oss": _seed_oss, "glm4": _glm4,

@@ -98,6 +98,10 @@ class MLASpec:
     qk_rope_head_dim: int
     """The decoupled RoPE key, shared by all heads, cached beside the latent."""
     v_head_dim: int
+    index_n_heads: int = 0
+    """DeepSeek-V3.2's lightning indexer (DeepSeek Sparse Attention): query heads of its scorer; 0 = no indexer."""
+    index_head_dim: int = 0
+    """Width of the indexer's keys, one per token and layer, cached beside the latent."""
 
     @property
     def qk_head_dim(self) -> int:

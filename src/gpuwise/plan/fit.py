@@ -168,6 +168,9 @@ def _resolve_formats(req: FitRequest) -> tuple[WeightFormat, str, DType, str]:
             raise InvalidArgument("transformers' default cache has no fp8 mode; use --engine vllm for an fp8 KV cache")
     elif req.engine == "llamacpp":
         kv, kv_reason = get_dtype("fp16"), "llama.cpp default (-ctk f16 -ctv f16)"
+    elif req.engine == "vllm" and spec.mla is not None and spec.mla.index_head_dim:
+        kv, kv_reason = get_dtype("fp8"), ("vLLM's default for DeepSeek Sparse Attention: its fp8_ds_mla cache (fp8 "
+                                           "latent with fp32 scales, bf16 RoPE key; vllm-project/recipes DeepSeek-V3_2)")
     else:
         native = torch_dtype_to_name(spec.torch_dtype)
         if w.kind == "float" and w.bits == 32 and req.engine == "hf":
