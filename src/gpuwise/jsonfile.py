@@ -11,24 +11,70 @@ MAX_BYTES = 16 << 20
 """Profiles and plans are KBs; a plan with every layout of a big search stays well under this."""
 
 
+PSEUDO_FILESYSTEMS = ("/proc/", "/sys/", "/dev/")
+"""Kernel interfaces that look like regular files but can block forever (/proc/kmsg) or never end: never read."""
+
+
+def read_text_bounded(path: str | Path, limit: int, *, error=InvalidArgument, what: str = "") -> str:
+    """The UTF-8 text of the regular file `path`, at most `limit` bytes: a directory, device, FIFO or socket, a file
+    under /proc, /sys or /dev, one over the limit (by its size or by what a read returns), or undecodable bytes give
+    `error` with one line. The file is opened non-blocking, so a FIFO swapped in after the check does not hang."""
+    import os
+    import stat
+
+    label = f"{what}'{path}'" if what else f"'{path}'"
+    try:
+        resolved = os.path.realpath(path)
+    except (OSError, ValueError):
+        raise error(f"{label}: not a readable path") from None
+    if (resolved + "/").startswith(PSEUDO_FILESYSTEMS):
+        raise error(f"{label} is a kernel interface, not a file to read")
+    try:
+        fd = os.open(resolved, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError:
+        raise error(f"{label}: no such file") from None
+    except (OSError, ValueError) as exc:
+        raise error(f"{label}: cannot read it ({getattr(exc, 'strerror', None) or exc.__class__.__name__})") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise error(f"{label} is not a regular file")
+        if info.st_size > limit:
+            raise error(f"{label} is {info.st_size:,} bytes: over the {limit:,} a file of this kind can be")
+        with os.fdopen(fd, "rb", closefd=True) as fh:
+            fd = -1
+            data = fh.read(limit + 1)
+    except OSError as exc:
+        raise error(f"{label}: cannot read it ({exc.strerror or exc.__class__.__name__})") from None
+    finally:
+        if fd >= 0:
+            os.close(fd)
+    if len(data) > limit:
+        raise error(f"{label} is over the {limit:,} bytes a file of this kind can be")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise error(f"{label} is not UTF-8 text") from None
+
+
+def loads_bounded(text: str | bytes, label: str, *, error=InvalidArgument):
+    """json.loads with its three crashes turned into one line each: bad syntax, nesting deep enough to exhaust the
+    recursion limit, and integers longer than Python converts (4,300 digits)."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise error(f"{label} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
+    except RecursionError:
+        raise error(f"{label} is nested too deeply to be a config or profile") from None
+    except ValueError as exc:  # "Exceeds the limit (4300 digits) for integer string conversion"
+        raise error(f"{label} holds a number too long to read ({str(exc).split(':')[0]})") from None
+
+
 def read_json_object(path: str | Path, flag: str) -> dict:
     """The JSON object in `path`; InvalidArgument naming `flag` (e.g. '--profile') when it is missing, not a regular
-    file (a device or a pipe is never read), too big, unreadable, not JSON, or not an object."""
-    p = Path(path)
-    if not p.exists():  # also a path with a NUL in it (pathlib answers False)
-        raise InvalidArgument(f"{flag}: cannot read {path}: no such file")
-    if not p.is_file():
-        raise InvalidArgument(f"{flag}: {path} is not a regular file")
-    if p.stat().st_size > MAX_BYTES:
-        raise InvalidArgument(f"{flag}: {path} is over {MAX_BYTES >> 20} MiB: not a gpuwise JSON file")
-    try:
-        doc = json.loads(p.read_text())
-    except OSError as exc:
-        raise InvalidArgument(f"{flag}: cannot read {path}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise InvalidArgument(f"{flag}: {path} is not a text file") from None
-    except json.JSONDecodeError as exc:
-        raise InvalidArgument(f"{flag}: {path} is not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    file (a device, a pipe or a kernel interface is never read), too big, unreadable, not JSON, or not an object."""
+    text = read_text_bounded(path, MAX_BYTES, what=f"{flag}: ")
+    doc = loads_bounded(text, f"{flag}: {path}")
     if not isinstance(doc, dict):
         raise InvalidArgument(f"{flag}: {path} must hold a JSON object")
     return doc

@@ -108,19 +108,11 @@ def read_config_file(path: str | os.PathLike) -> tuple[dict, str]:
         p = p / "config.json"
         if not p.is_file():
             raise ConfigError(f"folder '{path}' has no config.json")
-    if not p.is_file():  # a device, a pipe, /dev/zero: never read
-        raise ConfigError(f"'{p}' is not a regular file")
-    if p.stat().st_size > MAX_CONFIG_BYTES:
-        raise ConfigError(f"'{p}' is {p.stat().st_size:,} bytes: not a config.json (at most {MAX_CONFIG_BYTES:,})")
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read '{p}': {exc.__class__.__name__}") from None
-    try:
-        raw = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"'{p}' is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
-    return raw, str(p)
+    from ..jsonfile import loads_bounded, read_text_bounded
+
+    # a device, a pipe, /dev/zero, /proc/kmsg: never read; nothing past MAX_CONFIG_BYTES
+    text = read_text_bounded(p, MAX_CONFIG_BYTES, error=ConfigError)
+    return loads_bounded(text, f"'{p}'", error=ConfigError), str(p)
 
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")

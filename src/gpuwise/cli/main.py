@@ -86,15 +86,46 @@ def main(argv: Sequence[str] | None = None) -> int:
             return EXIT_USAGE
         out = COMMANDS[args.command].run(args)
     except GpuwiseError as exc:
-        sys.stderr.write(f"gpuwise: error: {exc}\n")
+        _say(f"gpuwise: error: {exc}")
         return _leave(EXIT_USAGE)
     if out is None:  # wrote its own output (a live view), or a torchrun rank other than 0
         return _leave(0)
+    return _leave(_write(out))
+
+
+def _write(out: str) -> int:
+    """Print the answer; a closed or full stdout is one line on stderr and exit status 1, never a traceback."""
+    if sys.stdout is None:  # started with stdout closed (`gpuwise fit ... >&-`)
+        _say("gpuwise: error: standard output is closed: nothing to print the answer to")
+        return 1
     try:
         sys.stdout.write(out + "\n")
-    except BrokenPipeError:  # `gpuwise models | head`
+        sys.stdout.flush()
+    except BrokenPipeError:  # `gpuwise models | head`: the reader has what it wanted
+        _quiet_stdout()
+    except OSError as exc:  # /dev/full, a full disk, a closed descriptor
+        _quiet_stdout()
+        _say(f"gpuwise: error: cannot write the answer to standard output ({exc.strerror or exc})")
+        return 1
+    return 0
+
+
+def _say(line: str) -> None:
+    try:
+        if sys.stderr is not None:
+            sys.stderr.write(line + "\n")
+    except OSError:
         pass
-    return _leave(0)
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null so that the interpreter's flush at exit cannot fail a second time."""
+    import os
+
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
 
 
 def _leave(code: int) -> int:

@@ -21,6 +21,9 @@ def require_torch(what: str):
         return importlib.import_module("torch")
     except ImportError:
         raise MeasureUnavailable(f"{what} needs PyTorch, which is not installed: {EXTRA_HINT}") from None
+    except Exception as exc:  # a broken install: OSError from a missing CUDA library, a bad wheel, ...
+        raise MeasureUnavailable(f"{what} needs PyTorch, which fails to import here ({exc.__class__.__name__}: "
+                                 f"{str(exc).splitlines()[0][:200] if str(exc) else 'no message'})") from None
 
 
 def cuda_if_imported():

@@ -31,6 +31,8 @@ def load_nvml(module: Any = None) -> Any:
             module = importlib.import_module("pynvml")
         except ImportError:
             raise MeasureUnavailable(f"the NVML bindings (nvidia-ml-py) are not installed: {EXTRA_HINT}") from None
+        except Exception as exc:  # a broken install
+            raise MeasureUnavailable(f"the NVML bindings fail to import here ({exc.__class__.__name__})") from None
     with _INIT_LOCK:
         if id(module) not in _INITIALIZED:
             try:

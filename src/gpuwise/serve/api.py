@@ -171,10 +171,16 @@ def _config_file(body: bytes, folder: str) -> str:
     if len(body) > MAX_BODY_BYTES:
         raise InvalidArgument(f"request body over {MAX_BODY_BYTES // KiB} KiB")
     try:
-        doc = json.loads(body or b"{}")
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InvalidArgument(f'the request body is not JSON ({getattr(exc, "msg", exc)}): POST {{"config": {{...}}}}, '
-                              "the config.json object of a model") from None
+        text = (body or b"{}").decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidArgument('the request body is not UTF-8 JSON: POST {"config": {...}}, the config.json object of '
+                              "a model") from None
+    from ..jsonfile import loads_bounded
+
+    try:  # bad syntax, deep nesting, huge integers: one line each
+        doc = loads_bounded(text, "the request body")
+    except InvalidArgument as exc:
+        raise InvalidArgument(f'{exc}: POST {{"config": {{...}}}}, the config.json object of a model') from None
     config = doc.get("config") if isinstance(doc, dict) else None
     if not isinstance(config, dict):
         raise InvalidArgument('POST a JSON body {"config": {...}}: the config.json object of a model')

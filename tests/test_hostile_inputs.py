@@ -1,0 +1,104 @@
+"""Hostile files and closed outputs (issue 21, items 2, 3 and 6): one line on stderr and exit status 2 (or 1 for an
+output that cannot be written), never a traceback or a hang."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from gpuwise.cli import main
+from gpuwise.errors import ConfigError, InvalidArgument
+from gpuwise.jsonfile import loads_bounded, read_text_bounded
+
+
+def _one_line(capsys, *argv: str) -> str:
+    assert main(list(argv)) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("gpuwise: error: ") and len(err.strip().splitlines()) == 1, err
+    return err
+
+
+@pytest.mark.parametrize(("content", "words"), [
+    ("[" * 100_000, "nested too deeply"),
+    ('{"model_type": "llama", "hidden_size": ' + "9" * 5000 + "}", "number too long"),
+    ("{not json", "not valid JSON"),
+    (b"\xff\xfe\x00garbage", "not UTF-8"),
+])
+def test_a_hostile_config_file_is_one_line(tmp_path, capsys, content, words: str) -> None:
+    path = tmp_path / "config.json"
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    assert words in _one_line(capsys, "fit", str(path), "--gpu", "h100")
+    profile = tmp_path / "profile.json"
+    profile.write_bytes(path.read_bytes())
+    assert words in _one_line(capsys, "infer", "gpt2", "--gpu", "h100", "--profile", str(profile))
+
+
+@pytest.mark.parametrize("path", ["/proc/self/status", "/proc/kmsg", "/dev/zero", "/dev/stdin", "/sys/kernel/mm"])
+def test_kernel_interfaces_are_never_read(capsys, path: str) -> None:
+    """/proc/kmsg blocks forever when read and /dev/zero never ends: refused before any read, whatever they look
+    like to stat()."""
+    err = _one_line(capsys, "fit", path, "--gpu", "h100")
+    assert "kernel interface" in err or "not a regular file" in err or "no such file" in err or "no config.json" in err
+
+
+def test_a_fifo_is_never_read(tmp_path) -> None:
+    fifo = tmp_path / "config.json"
+    os.mkfifo(fifo)
+    with pytest.raises(ConfigError, match="not a regular file"):
+        read_text_bounded(fifo, 1 << 20, error=ConfigError)  # opened non-blocking: no writer, no hang
+
+
+def test_a_file_over_its_limit_is_refused_without_reading_it(tmp_path) -> None:
+    big = tmp_path / "big.json"
+    big.write_text(" " * 2048)
+    with pytest.raises(InvalidArgument, match="over the 1,024"):
+        read_text_bounded(big, 1024)
+
+
+def test_loads_bounded_maps_every_crash_of_json_loads() -> None:
+    for text in ("[" * 50_000, "1" * 5000, "{"):
+        with pytest.raises(InvalidArgument):
+            loads_bounded(text, "x")
+    assert loads_bounded('{"a": 1}', "x") == {"a": 1}
+
+
+@pytest.mark.parametrize(("redirect", "words"), [(">/dev/full", "cannot write the answer"),
+                                                 (">&-", "standard output is closed")])
+def test_an_output_that_cannot_be_written_is_one_line(redirect: str, words: str) -> None:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    cmd = f"{sys.executable} -m gpuwise fit gpt2 --gpu t4 {redirect}"
+    proc = subprocess.run(["sh", "-c", cmd], capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 1 and words in proc.stderr
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_a_broken_torch_install_is_one_line(monkeypatch) -> None:
+    """A torch wheel that raises OSError on import (a missing CUDA library) is MeasureUnavailable, not a traceback."""
+    import importlib
+
+    from gpuwise.measure._deps import MeasureUnavailable, require_torch
+
+    real = importlib.import_module
+
+    def broken(name, *a, **k):
+        if name == "torch":
+            raise OSError("libcudart.so.12: cannot open shared object file")
+        return real(name, *a, **k)
+
+    monkeypatch.setattr(importlib, "import_module", broken)
+    with pytest.raises(MeasureUnavailable, match="fails to import here .OSError: libcudart"):
+        require_torch("gpuwise calibrate")
+
+
+def test_a_hostile_posted_config_is_a_400_line() -> None:
+    from gpuwise.serve import api
+
+    for body in (b'{"config": ' + b"[" * 100_000 + b"}", b'{"config": {"hidden_size": ' + b"9" * 5000 + b"}}",
+                 b"\xff\xff"):
+        with pytest.raises(InvalidArgument):
+            api._config_file(body, "/tmp")
+    json.dumps({})  # the module under test imports json; keep the import used
