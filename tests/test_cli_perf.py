@@ -70,7 +70,7 @@ def test_roofline_text_and_plot(capsys, tmp_path):
     (["roofline", "llama-3.1-8b", "--gpu", "h100", "--dtype", "fp4"], "no fp4 peak"),
     (["roofline", "llama-3.1-8b", "--gpu", "h100", "--plot", "x.gif"], ".png or .svg"),
     (["train", "llama-3.1-8b", "--gpu", "h100", "--inter-node-gbps", "-3"], "positive number"),
-    (["train", "llama-3.1-8b", "--gpu", "h100", "--profile", "/nonexistent.json"], "cannot read"),
+    (["train", "llama-3.1-8b", "--gpu", "h100", "--profile", "/nonexistent.json"], "no such file"),
 ])
 def test_bad_input_is_one_line_exit_2(capsys, argv, needle):
     try:

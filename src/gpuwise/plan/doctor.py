@@ -135,8 +135,11 @@ def doctor(req: TrainRequest, *, oom_at_gib: float | None = None) -> DoctorResul
         shown = {k: (v.id if isinstance(v, GPU) else v) for k, v in options.items()}
         if r.memory.cpu > 0:
             note = "; ".join(w for w in (note, f"{r.memory.cpu / GiB:.1f} GiB of host memory per GPU") if w)
+        # fits as `gpuwise train` says it does: what must be allocated (the allocator's allowance is headroom it
+        # takes when there is room), plus the observed offset
         return Remedy(name, change, shown, mem, r.perf.step.step_time_s, r.perf.step.step_time_s / t0 - 1,
-                      mem <= r.request.gpu.memory_bytes, changes_job, r.request.gpu.memory_bytes, note)
+                      r.memory.required + offset <= r.request.gpu.memory_bytes, changes_job,
+                      r.request.gpu.memory_bytes, note)
 
     found = [x for x in _single_changes(req, base, remedy) if x is not None
              and (x.memory_bytes < predicted + offset - 0.5 * MiB or x.name == "bigger-gpu")]
@@ -145,7 +148,7 @@ def doctor(req: TrainRequest, *, oom_at_gib: float | None = None) -> DoctorResul
     combo = _combination(req, base, remedy)
     return DoctorResult(request=req, base=base, capacity_bytes=capacity, predicted_bytes=predicted,
                         observed_bytes=observed, offset_bytes=offset, remedies=tuple(ranked), combination=combo,
-                        verdict=_verdict(req, predicted + offset, capacity, ranked, combo))
+                        verdict=_verdict(req, base.memory.required + offset, capacity, ranked, combo))
 
 
 def _stronger_recompute(mode: str) -> list[str]:
