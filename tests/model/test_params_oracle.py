@@ -161,11 +161,64 @@ def test_gemma3_multimodal_wrapper_counts_its_language_model() -> None:
 def test_vision_language_configs_count_their_language_model(wrapper: str, text_type: str) -> None:
     """Llama 4, Gemma 3 and Mistral Small 3 ship one config with the language model under text_config: that is what
     is counted, the vision tower left out and said so."""
-    text = {**TINY, "head_dim": 16, "pad_token_id": 0}
+    text = {**TINY, "head_dim": 16, "pad_token_id": 0, "tie_word_embeddings": False}
     if text_type == "llama4_text":
         text.update(num_local_experts=4, intermediate_size_mlp=80)
-    wrapped = spec_from_hf_config({"model_type": wrapper, "torch_dtype": "bfloat16", "text_config": dict(text)})
+    wrapped = spec_from_hf_config({"model_type": wrapper, "torch_dtype": "bfloat16", "text_config": dict(text),
+                                   "tie_word_embeddings": False})
     alone = spec_from_hf_config({"model_type": text_type, **text})
     assert param_counts(wrapped).total == param_counts(alone).total == transformers_param_count(
         {"model_type": text_type, **text})
     assert wrapped.torch_dtype == "bfloat16" and any("vision tower" in n for n in wrapped.notes)
+
+
+VISION = {"qwen2_vl": dict(depth=1, embed_dim=32, hidden_size=64, num_heads=2),
+          "qwen2_5_vl": dict(depth=1, hidden_size=32, out_hidden_size=64, intermediate_size=48, num_heads=2),
+          "qwen3_vl": dict(depth=1, hidden_size=32, out_hidden_size=64, intermediate_size=48, num_heads=2,
+                           deepstack_visual_indexes=[0]),
+          "qwen3_vl_moe": dict(depth=1, hidden_size=32, out_hidden_size=64, intermediate_size=48, num_heads=2,
+                               deepstack_visual_indexes=[0]),
+          "llava": dict(model_type="clip_vision_model", hidden_size=32, intermediate_size=48, num_hidden_layers=1,
+                        num_attention_heads=2, image_size=32, patch_size=16)}
+VLM_TEXT = {
+    "qwen2_vl": {**TINY},
+    "qwen2_5_vl": {**TINY, "tie_word_embeddings": True},
+    "qwen3_vl": {**TINY, "head_dim": 16},
+    "qwen3_vl_moe": {**TINY, **MOE, "head_dim": 16},
+    "llava": {**TINY, "model_type": "llama"},
+}
+
+
+TIES = [(None, None), (None, True), (True, None), (False, True)]
+"""(the wrapper's tie_word_embeddings, text_config's): the wrapper's flag, or its class default, decides; Qwen2-VL,
+Qwen2.5-VL and LLaVA also tie when only text_config says so."""
+
+
+@pytest.mark.parametrize("wrapper", list(VLM_TEXT))
+@pytest.mark.parametrize(("top", "inner"), TIES)
+def test_vision_language_models_count_their_language_model_exactly(wrapper: str, top, inner) -> None:
+    """The language model (and LM head) of the real vision-language model built on the meta device: every parameter
+    outside the vision tower and its projector."""
+    import warnings
+
+    text = dict(VLM_TEXT[wrapper])
+    text.pop("tie_word_embeddings", None)
+    if inner is not None:
+        text["tie_word_embeddings"] = inner
+    outer = {} if top is None else {"tie_word_embeddings": top}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cfg = transformers.AutoConfig.for_model(wrapper, text_config=dict(text), vision_config=dict(VISION[wrapper]),
+                                                **outer)
+        with torch.device("meta"):
+            model = transformers.AutoModelForImageTextToText.from_config(cfg)
+    vision = ("visual", "vision_tower", "multi_modal_projector", "vision_model")
+    expected = sum(p.numel() for n, p in model.named_parameters() if not any(v in n for v in vision))
+    spec = spec_from_hf_config({"model_type": wrapper, "text_config": text, **outer})
+    assert param_counts(spec).total == expected and any("vision tower" in n for n in spec.notes)
+
+
+def test_older_qwen_vl_configs_carry_the_language_model_at_the_top_level() -> None:
+    flat = spec_from_hf_config({"model_type": "qwen2_5_vl", **TINY, "vision_config": VISION["qwen2_5_vl"]})
+    nested = spec_from_hf_config({"model_type": "qwen2_5_vl", "text_config": dict(TINY)})
+    assert param_counts(flat).total == param_counts(nested).total and flat.qkv_bias

@@ -16,13 +16,24 @@ from .hf_families import PARSERS
 from .hf_fields import Cfg
 from .spec import ModelSpec
 
-MULTIMODAL_WRAPPERS: dict[str, tuple[str, str]] = {
-    "gemma3": ("gemma3_text", "~0.4B params"),
-    "llama4": ("llama4_text", "~0.9B params"),
-    "mistral3": ("mistral", "~0.4B params"),
+MULTIMODAL_WRAPPERS: dict[str, tuple[str, str, bool]] = {
+    "gemma3": ("gemma3_text", "~0.4B params", True),
+    "llama4": ("llama4_text", "~0.9B params", False),
+    "mistral3": ("mistral", "~0.4B params", True),
+    "qwen2_vl": ("qwen2_vl_text", "~0.7B params", False),
+    "qwen2_5_vl": ("qwen2_5_vl_text", "~0.7B params", False),
+    "qwen3_vl": ("qwen3_vl_text", "~0.4-0.6B params", False),
+    "qwen3_vl_moe": ("qwen3_vl_moe_text", "~0.6B params", False),
+    "llava": ("llama", "~0.3-0.6B params", False),
+    "llava_next": ("llama", "~0.3-0.6B params", False),
 }
+FLAT_TEXT_WRAPPERS = frozenset({"qwen2_vl", "qwen2_5_vl"})
+TEXT_TIE_FORWARDED = frozenset({"qwen2_vl", "qwen2_5_vl", "llava"})
+"""Wrappers that also tie when only text_config says so (their configs forward a pre-v5 text_config flag)."""
+"""Wrappers whose older config.json files carry the language model's keys at the top level (no text_config)."""
 """Vision-language configs whose language model is their `text_config`: (its default model_type, the size of what is
-left out)."""
+left out, the wrapper class's tie_word_embeddings default). The wrapper's own tie_word_embeddings decides whether the
+LM head is tied, whatever text_config says (checked on the meta device: tests/model/test_params_oracle.py)."""
 
 SUPPORTED_FAMILIES: tuple[str, ...] = tuple(sorted(CLASS_DEFAULTS)) + tuple(MULTIMODAL_WRAPPERS) + ("kimi_k2",)
 
@@ -41,11 +52,17 @@ def spec_from_hf_config(raw: Any) -> ModelSpec:
         raise ConfigError("config.json has no 'model_type'")
     notes: tuple[str, ...] = ()
     if model_type in MULTIMODAL_WRAPPERS:  # the language model is text_config
-        text_type, tower = MULTIMODAL_WRAPPERS[model_type]
+        text_type, tower, tie_default = MULTIMODAL_WRAPPERS[model_type]
         text = raw.get("text_config")
+        if not isinstance(text, dict) and model_type in FLAT_TEXT_WRAPPERS:
+            text = {k: v for k, v in raw.items() if k not in ("vision_config", "model_type", "text_config")}
         if not isinstance(text, dict):
             raise ConfigError(f"config.json: {model_type} config without a 'text_config' object")
         text = dict(text)
+        tie = raw.get("tie_word_embeddings", tie_default)  # the wrapper's flag ties
+        if not tie and model_type in TEXT_TIE_FORWARDED and text.get("tie_word_embeddings") is True:
+            tie = True
+        text["tie_word_embeddings"] = tie
         text.setdefault("model_type", text_type)
         text.setdefault("torch_dtype", raw.get("torch_dtype") or raw.get("dtype"))
         if "quantization_config" in raw:

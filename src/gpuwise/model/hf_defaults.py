@@ -145,5 +145,18 @@ CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
                        use_conv_bias=True, mamba_ssm_cache_dtype="float32", n_routed_experts=8, n_shared_experts=1,
                        moe_intermediate_size=7688, moe_shared_expert_intermediate_size=7688, num_experts_per_tok=2,
                        use_bias=False, num_hidden_layers=4),
+    "qwen2_vl_text": dict(vocab_size=152064, hidden_size=8192, intermediate_size=29568, num_hidden_layers=80,
+                          num_attention_heads=64, num_key_value_heads=8, tie_word_embeddings=False, hidden_act="silu",
+                          max_position_embeddings=32768, use_sliding_window=False, sliding_window=4096,
+                          max_window_layers=80),
+    "qwen3_vl_text": dict(vocab_size=151936, hidden_size=4096, intermediate_size=22016, num_hidden_layers=32,
+                          num_attention_heads=32, num_key_value_heads=32, head_dim=128, tie_word_embeddings=False,
+                          attention_bias=False, hidden_act="silu", max_position_embeddings=128000),
+    "qwen3_vl_moe_text": dict(vocab_size=151936, hidden_size=2048, intermediate_size=5632, num_hidden_layers=24,
+                              num_attention_heads=16, num_key_value_heads=16, tie_word_embeddings=True,
+                              attention_bias=False, hidden_act="silu", max_position_embeddings=128000,
+                              decoder_sparse_step=1, moe_intermediate_size=1408, num_experts_per_tok=4,
+                              num_experts=60, mlp_only_layers=[]),
     "bloom": dict(vocab_size=250880, hidden_size=64, n_layer=2, n_head=8, tie_word_embeddings=True),
 }
+CLASS_DEFAULTS["qwen2_5_vl_text"] = CLASS_DEFAULTS["qwen2_vl_text"]  # Qwen2_5_VLTextConfig has Qwen2-VL's defaults

@@ -532,4 +532,7 @@ PARSERS: dict[str, Callable[[Cfg], ModelSpec]] = {
     "ministral": _mistral, "olmo3": _olmo3, "exaone4": _exaone4, "seed_oss": _seed_oss, "glm4": _glm4,
     "nemotron": _nemotron, "apertus": _apertus, "glm4_moe": _glm4_moe, "llama4_text": _llama4_text,
     "qwen3_next": _qwen3_next, "granitemoehybrid": _granitemoehybrid, "nemotron_h": _nemotron_h,
+    # the language models of Qwen's vision-language models: Qwen2's, Qwen3's and Qwen3-MoE's blocks (M-RoPE and
+    # DeepStack add no parameters to them)
+    "qwen2_vl_text": _qwen2, "qwen2_5_vl_text": _qwen2, "qwen3_vl_text": _qwen3, "qwen3_vl_moe_text": _qwen3_moe,
 }
