@@ -102,3 +102,31 @@ def test_a_hostile_posted_config_is_a_400_line() -> None:
         with pytest.raises(InvalidArgument):
             api._config_file(body, "/tmp")
     json.dumps({})  # the module under test imports json; keep the import used
+
+
+@pytest.mark.parametrize(("key", "value"), [("num_hidden_layers", 10**6), ("hidden_size", 10**7),
+                                            ("vocab_size", 10**9), ("num_attention_heads", 10**5)])
+def test_dimensions_beyond_any_real_model_are_refused_at_once(tmp_path, capsys, key: str, value: int) -> None:
+    """A config with 10^6 layers took 30 s and 2 GB (issue 21, item 1): bounded per key, far above real models."""
+    import time
+
+    config = {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 64,
+              "num_attention_heads": 4, "vocab_size": 100, key: value}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    start = time.perf_counter()
+    assert "beyond any real model" in _one_line(capsys, "fit", str(path), "--gpu", "h100")
+    assert time.perf_counter() - start < 2
+
+
+def test_the_largest_accepted_model_still_answers_fast(tmp_path) -> None:
+    import time
+
+    import gpuwise
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "llama", "num_hidden_layers": 1024, "hidden_size": 1 << 17,
+                                "intermediate_size": 1 << 19, "num_attention_heads": 4096, "vocab_size": 1 << 24}))
+    start = time.perf_counter()
+    assert not gpuwise.fit(str(path), gpu="h100").fits
+    assert time.perf_counter() - start < 5

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Callable
 
 from ..errors import ConfigError
-from .hf_fields import Cfg, common_llama_like, dtype, head_dim, layer_types, sliding
+from .hf_fields import DIMENSION_BOUNDS, Cfg, common_llama_like, dtype, head_dim, layer_types, sliding
 from .spec import FULL, LINEAR, NONE, SLIDING, LinearMixerSpec, MLASpec, ModelSpec, MoESpec
 
 
@@ -302,6 +302,9 @@ def _nemotron_h(cfg: Cfg) -> ModelSpec:
     if raw.get("moe_latent_size"):
         raise ConfigError("config.json: nemotron_h with moe_latent_size (latent MoE) is not supported yet")
     n = len(kinds)
+    if n > DIMENSION_BOUNDS["num_hidden_layers"]:
+        raise ConfigError(f"config.json: a {n:,}-layer pattern is beyond any real model (at most "
+                          f"{DIMENSION_BOUNDS['num_hidden_layers']:,})")
     hidden = cfg.int("hidden_size")
     heads = cfg.int("num_attention_heads")
     # q/k/v/o never have biases, and the LM head is never tied (_tied_weights_keys = {}), whatever the config says

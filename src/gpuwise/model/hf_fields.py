@@ -10,6 +10,31 @@ from .hf_defaults import CLASS_DEFAULTS
 from .spec import FULL, SLIDING
 
 
+_LAYERS, _WIDTH, _HEADS = 1024, 1 << 17, 4096
+DIMENSION_BOUNDS: dict[str, int] = {
+    # Layers: the deepest published decoder-only LLMs have 126 (Llama 3.1 405B) to 160 (some 1T MoEs); 1,024 is six
+    # times that, and keeps every per-layer estimate fast (a config with 10^6 layers took 30 s and 2 GB).
+    **dict.fromkeys(("num_hidden_layers", "n_layer", "num_layers"), _LAYERS),
+    # Widths: the widest hidden size published is 25,600 (PaLM 540B: 18,432; Falcon 180B: 14,848); 131,072 is 5x.
+    **dict.fromkeys(("hidden_size", "n_embd", "n_embed", "d_model", "word_embed_proj_dim"), _WIDTH),
+    # FFN widths: 4-5x the hidden size, and MoE experts far narrower.
+    **dict.fromkeys(("intermediate_size", "ffn_dim", "n_inner", "ffn_hidden_size", "moe_intermediate_size",
+                     "shared_expert_intermediate_size", "intermediate_size_mlp",
+                     "moe_shared_expert_intermediate_size", "shared_intermediate_size"), 4 * _WIDTH),
+    # Heads and head sizes: 128 query heads at most in published models (DeepSeek-V3), heads of 64-256.
+    **dict.fromkeys(("num_attention_heads", "n_head", "num_key_value_heads", "num_kv_heads", "index_n_heads",
+                     "linear_num_key_heads", "linear_num_value_heads", "mamba_num_heads", "mamba_n_heads"), _HEADS),
+    **dict.fromkeys(("head_dim", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "index_head_dim",
+                     "linear_key_head_dim", "linear_value_head_dim", "mamba_head_dim", "mamba_d_head"), 8192),
+    # Vocabularies: 262,208 (Gemma 3) is the largest published; 16.7M is 64 times it.
+    "vocab_size": 1 << 24,
+    # Experts: 512 routed experts (Qwen3-Next) is the most published; 16,384 is 32 times it.
+    **dict.fromkeys(("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts"), 1 << 14),
+}
+"""Largest value accepted per config key, each far above any published model: a typo or a hostile file (10^9 layers)
+is refused in one line instead of costing minutes and gigabytes. Positions and windows keep the generic 10^9."""
+
+
 class Cfg:
     """Typed access to a config dict with the family's defaults and clear errors."""
 
@@ -42,8 +67,10 @@ class Cfg:
             raise ConfigError(f"config.json: '{key}' must be an integer, got {value!r}")
         if value < minimum:
             raise ConfigError(f"config.json: '{key}' must be >= {minimum}, got {value}")
-        if value > 10**9:
-            raise ConfigError(f"config.json: '{key}' = {value} is absurdly large")
+        bound = DIMENSION_BOUNDS.get(present[0] if present else key, 10**9)
+        if value > bound:
+            raise ConfigError(f"config.json: '{key}' = {value:,} is beyond any real model (at most {bound:,}: "
+                              "gpuwise.model.hf_fields.DIMENSION_BOUNDS)")
         return value
 
     def bool(self, key: str, default: bool = False) -> bool:
