@@ -220,14 +220,27 @@ def test_malformed_bodies_get_an_answer(base_url) -> None:
 
 def test_only_this_machine_may_call_the_api(base_url) -> None:
     port = base_url.rsplit(":", 1)[1]
+    other = int(port) + 1 if int(port) < 65535 else 1
     for headers in ({"Host": f"evil.example:{port}"}, {"Sec-Fetch-Site": "cross-site"},
-                    {"Origin": "http://evil.example"}):
+                    {"Origin": "http://evil.example"}, {"Origin": "http://localhost:1"},  # another local program
+                    {"Origin": f"http://127.0.0.1:{other}"}, {"Origin": f"https://localhost:{port}"},
+                    {"Origin": "http://localhost:99999"}):
         req = urllib.request.Request(f"{base_url}/api/gpus", headers=headers)
         with pytest.raises(urllib.error.HTTPError) as err:
             urllib.request.urlopen(req, timeout=10)
         assert err.value.code == 403
     req = urllib.request.Request(f"{base_url}/api/gpus", headers={"Origin": base_url, "Sec-Fetch-Site": "same-origin"})
     assert urllib.request.urlopen(req, timeout=10).status == 200
+    req = urllib.request.Request(f"{base_url}/api/gpus", headers={"Origin": f"http://localhost:{port}"})
+    assert urllib.request.urlopen(req, timeout=10).status == 200
+
+
+def test_a_very_long_static_name_is_a_404(base_url) -> None:
+    """A /static/ name of 256+ characters made the OS raise and the connection drop (issue 21, item 8)."""
+    for name in ("a" * 300, "a" * 300 + ".js", "x" * 5000):
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(f"{base_url}/static/{name}", timeout=10)
+        assert err.value.code == 404
 
 
 def test_pasted_config_answer_is_the_clis_for_a_local_config_json(base_url, capsys, monkeypatch, tmp_path) -> None:

@@ -24,10 +24,13 @@ TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=u
 
 def _static(name: str) -> bytes | None:
     """A file of the page (None: no such file). Only plain names inside static/: no path traversal."""
-    if not name or "/" in name or "\\" in name or name.startswith("."):
+    if not name or len(name) > 100 or "/" in name or "\\" in name or name.startswith(".") or "\0" in name:
+        return None  # the page's files have short plain names; 256+ characters made the OS raise (issue 21)
+    try:
+        f = resources.files("gpuwise.serve").joinpath("static", name)
+        return f.read_bytes() if f.is_file() else None
+    except (OSError, ValueError):
         return None
-    f = resources.files("gpuwise.serve").joinpath("static", name)
-    return f.read_bytes() if f.is_file() else None
 
 
 def _error(message: str) -> bytes:
@@ -63,9 +66,20 @@ class Handler(BaseHTTPRequestHandler):
         if self.headers.get("Sec-Fetch-Site") == "cross-site":
             return "cross-site requests are refused"
         origin = self.headers.get("Origin")
-        if origin and urlsplit(origin).hostname not in ("localhost", "127.0.0.1", "::1", host):
-            return f"requests from {origin} are refused"
+        if origin and not self._own_origin(origin, host):
+            return f"requests from {origin} are refused (only this server's own page may call the API)"
         return None
+
+    def _own_origin(self, origin: str, host: str) -> bool:
+        """Whether `origin` is this server's own: http, a loopback name (or the Host it was reached at) and its port.
+        Another local port is another program's page (issue 21: Origin http://localhost:1 got through)."""
+        try:
+            url = urlsplit(origin)
+            port = url.port or (443 if url.scheme == "https" else 80)
+        except ValueError:
+            return False
+        names = ("localhost", "127.0.0.1", "::1", host)
+        return url.scheme == "http" and url.hostname in names and port == self.server.server_address[1]
 
     def _body(self) -> bytes | tuple[int, str]:
         if self.headers.get("Transfer-Encoding"):
