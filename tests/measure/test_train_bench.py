@@ -124,3 +124,12 @@ def test_one_gpu_for_every_rank_is_refused() -> None:
 
     with pytest.raises(MeasureUnavailable, match="every rank on one GPU"):
         dist.init(DistEnv(0, 2, 0, 2), "cuda:1", "gpuwise bench train")
+
+
+def test_the_default_sequence_fits_the_model() -> None:
+    """The README's `bench train gpt2 --device cpu` ran 2,048 tokens into GPT-2's 1,024 positions (issue 21, item 11):
+    the default is 2,048 or the model's maximum if smaller; an explicit --seq beyond it is still refused."""
+    assert _cfg("gpt2", world=2).seq == 1024
+    assert _cfg(FIXTURE, world=2).seq == min(2048, load_model(FIXTURE).spec.max_position_embeddings or 2048)
+    with pytest.raises(InvalidArgument, match="learned positions"):
+        _cfg("gpt2", "--seq", "2048", world=2)

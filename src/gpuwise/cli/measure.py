@@ -43,7 +43,8 @@ def _bench_options(p: argparse.ArgumentParser) -> None:
     bt.add_argument("--warmup-steps", type=positive_int, default=3, help="untimed steps first (default 3)")
     bt.add_argument("--layers", type=positive_int, help="build only this many layers (the prediction is made for "
                                                          "the same shrunk model, and scaled to the full one)")
-    bt.add_argument("--seq", type=positive_int, default=2048, help="tokens per sequence (default 2048)")
+    bt.add_argument("--seq", type=positive_int, help="tokens per sequence (default 2048, or the model's maximum if "
+                                                     "smaller: GPT-2's 1,024)")
     bt.add_argument("--micro-batch", type=positive_int, default=1, help="sequences per forward/backward per rank")
     bt.add_argument("--global-batch", type=positive_int, help="sequences per optimizer step (default dp x micro)")
     bt.add_argument("--tp", type=positive_int, default=1, help="tensor parallel degree (DeviceMesh + DTensor)")

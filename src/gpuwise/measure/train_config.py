@@ -18,6 +18,10 @@ from .dist import DistEnv
 from .torch_model import check_supported
 
 
+DEFAULT_SEQ = 2048
+"""bench train's sequence when none is given, capped at the model's own maximum (GPT-2 has 1,024 positions)."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BenchConfig:
     model: LoadedModel
@@ -120,7 +124,8 @@ def configure(args, env: DistEnv) -> BenchConfig:
         raise InvalidArgument(f"--tp {tp} does not divide the {env.world_size} ranks torchrun started")
     dp = env.world_size // tp
     micro = plan["micro_batch"] if plan else args.micro_batch
-    seq = (plan["seq"] if plan else None) or args.seq
+    seq = (plan["seq"] if plan else None) or args.seq or min(
+        DEFAULT_SEQ, full.spec.learned_positions or full.spec.max_position_embeddings or DEFAULT_SEQ)
     global_batch = (plan["global_batch"] if plan else None) or args.global_batch or dp * micro
     if global_batch % (dp * micro):
         raise InvalidArgument(f"global batch {global_batch} is not a multiple of dp {dp} x micro-batch {micro}")
