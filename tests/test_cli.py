@@ -161,3 +161,27 @@ def test_unreachable_hub_answers_from_the_local_cache(monkeypatch) -> None:
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", cached)
     loaded = models.load_model("some-org/cached-model")
     assert calls == [True] and loaded.source == "hub" and loaded.spec.num_layers > 0
+
+
+def test_every_command_names_its_gpu_with_the_same_object(capsys) -> None:
+    """Issue 21, item 15: `gpu` was an object in fit's JSON and a string in plan's."""
+    from gpuwise.catalog.gpus import get_gpu
+    from gpuwise.report.json_out import gpu_ref
+
+    want = gpu_ref(get_gpu("h100-sxm"))
+    common = ["llama-3.2-1b", "--gpu", "h100-sxm", "--json"]
+    for argv in (["fit"], ["infer"], ["roofline"], ["train", "--seq", "1024"],
+                 ["plan", "--num-gpus", "8", "--seq", "1024", "--global-batch", "8", "--top", "1"],
+                 ["doctor", "--task", "infer"]):
+        assert main([argv[0], *common, *argv[1:]]) == 0, argv
+        doc = json.loads(capsys.readouterr().out)
+        assert doc["gpu"] == want, argv
+
+
+def test_engine_fractions_are_not_rounded_to_integers(capsys) -> None:
+    """fit --json said gpu_memory_utilization 1 where the text said 0.9 (issue 21, item 15)."""
+    assert main(["fit", "llama-3.1-8b", "--gpu", "rtx-4090", "--json"]) == 0
+    details = json.loads(capsys.readouterr().out)["engine_details"]
+    assert details["gpu_memory_utilization"] == 0.9 and isinstance(details["kv_pool_bytes"], int)
+    assert main(["fit", "llama-3.1-8b", "--gpu", "h100-sxm:3g.40gb", "--json"]) == 0  # MIG slices, as pick takes
+    assert json.loads(capsys.readouterr().out)["gpu"]["name"].endswith("MIG 3g.40gb")

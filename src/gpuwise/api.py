@@ -20,7 +20,12 @@ def _model(model: str | LoadedModel) -> LoadedModel:
 
 
 def _gpu(gpu: str | GPU) -> GPU:
-    return gpu if isinstance(gpu, GPU) else get_gpu(gpu)
+    """A GPU object, a catalog name, or one of its MIG slices as 'GPU:PROFILE' (as `pick --gpus` takes them)."""
+    if isinstance(gpu, GPU):
+        return gpu
+    from .catalog.mig import resolve_gpu
+
+    return resolve_gpu(gpu)
 
 
 def fit(model: str | LoadedModel, *, gpu: str | GPU, **options):

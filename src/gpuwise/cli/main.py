@@ -55,9 +55,10 @@ def _parse(argv: Sequence[str]) -> argparse.Namespace:
     args = parser(command if command is not None else "").parse_args(list(argv))
     if hasattr(args, "gpu_memory") and hasattr(args, "gpu"):  # a command with one GPU: --gpu, --gpu-memory or both
         if args.gpu_memory is not None:
-            from ..catalog.gpus import get_gpu, with_memory
+            from ..catalog.gpus import with_memory
+            from ..catalog.mig import resolve_gpu
 
-            args.gpu = with_memory(get_gpu(args.gpu) if args.gpu else None, args.gpu_memory)
+            args.gpu = with_memory(resolve_gpu(args.gpu) if args.gpu else None, args.gpu_memory)
         elif args.gpu is None:
             raise UsageError("--gpu is required (or --gpu-memory SIZE for a GPU the catalog lacks)")
     return args

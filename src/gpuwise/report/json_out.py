@@ -41,8 +41,7 @@ def fit_to_dict(r: FitResult) -> dict[str, Any]:
             "layers": spec.num_layers,
             "max_position_embeddings": spec.max_position_embeddings,
         },
-        "gpu": {"id": req.gpu.id, "name": req.gpu.name, "memory_bytes": req.gpu.memory_bytes,
-                "memory_source": req.gpu.memory_bytes_source},
+        "gpu": gpu_ref(req.gpu),
         "engine": req.engine,
         "num_gpus": req.num_gpus,
         "weights_format": r.weights.name,
@@ -69,7 +68,9 @@ def fit_to_dict(r: FitResult) -> dict[str, Any]:
         "max_batch": r.max_batch,
         "min_gpus": r.min_gpus,
         "min_mig_profile": r.min_mig_profile,
-        "engine_details": {k: (_num(v) if isinstance(v, float) else v) for k, v in r.estimate.details.items()},
+        # byte counts as integers, fractions (gpu_memory_utilization 0.9) as they are
+        "engine_details": {k: (_num(v) if k.endswith("_bytes") else _round(v)) if isinstance(v, float) else v
+                           for k, v in r.estimate.details.items()},
         "assumptions": list(r.assumptions),
     }
 
@@ -86,8 +87,7 @@ def train_to_dict(r: TrainResult) -> dict[str, Any]:
         "command": "train",
         "model": {"id": req.model.id, "hf_id": req.model.hf_id, "family": spec.family, "source": req.model.source,
                   "layers": spec.num_layers},
-        "gpu": {"id": req.gpu.id, "name": req.gpu.name, "memory_bytes": req.gpu.memory_bytes,
-                "memory_source": req.gpu.memory_bytes_source},
+        "gpu": gpu_ref(req.gpu),
         "num_gpus": req.num_gpus,
         "framework": r.framework,
         "framework_reason": r.framework_reason,
@@ -213,7 +213,7 @@ def infer_to_dict(r) -> dict[str, Any]:
         "schema_version": SCHEMA_VERSION,
         "command": "infer",
         "model": {"id": req.model.id, "hf_id": req.model.hf_id, "family": spec.family, "layers": spec.num_layers},
-        "gpu": {"id": req.gpu.id, "name": req.gpu.name, "memory_bytes": req.gpu.memory_bytes},
+        "gpu": gpu_ref(req.gpu),
         "num_gpus": req.num_gpus,
         "engine": req.engine,
         "weights_format": r.memory.weights.name,
@@ -287,7 +287,7 @@ def roofline_to_dict(r) -> dict[str, Any]:
         "schema_version": SCHEMA_VERSION,
         "command": "roofline",
         "model": {"id": r.model.id, "hf_id": r.model.hf_id},
-        "gpu": {"id": r.gpu.id, "name": r.gpu.name},
+        "gpu": gpu_ref(r.gpu),
         "phase": r.phase, "batch": r.batch, "seq": r.seq, "dtype": rf.dtype,
         "peak_flops": _num(rf.peak_flops),
         "bandwidth_bytes_per_s": _num(rf.bandwidth_bytes_per_s),
@@ -361,8 +361,8 @@ def plan_to_dict(r) -> dict:
         plans[-1]["train_options"], plans[-1]["train_command"] = plan_train_command(r, p)
     return {
         "schema_version": SCHEMA_VERSION, "command": "plan",
-        "model": {"id": r.request.model.id, "hf_id": r.request.model.hf_id}, "gpu": r.request.gpu.id, "num_gpus": r.request.num_gpus,
-        "seq": r.request.seq, "global_batch": r.request.global_batch, "framework": r.request.framework,
+        "model": {"id": r.request.model.id, "hf_id": r.request.model.hf_id}, "gpu": gpu_ref(r.request.gpu),
+        "num_gpus": r.request.num_gpus, "seq": r.request.seq, "global_batch": r.request.global_batch, "framework": r.request.framework,
         "objective": r.request.objective,
         "mfu_denominator": {"flops_per_s_per_gpu": r.mfu_denominator, "what": "dense peak of the GEMM dtype"},
         "plans": plans, "why": r.why, "evaluated": r.evaluated, "timed": r.timed, "feasible": r.feasible,
@@ -386,7 +386,7 @@ def doctor_to_dict(r) -> dict:
     infer = hasattr(r, "tpot_s")
     doc = {
         "schema_version": SCHEMA_VERSION, "command": "doctor", "task": "infer" if infer else "train",
-        "model": {"id": r.request.model.id, "hf_id": r.request.model.hf_id}, "gpu": r.request.gpu.id,
+        "model": {"id": r.request.model.id, "hf_id": r.request.model.hf_id}, "gpu": gpu_ref(r.request.gpu),
         "num_gpus": r.request.num_gpus, "capacity_bytes": _num(r.capacity_bytes),
         "predicted_bytes": _num(r.predicted_bytes), "observed_bytes": _num(r.observed_bytes),
         "offset_bytes": _num(r.offset_bytes), "fits": r.fits, "verdict": r.verdict,
@@ -419,6 +419,12 @@ def pick_to_dict(r) -> dict:
             "task": req.task, "objective": req.objective, "budget_usd_per_hour": req.budget_usd_per_hour,
             "headroom": req.headroom, "ranked": [cand(c) for c in r.ranked], "why": r.why, "accepted": r.accepted,
             "rejected": [cand(c) for c in r.rejected], "search_time_s": round(r.search_time_s, 4)}
+
+
+def gpu_ref(gpu: GPU) -> dict:
+    """The GPU an answer is for, the same object in every command's JSON (docs/json-schema.md): its catalog id, name,
+    the memory gpuwise plans with and where that number comes from."""
+    return {"id": gpu.id, "name": gpu.name, "memory_bytes": gpu.memory_bytes, "memory_source": gpu.memory_bytes_source}
 
 
 def runnable_to_dict(r) -> dict:
