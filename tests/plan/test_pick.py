@@ -88,14 +88,26 @@ MODELS = ["llama-3.1-8b", "qwen2.5-7b", "mistral-7b-v0.3"]
        prompt=st.sampled_from([128, 2048, 16384]), engine=st.sampled_from(["vllm", "llamacpp"]),
        factor=st.sampled_from([1.5, 2.0, 4.0]))
 def test_a_bigger_memory_gpu_of_the_same_speed_never_ranks_lower(model, batch, prompt, engine, factor):
+    """With the weights fixed: without --weights each card runs the most faithful format that fits it, and a
+    smaller card's 4-bit format can be faster than a bigger card's 16 bits (test_pick_quantizes_...)."""
     base = get_gpu("rtx-4090")
     big = replace(base, id="rtx-4090-big", name="RTX 4090 with more memory", memory_gb=base.memory_gb * factor,
                   memory_bytes=int(base.memory_bytes * factor))
     r = gpuwise.pick(model, task="infer", gpus=[base, big], batch=batch, prompt_tokens=prompt, engine=engine,
-                     prices={base.id: 0.5, big.id: 0.5}, top=100)
+                     prices={base.id: 0.5, big.id: 0.5}, top=100, weights="Q4_K_M" if engine == "llamacpp" else "bf16")
     order = [c.gpu.id for c in r.ranked]
     if base.id in order:
         assert big.id in order and order.index(big.id) < order.index(base.id)
+
+
+def test_pick_quantizes_where_no_weights_are_given():
+    """Issue 21, item 16: a 70B model on two 24 GB cards was rejected in 16 bits though 4 bits fit; without
+    --weights each candidate runs the most faithful format that fits it with the headroom kept, and says which."""
+    r = gpuwise.pick("llama-3.1-70b", task="infer", gpus=["rtx-3090"], max_gpus=2, engine="llamacpp")
+    assert [(c.count, c.setup) for c in r.ranked] == [(2, "llama.cpp layer split over 2 GPUs, Q4_K_M")]
+    fixed = gpuwise.pick("llama-3.1-70b", task="infer", gpus=["rtx-3090"], max_gpus=2, engine="llamacpp",
+                         weights="F16")
+    assert not fixed.ranked  # as asked: 16 bits fit nowhere
 
 
 @pytest.mark.parametrize("argv", [

@@ -12,6 +12,7 @@ from ..errors import GpuwiseError, InvalidArgument
 from ..estimate.comm import topology
 from ..estimate.layout import divisors
 from ..units import GB, GiB
+from .runnable import FORMATS, most_faithful_format
 from .pick_request import FINETUNE_METHOD, Candidate, PickRequest
 
 
@@ -45,21 +46,37 @@ def _money(req, gpu: GPU, n: int, price: float | None, tokens_per_s: float | Non
     return per_hour, per_m, kwh
 
 
+def _weights(req: PickRequest, gpu: GPU, n: int, batch: int) -> tuple[str | None, str]:
+    """The weights to cost (name, what the setup says of them): --weights as given, else the most faithful of the
+    engine's formats that fits here (the checkpoint's own, then FP8, then 4-bit for vLLM and SGLang; the GGUF ladder
+    for llama.cpp), so that a 70B model on two 24 GB cards is tried in 4 bits rather than rejected in 16."""
+    if req.weights is not None or req.engine not in FORMATS:
+        return req.weights, ""
+    from dataclasses import replace
+
+    kept = replace(gpu, memory_bytes=int(gpu.memory_bytes * (1 - req.headroom)))  # the format must leave the headroom
+    fmt = most_faithful_format(req.model, kept, n, req.engine, context=req.prompt_tokens + req.output_tokens,
+                               batch=batch) or most_faithful_format(
+        req.model, gpu, n, req.engine, context=req.prompt_tokens + req.output_tokens, batch=batch)
+    return (fmt.name, f", {fmt.name.removeprefix('gguf:')}") if fmt is not None else (None, "")
+
+
 def _infer(req: PickRequest, gpu: GPU, n: int, price: float | None, source: str) -> Candidate:
     from .infer import InferRequest, infer
 
-    r = infer(InferRequest(model=req.model, gpu=gpu, num_gpus=n, weights=req.weights, kv_dtype=req.kv_dtype,
+    weights, said = _weights(req, gpu, n, req.batch)
+    r = infer(InferRequest(model=req.model, gpu=gpu, num_gpus=n, weights=weights, kv_dtype=req.kv_dtype,
                            batch=req.batch, prompt_tokens=req.prompt_tokens, output_tokens=req.output_tokens,
                            engine=req.engine, usd_per_gpu_hour=price))
     fits = r.memory.fits
     speed = req.batch * req.output_tokens / r.request_s  # whole requests: prefill included, as infer's cost
     per_hour, per_m, kwh = _money(req, gpu, n, price, speed)
     if req.engine == "llamacpp":
-        setup = "one GPU" if n == 1 else f"llama.cpp layer split over {n} GPUs"
+        setup = ("one GPU" if n == 1 else f"llama.cpp layer split over {n} GPUs") + said
         link = ("none" if n == 1 else "layer split sends one activation per token between cards: PCIe is enough, "
                 "but the cards work in turn, so it is no faster than one card that fits")
     else:
-        setup = "one GPU" if n == 1 else f"tensor parallel {n}"
+        setup = ("one GPU" if n == 1 else f"tensor parallel {n}") + said
         link = "none (one GPU)" if n == 1 else f"tensor parallel all-reduces every layer: {_link(r.topology)}"
     return Candidate(gpu=gpu, count=n, fits=fits, memory_bytes=r.memory.estimate.memory.total, tokens_per_s=speed,
                      usd_per_hour=per_hour, usd_per_million_tokens=per_m, kwh_per_million_tokens=kwh, setup=setup,
@@ -155,11 +172,12 @@ def _serve(req: PickRequest, gpu: GPU, n: int, price: float | None, source: str)
 
     if req.engine == "llamacpp" and n > 1:
         raise InvalidArgument("llama.cpp's layer split does not serve faster than one GPU")
-    ireq = InferRequest(model=req.model, gpu=gpu, num_gpus=n, weights=req.weights, kv_dtype=req.kv_dtype,
+    weights, said = _weights(req, gpu, n, 1)
+    ireq = InferRequest(model=req.model, gpu=gpu, num_gpus=n, weights=weights, kv_dtype=req.kv_dtype,
                         prompt_tokens=req.prompt_tokens, output_tokens=req.output_tokens, engine=req.engine,
                         request_rate=req.request_rate, num_prompts=SERVE_SIM_REQUESTS)
     ks = kernel_setup(ireq)
-    setup = "one GPU per replica" if n == 1 else f"tensor parallel {n} per replica"
+    setup = ("one GPU per replica" if n == 1 else f"tensor parallel {n} per replica") + said
     if not ks.mem.fits:
         return Candidate(gpu=gpu, count=n, fits=False, memory_bytes=ks.mem.estimate.memory.total, tokens_per_s=None,
                          usd_per_hour=None, usd_per_million_tokens=None, kwh_per_million_tokens=None, setup=setup,

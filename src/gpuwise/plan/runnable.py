@@ -100,6 +100,26 @@ def _formats(model: LoadedModel, engine: str) -> list[WeightFormat]:
     return [own] + [f for f in map(get_weight_format, FORMATS[engine]) if f.weight_bytes(model.spec) < size]
 
 
+def most_faithful_format(model: LoadedModel, gpu: GPU, n: int, engine: str, *, context: int,
+                         batch: int = 1) -> WeightFormat | None:
+    """The first of the engine's formats (`_formats`) whose memory fits `batch` sequences of `context` tokens on `n`
+    GPUs, None when none does (or the engine cannot run the model so): `pick` uses it where no --weights is given."""
+    from ..estimate.inference_memory import inference_memory
+
+    for fmt in _formats(model, engine):
+        req = FitRequest(model=model, gpu=gpu, num_gpus=n, weights=fmt.name, engine=engine, context=context,
+                         batch=batch)
+        try:
+            check_tensor_parallel(req)
+            w, _, kv, _ = _resolve_formats(req)
+        except GpuwiseError:
+            return None
+        if inference_memory(model.spec, gpu_memory=gpu.memory_bytes, gpu_id=gpu.id, num_gpus=n, weights=w,
+                            kv_dtype=kv, context=context, batch=batch, engine=engine, vllm=req.vllm_options).fits:
+            return w
+    return None
+
+
 def _usable_count(model: LoadedModel, gpu: GPU, n: int, engine: str) -> int | None:
     """The most of the `n` GPUs the engine can split the model over: tensor parallelism needs a degree that divides
     the heads (vLLM, SGLang), so a model may run on half of them, or one; None if on none."""
