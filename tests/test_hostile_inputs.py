@@ -130,3 +130,30 @@ def test_the_largest_accepted_model_still_answers_fast(tmp_path) -> None:
     start = time.perf_counter()
     assert not gpuwise.fit(str(path), gpu="h100").fits
     assert time.perf_counter() - start < 5
+
+
+@pytest.mark.parametrize(("profile", "words"), [
+    ({"matmul_efficiency": [1, 2]}, "must be an object"),
+    ({"matmul_tflops": {"bf16": "fast"}}, "must be a number"),
+    ({"memory_bandwidth_gb_s": None}, "must be a number"),
+    ({"matmul_efficiency": {"bf16": 5e-324}}, "fraction in [0.01, 1]"),
+    ({"memory_efficiency": 1e-300}, "fraction in [0.01, 1]"),
+    ({"kernel_overhead_us": "x"}, "kernel_overhead_us"),
+    ({"network": {"intra_node_busbw_gb_s": 1e-300}}, "no GPU interconnect"),
+    ({"network": [1]}, "must be an object"),
+])
+@pytest.mark.parametrize("command", ["train", "infer", "roofline"])
+def test_a_profile_with_wrong_types_or_impossible_numbers_is_one_line(tmp_path, capsys, profile, words, command):
+    """Issue 21, item 4: wrong types gave tracebacks; an efficiency of 5e-324 gave NaN and Infinity in --json."""
+    path = tmp_path / "profile.json"
+    path.write_text(json.dumps({"kind": "gpuwise-device-profile", "gpu": "h100-sxm", **profile}))
+    err = _one_line(capsys, command, "llama-3.2-1b", "--gpu", "h100-sxm", "--profile", str(path), "--json")
+    assert words in err
+
+
+def test_json_output_never_holds_nan_or_infinity() -> None:
+    from gpuwise.schema import dumps
+
+    text = dumps({"a": float("nan"), "b": [float("inf"), 1.5], "c": {"d": -float("inf")}})
+    assert json.loads(text) == {"a": None, "b": [None, 1.5], "c": {"d": None}}
+    assert "NaN" not in text and "Infinity" not in text

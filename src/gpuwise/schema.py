@@ -30,5 +30,21 @@ def rounded(x: float | None, digits: int = 6) -> float | None:
 
 
 def dumps(doc: Any) -> str:
-    """The document as the CLI prints it (indented, keys in the order built)."""
-    return json.dumps(doc, indent=2, sort_keys=False)
+    """The document as the CLI prints it (indented, keys in the order built). JSON has no NaN or Infinity: a
+    non-finite number is unknown, null (never a token other programs cannot parse)."""
+    try:
+        return json.dumps(doc, indent=2, sort_keys=False, allow_nan=False)
+    except ValueError:
+        return json.dumps(_finite(doc), indent=2, sort_keys=False, allow_nan=False)
+
+
+def _finite(x: Any) -> Any:
+    import math
+
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_finite(v) for v in x]
+    return x

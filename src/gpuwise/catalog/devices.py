@@ -142,10 +142,28 @@ def _family(name: str, value: object) -> str:
     return str(value)
 
 
+MIN_EFFICIENCY = 0.01
+"""The smallest share of a peak a profile may claim: a kernel at 1% of its datasheet rate is a broken measurement, and
+5e-324 (a fuzzed file) made every time infinite and the JSON NaN (issue 21)."""
+
+
 def _fraction(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
-        raise InvalidArgument(f"profile: {name} must be a fraction in (0, 1], got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not MIN_EFFICIENCY <= value <= 1:
+        raise InvalidArgument(f"profile: {name} must be a fraction in [{MIN_EFFICIENCY}, 1], got {value!r}")
     return float(value)
+
+
+def _number(name: str, value: object, upper: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < upper:
+        raise InvalidArgument(f"profile: {name} must be a number in (0, {upper:g}), got {value!r}")
+    return float(value)
+
+
+def _table(doc: dict, key: str) -> dict:
+    value = doc.get(key) or {}
+    if not isinstance(value, dict):
+        raise InvalidArgument(f"profile: {key} must be an object {{dtype: number}}, got {type(value).__name__}")
+    return value
 
 
 def load_profile(path: str | Path, gpu: GPU) -> DeviceProfile:
@@ -159,6 +177,7 @@ def load_profile(path: str | Path, gpu: GPU) -> DeviceProfile:
     peak. A profile that names the catalog `gpu` it was measured on applies to that GPU only.
     """
     doc = _read_profile(str(path))
+    network_overrides(path)  # the whole file is checked, whether or not this command uses its network section
     measured_on = doc.get("gpu")
     if measured_on is not None and measured_on != gpu.id:
         raise InvalidArgument(f"--profile: {Path(path).name} was measured on {measured_on}, not {gpu.id} "
@@ -167,22 +186,22 @@ def load_profile(path: str | Path, gpu: GPU) -> DeviceProfile:
     origin = f"profile {Path(path).name}"
     sources = dict(base.sources)
     eff = dict(base.matmul_efficiency)
-    for dt, frac in (doc.get("matmul_efficiency") or {}).items():
+    for dt, frac in _table(doc, "matmul_efficiency").items():
         eff[dt] = _fraction(f"matmul_efficiency.{dt}", frac)
         sources[f"matmul_efficiency.{dt}"] = origin
-    for dt, tflops in (doc.get("matmul_tflops") or {}).items():
+    for dt, tflops in _table(doc, "matmul_tflops").items():
         peak = gpu.peak_flops.get(dt)
         if peak is None:
             raise InvalidArgument(f"--profile: {gpu.name} has no {dt} peak in the catalog to compare with")
-        eff[dt] = _fraction(f"matmul_tflops.{dt} / peak", float(tflops) * 1e12 / peak)
+        eff[dt] = _fraction(f"matmul_tflops.{dt} / peak", _number(f"matmul_tflops.{dt}", tflops, 1e5) * 1e12 / peak)
         sources[f"matmul_efficiency.{dt}"] = origin
     changes: dict = {"matmul_efficiency": eff}
     if "memory_bandwidth_gb_s" in doc:
         if not gpu.memory_bandwidth_bytes_per_s:
             raise InvalidArgument(f"--profile: {gpu.name} has no datasheet bandwidth to compare with")
         changes["memory_efficiency"] = _fraction("memory_bandwidth_gb_s / datasheet",
-                                                 float(doc["memory_bandwidth_gb_s"]) * GB
-                                                 / gpu.memory_bandwidth_bytes_per_s)
+                                                 _number("memory_bandwidth_gb_s", doc["memory_bandwidth_gb_s"], 1e5)
+                                                 * GB / gpu.memory_bandwidth_bytes_per_s)
     for key in ("memory_efficiency", "attention_forward_efficiency", "attention_backward_efficiency",
                 "sdpa_forward_efficiency", "sdpa_backward_efficiency"):
         if key in doc:
@@ -219,6 +238,8 @@ def network_overrides(path: str | Path | None) -> dict:
     for key in ("intra_node_busbw_gb_s", "inter_node_busbw_gb_s", "intra_node_latency_us", "inter_node_latency_us"):
         if key in net:
             require_positive_number(f"--profile: network.{key}", net[key], 1e5)
+            if key.endswith("busbw_gb_s") and net[key] < 0.01:  # 10 MB/s: no GPU link is slower
+                raise InvalidArgument(f"--profile: network.{key} = {net[key]!r} GB/s is no GPU interconnect")
     return net
 
 
