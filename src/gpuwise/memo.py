@@ -19,9 +19,28 @@ store starts over (each entry holds its own objects, so dropping them all is saf
 search fills a few thousand)."""
 
 
+_STORES: dict[int, dict] = {}
+
+
 def remember(store: dict, key: tuple, value: T, *keep: object) -> T:
     """Store `value` under `key` with the objects whose ids the key holds; return it."""
     if len(store) >= MAX_ENTRIES:
         store.clear()
+    elif not store:
+        _STORES[id(store)] = store
     store[key] = (value, keep)
     return value
+
+
+def clear_all() -> None:
+    """Empty every cache of the models: these stores and every functools.lru_cache of gpuwise's modules. A long-running
+    server calls it when its memory passes its budget (serve/server.py), which bounds the caches by bytes whatever
+    the number of distinct models posted to it."""
+    import functools
+    import gc
+
+    for store in _STORES.values():
+        store.clear()
+    for obj in gc.get_objects():
+        if isinstance(obj, functools._lru_cache_wrapper) and getattr(obj, "__module__", "").startswith("gpuwise"):
+            obj.cache_clear()

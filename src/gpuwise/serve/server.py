@@ -8,8 +8,10 @@ to a network would expose those reads too (`gpuwise serve --host 0.0.0.0` says s
 from __future__ import annotations
 
 import json
+import os
 import socket
 import sys
+import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 from urllib.parse import urlsplit
@@ -135,16 +137,45 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
         self._route("GET")
+        _bound_memory()
 
     def do_HEAD(self) -> None:  # noqa: N802
         self._route("GET")
 
     def do_POST(self) -> None:  # noqa: N802
         self._route("POST")
+        _bound_memory()
 
     def log_message(self, format: str, *args) -> None:  # noqa: A002
         if not self.quiet:  # control characters escaped, as http.server does: a request line cannot drive the terminal
             sys.stderr.write(f"{self.address_string()} {(format % args).translate(self._control_char_table)}\n")
+
+
+MEMORY_BUDGET_BYTES = 768 * 2**20
+"""Resident memory past which the server empties the models' caches after a request: every distinct posted config
+adds its own cached terms (40 large ones once held 1.8 GB), so the caches are bounded by bytes, not entries. The
+catalog's answers rebuild theirs in milliseconds."""
+_CLEAR_LOCK = threading.Lock()
+
+
+def _resident_bytes() -> int | None:
+    try:
+        with open("/proc/self/statm") as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None  # not Linux: the entry bounds (memo.MAX_ENTRIES, lru sizes) still hold
+
+
+def _bound_memory(budget: int | None = None) -> bool:
+    """Empty the caches when resident memory passes the budget; whether it did."""
+    used = _resident_bytes()
+    if used is None or used <= (budget or MEMORY_BUDGET_BYTES):
+        return False
+    from .. import memo
+
+    with _CLEAR_LOCK:
+        memo.clear_all()
+    return True
 
 
 class QuietHandler(Handler):
