@@ -11,6 +11,50 @@ MAX_BYTES = 16 << 20
 """Profiles and plans are KBs; a plan with every layout of a big search stays well under this."""
 
 
+_ALLOWED_ROOTS: "ContextVar[tuple[str, ...] | None]"
+try:
+    from contextvars import ContextVar
+
+    _ALLOWED_ROOTS = ContextVar("gpuwise_allowed_roots", default=None)
+except ImportError:  # pragma: no cover
+    raise
+
+NOT_READ = ("local files are not read through the web API (start `gpuwise serve --data-dir DIR` to let it read the "
+            "files under DIR, or paste the config)")
+"""What the API says of any path outside the directories it may read, whether or not the path exists."""
+
+
+class local_files:  # noqa: N801 (used as a context manager, like contextlib's)
+    """Within it, files are read only under `roots` (the web API: its --data-dir and a pasted config's folder);
+    None: every file, as the CLI reads them."""
+
+    def __init__(self, roots: tuple[str, ...] | None) -> None:
+        import os
+
+        self.roots = None if roots is None else tuple(os.path.realpath(r) for r in roots)
+
+    def __enter__(self):
+        self.token = _ALLOWED_ROOTS.set(self.roots)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        _ALLOWED_ROOTS.reset(self.token)
+
+
+def file_allowed(path: str | Path) -> bool:
+    """Whether `path` may be read here (always in the CLI; under the allowed roots in the web API)."""
+    import os
+
+    roots = _ALLOWED_ROOTS.get()
+    if roots is None:
+        return True
+    try:
+        real = os.path.realpath(path)
+    except (OSError, ValueError):
+        return False
+    return any(real == r or real.startswith(r.rstrip(os.sep) + os.sep) for r in roots)
+
+
 PSEUDO_FILESYSTEMS = ("/proc/", "/sys/", "/dev/")
 """Kernel interfaces that look like regular files but can block forever (/proc/kmsg) or never end: never read."""
 
@@ -23,6 +67,8 @@ def read_text_bounded(path: str | Path, limit: int, *, error=InvalidArgument, wh
     import stat
 
     label = f"{what}'{path}'" if what else f"'{path}'"
+    if not file_allowed(path):  # the same words whether or not it exists: the API reveals nothing of other paths
+        raise error(f"{what}{NOT_READ}")
     try:
         resolved = os.path.realpath(path)
     except (OSError, ValueError):

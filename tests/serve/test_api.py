@@ -279,3 +279,28 @@ def test_memory_past_the_budget_empties_the_caches() -> None:
     assert server._bound_memory(budget=1)  # over: every gpuwise lru cache and memo store emptied
     assert param_counts.cache_info().currsize == 0
     assert gpuwise.fit("llama-3.1-8b", gpu="h100").estimate.memory.total == before
+
+
+def test_the_api_reads_no_local_file_and_reveals_nothing_about_paths(tmp_path, monkeypatch) -> None:
+    """Issue 21, item 9: errors echoed values read from any local JSON file and told whether a path existed. Without
+    --data-dir the API reads no file by path, with the same words for a file that exists and one that does not."""
+    secret = tmp_path / "secret.json"
+    secret.write_text('{"model_type": "TOPSECRET"}')
+    answers = []
+    for model in (str(secret), str(tmp_path / "missing.json"), "/etc/passwd", "../../etc/passwd"):
+        status, body = api.handle("GET", "fit", f"model={model}&gpu=h100")
+        answers.append(json.loads(body)["error"])
+        assert status == 400 and "TOPSECRET" not in body.decode()
+    assert len(set(answers)) == 1 and "--data-dir" in answers[0]
+    status, body = api.handle("GET", "infer", f"model=gpt2&gpu=h100&profile={secret}")
+    assert status == 400 and json.loads(body)["error"].endswith(answers[0])
+    # with --data-dir, the files under it are read, and nothing else
+    good = tmp_path / "data" / "config.json"
+    good.parent.mkdir()
+    good.write_text(FIXTURE.read_text())
+    monkeypatch.setattr(api, "DATA_DIR", str(good.parent))
+    status, body = api.handle("GET", "fit", f"model={good}&gpu=h100")
+    assert status == 200, body
+    status, body = api.handle("GET", "fit", f"model={secret}&gpu=h100")
+    assert status == 400 and "TOPSECRET" not in body.decode()
+    assert main(["fit", str(good), "--gpu", "h100"]) == 0  # the CLI reads any file, as before

@@ -172,11 +172,15 @@ def load_model(name: str) -> LoadedModel:
     entry = find_entry(name)
     if entry is not None:
         return LoadedModel(id=entry.id, hf_id=entry.hf_id, spec=entry_spec(entry), source="catalog", entry=entry)
-    if os.path.exists(name):
+    from ..jsonfile import NOT_READ, file_allowed
+
+    allowed = file_allowed(name)
+    if allowed and os.path.exists(name):
         raw, path = read_config_file(name)
         return LoadedModel(id=name, hf_id=None, spec=spec_from_hf_config(raw), source="file", config_path=path)
-    if name.endswith(".json") or os.sep in name and not _HUB_ID.match(name):
-        raise UnknownModelError(f"no such file: '{name}'")
+    path_like = name.endswith(".json") or name.startswith(("/", ".", "~")) or (os.sep in name and not _HUB_ID.match(name))
+    if path_like:
+        raise UnknownModelError(NOT_READ if not allowed else f"no such file: '{name}'")
     if _HUB_ID.match(name.strip()):
         raw, path = _from_hub(name.strip())
         return LoadedModel(id=name, hf_id=name, spec=spec_from_hf_config(raw), source="hub", config_path=path)

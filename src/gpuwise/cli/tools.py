@@ -97,6 +97,8 @@ def _serve_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=port, default=8000, help="port (default 8000; 0 picks a free one)")
     p.add_argument("--quiet", action="store_true", help="do not log each request on stderr")
+    p.add_argument("--data-dir", metavar="DIR", help="the only directory whose files the API may read by path "
+                                                      "(config.json files, profiles); default: none")
 
 
 def _serve(args: argparse.Namespace) -> None:

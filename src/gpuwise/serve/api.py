@@ -189,9 +189,22 @@ def _config_file(body: bytes, folder: str) -> str:
     return str(path)
 
 
+DATA_DIR: str | None = None
+"""The one directory whose files the API may read by path (`gpuwise serve --data-dir DIR`); None: none at all, so a
+request can neither read this machine's files nor learn whether a path exists (issue 21)."""
+
+
 def handle(method: str, command: str, query: str, body: bytes = b"") -> tuple[int, bytes]:
     """(HTTP status, JSON body) for /api/<command>. 200: the CLI's --json stdout; 400/404: {"error": message}."""
+    from ..jsonfile import local_files
+
+    with local_files((DATA_DIR,) if DATA_DIR else ()):
+        return _handle(method, command, query, body)
+
+
+def _handle(method: str, command: str, query: str, body: bytes) -> tuple[int, bytes]:
     from ..cli import run
+    from ..jsonfile import local_files
 
     try:
         params = _params(query)
@@ -205,7 +218,8 @@ def handle(method: str, command: str, query: str, body: bytes = b"") -> tuple[in
             with tempfile.TemporaryDirectory(prefix="gpuwise-config-") as folder:
                 path = _config_file(body, folder)
                 try:
-                    out = run(_with_json(argv_for(command, params, model_path=path)))
+                    with local_files((folder, DATA_DIR) if DATA_DIR else (folder,)):
+                        out = run(_with_json(argv_for(command, params, model_path=path)))
                 except GpuwiseError as exc:
                     raise type(exc)(_as_pasted(str(exc), path)) from None
                 # The answer names the model as the CLI would for ./config.json, not the temporary folder.

@@ -202,6 +202,10 @@ LOOPBACK_ADDRESSES = ("127.0.0.1", "::1")
 
 
 def cli_main(args) -> None:
+    if getattr(args, "data_dir", None):
+        if not os.path.isdir(args.data_dir):
+            raise GpuwiseError(f"--data-dir: {args.data_dir} is not a directory")
+        api.DATA_DIR = os.path.realpath(args.data_dir)
     server = make_server(args.host, args.port, quiet=args.quiet)
     host, port = server.server_address[:2]
     shown = f"[{host}]" if ":" in str(host) else host
@@ -209,7 +213,8 @@ def cli_main(args) -> None:
                      "; Ctrl-C stops\n")
     if args.host not in LOOPBACK and not str(args.host).startswith("127."):
         sys.stderr.write(f"gpuwise serve: warning: listening on {args.host}, not loopback: anyone who can reach it "
-                         "can run queries and make it read config files by path on this machine\n")
+                         "can run queries" + (f" and make it read the files under {api.DATA_DIR}" if api.DATA_DIR
+                                              else "") + "\n")
     sys.stderr.flush()
     try:
         server.serve_forever()
