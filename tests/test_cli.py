@@ -185,3 +185,38 @@ def test_engine_fractions_are_not_rounded_to_integers(capsys) -> None:
     assert details["gpu_memory_utilization"] == 0.9 and isinstance(details["kv_pool_bytes"], int)
     assert main(["fit", "llama-3.1-8b", "--gpu", "h100-sxm:3g.40gb", "--json"]) == 0  # MIG slices, as pick takes
     assert json.loads(capsys.readouterr().out)["gpu"]["name"].endswith("MIG 3g.40gb")
+
+
+def test_fit_that_does_not_fit_names_the_cheapest_change_that_does(capsys) -> None:
+    """Issue 21, item 13: 70B in bf16 on one RTX 4090 names a change that fits, and `fit` with it says FITS."""
+    assert main(["fit", "llama-3.1-70b", "--gpu", "rtx-4090", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    fix = doc["cheapest_fix"]
+    assert doc["fits"] is False and fix is not None and fix["fits"] is True
+    argv = ["fit", "llama-3.1-70b", "--gpu", "rtx-4090", "--json"]
+    for k, v in fix["options"].items():
+        argv += [f"--{k.replace('_', '-')}", str(v)]
+    assert main(argv) == 0
+    assert json.loads(capsys.readouterr().out)["fits"] is True
+    assert main(["fit", "llama-3.1-70b", "--gpu", "rtx-4090"]) == 0
+    assert f"cheapest change that fits: {fix['change']}" in capsys.readouterr().out
+
+
+def test_fit_takes_every_engine_infer_takes_and_the_defaults_say_they_differ(capsys) -> None:
+    """Issue 21, item 15: `fit --engine trtllm` was refused while `infer` took it; infer's and roofline's default
+    lengths differ from fit's 4,096-token context, and each says so."""
+    assert main(["fit", "llama-3.1-8b", "--gpu", "h100-sxm", "--engine", "trtllm", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["engine"] == "trtllm" and any("TensorRT-LLM" in a for a in doc["assumptions"])
+    assert main(["fit", "llama-3.1-8b", "--gpu", "h100-sxm", "--engine", "vllm", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["memory"] == doc["memory"]  # the paged pool modelled as vLLM's
+    assert main(["infer", "llama-3.1-8b", "--gpu", "h100-sxm", "--engine", "trtllm", "--json"]) == 0
+    inferred = json.loads(capsys.readouterr().out)
+    assert any("infer's default request" in a for a in inferred["assumptions"])
+    assert main(["roofline", "llama-3.1-8b", "--gpu", "h100-sxm"]) == 0
+    assert "roofline's default" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as e:
+        raise SystemExit(main(["fit", "llama-3.1-8b", "--gpu", "h100-sxm", "--engine", "trtllm", "--weights",
+                               "q4_k_m"]))
+    assert e.value.code == 2
+    assert capsys.readouterr().err.count("\n") == 1

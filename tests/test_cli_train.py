@@ -78,3 +78,22 @@ def test_bad_input_is_one_line_and_exit_2(argv, capsys) -> None:
     assert _exit_code(["train", *argv]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("gpuwise: error:") and "Traceback" not in err
+
+
+def test_does_not_fit_names_the_cheapest_change_that_fits(capsys) -> None:
+    """Issue 21, item 13: a DOES NOT FIT answer names one change that fits (the doctor's headline), and that change,
+    fed back to `gpuwise train`, does fit."""
+    doc = _json(capsys, "llama-3.1-70b", "--gpu", "a100-80gb", "--seq", "2048")
+    assert doc["fits"] is False
+    fix = doc["cheapest_fix"]
+    assert fix is not None and fix["fits"] is True
+    argv = ["llama-3.1-70b", "--gpu", "a100-80gb", "--seq", "2048"]
+    for k, v in fix["options"].items():
+        if v is not None:
+            argv += [f"--{k.replace('_', '-')}", ",".join(v) if isinstance(v, list) else str(v)]
+    assert _json(capsys, *argv)["fits"] is True
+    assert main(["train", "llama-3.1-70b", "--gpu", "a100-80gb", "--seq", "2048"]) == 0
+    out = capsys.readouterr().out
+    assert f"cheapest change that fits: {fix['change']}" in out
+    assert _json(capsys, "llama-3.1-8b", "--gpu", "h100-sxm", "--finetune", "lora", "--seq", "2048")[
+        "cheapest_fix"] is None

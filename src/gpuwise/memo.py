@@ -37,10 +37,15 @@ def clear_all() -> None:
     server calls it when its memory passes its budget (serve/server.py), which bounds the caches by bytes whatever
     the number of distinct models posted to it."""
     import functools
-    import gc
+    import sys
 
     for store in _STORES.values():
         store.clear()
-    for obj in gc.get_objects():
-        if isinstance(obj, functools._lru_cache_wrapper) and getattr(obj, "__module__", "").startswith("gpuwise"):
-            obj.cache_clear()
+    for name, module in list(sys.modules.items()):
+        if not (name == "gpuwise" or name.startswith("gpuwise.")) or module is None:
+            continue
+        for obj in list(vars(module).values()):
+            members = vars(obj).values() if isinstance(obj, type) and obj.__module__ == name else ()
+            for fn in (obj, *members):
+                if isinstance(fn, functools._lru_cache_wrapper):
+                    fn.cache_clear()

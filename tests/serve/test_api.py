@@ -154,7 +154,7 @@ def test_openapi_lists_every_endpoint_with_the_cli_options(base_url) -> None:
         params = {p["name"]: p for p in spec["paths"][f"/api/{command}"]["get"]["parameters"]}
         assert set(params) == {o.name for o in api.options(command)}
     fit = {p["name"]: p for p in spec["paths"]["/api/fit"]["get"]["parameters"]}
-    assert fit["engine"]["schema"]["enum"] == ["hf", "vllm", "llamacpp", "sglang"]
+    assert fit["engine"]["schema"]["enum"] == ["hf", "vllm", "llamacpp", "trtllm", "sglang"]
     assert not fit["gpu"]["required"] and "gpu_memory" in fit  # a catalog GPU, or only its memory
     assert fit["num_gpus"]["schema"] == {"type": "integer", "default": 1}
     status, headers, page = fetch(f"{base_url}/docs")

@@ -71,15 +71,35 @@ def _answer(api: str, part: Part, to_dict: str, render: str) -> Callable[[argpar
         from .. import api as api_module
 
         result = getattr(api_module, api)(args.model, gpu=args.gpu, **_options(args, part))
+        fix = _fix(result)
         if args.json:
             from ..report import json_out
 
-            return json_out.dumps(getattr(json_out, to_dict)(result))
+            return json_out.dumps(getattr(json_out, to_dict)(result, fix=fix))
         from ..report import text
 
-        return getattr(text, render)(result)
+        return getattr(text, render)(result, fix=fix)
 
     return run
+
+
+def _fix(result):
+    """For a job that does not fit, the one change `gpuwise doctor` heads its answer with (None when it fits, or
+    when no remedy fits): `fit` and `train` name it under their verdict (issue 21, item 13)."""
+    if result.fits:
+        return None
+    from ..errors import GpuwiseError
+
+    try:
+        if hasattr(result, "estimate"):  # fit
+            from ..plan.doctor_infer import doctor_infer
+
+            return doctor_infer(result.request).fix
+        from ..plan.doctor import doctor
+
+        return doctor(result.request).fix
+    except GpuwiseError:
+        return None
 
 
 def _roofline(args: argparse.Namespace) -> str:

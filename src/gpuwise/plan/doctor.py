@@ -28,6 +28,13 @@ from .train import MEGATRON_OPTIONS, TrainRequest, TrainResult, megatron_option_
 RECOMPUTE_LADDER = ("none", "selective", "full")
 ZERO_LADDER = (0, 1, 2, 3)
 HEADROOM_NOTE = FRAGMENTATION_RISK  # GMLake (ASPLOS 2024): 15% average fragmentation
+SAME_TIME = 0.02
+"""Step times within 2% of each other count as a tie: far below the speed model's own error (14-19% median on the
+held-out runs, docs/validation.md), so the tie goes to the more common remedy rather than to noise."""
+COMMONNESS = ("micro_batch", "recompute", "fsdp", "zero", "optimizer", "offload")
+"""Same-job knobs from the most to the least used: gradient accumulation and activation checkpointing are on in the
+default recipes of torchtitan, Megatron-LM, PEFT/TRL and torchtune; FSDP/ZeRO sharding next; an 8-bit optimizer
+(bitsandbytes) is a fine-tuning habit rarely seen in pre-training recipes; CPU offload is the last resort."""
 
 
 Task = Literal["train", "infer"]
@@ -80,6 +87,21 @@ class Remedy:
     def saved_bytes(self, before: float) -> float:
         return before - self.memory_bytes
 
+    @property
+    def changes_hardware(self) -> bool:
+        """More GPUs or another GPU: faster or roomier by spending more, the last thing to propose."""
+        return bool({"gpu", "num_gpus"} & set(self.options))
+
+
+def headline(remedies, combination: Remedy | None) -> Remedy | None:
+    """The change a "does not fit" answer names: the combination when one fits, else the fastest single change that
+    fits on the same hardware, else the fastest that fits on other hardware."""
+    if combination is not None:
+        return combination
+    fitting = [r for r in remedies if r.fits]
+    same = [r for r in fitting if not r.changes_hardware]
+    return _fastest(same or fitting) if fitting else None
+
 
 class Diagnosis:
     """What both doctors' results share: the memory needed (prediction + observed offset) against capacity."""
@@ -109,8 +131,17 @@ class DoctorResult(Diagnosis):
     """Ranked: those that fit first (least slowdown first; same job before changed job), then the rest (most
     memory saved first)."""
     combination: Remedy | None
-    """The cheapest-in-time mix of same-job knobs that fits; None when none does."""
-    verdict: str
+    """The fastest mix of same-job knobs that fits (ties within SAME_TIME go to the more common knobs); None when none
+    does."""
+    roomy: Remedy | None = None
+    """When the combination is tight (within the fragmentation allocators often add), the fastest mix that fits with
+    that room to spare, on the same hardware; None otherwise or when none does."""
+    verdict: str = ""
+
+    @property
+    def fix(self) -> Remedy | None:
+        """The one change `gpuwise train` names when the job does not fit (see `headline`)."""
+        return None if self.fits else headline(self.remedies, self.combination)
 
 
 def doctor(req: TrainRequest, *, oom_at_gib: float | None = None) -> DoctorResult:
@@ -143,12 +174,13 @@ def doctor(req: TrainRequest, *, oom_at_gib: float | None = None) -> DoctorResul
 
     found = [x for x in _single_changes(req, base, remedy) if x is not None
              and (x.memory_bytes < predicted + offset - 0.5 * MiB or x.name == "bigger-gpu")]
-    ranked = sorted(found, key=lambda x: (not x.fits, x.changes_job, x.slowdown if x.fits else -x.saved_bytes(
-        predicted + offset)))
-    combo = _combination(req, base, remedy)
+    ranked = sorted(found, key=lambda x: (not x.fits, x.changes_job, x.changes_hardware,
+                                          x.slowdown if x.fits else -x.saved_bytes(predicted + offset)))
+    combo, roomy = _combination(req, base, remedy)
     return DoctorResult(request=req, base=base, capacity_bytes=capacity, predicted_bytes=predicted,
                         observed_bytes=observed, offset_bytes=offset, remedies=tuple(ranked), combination=combo,
-                        verdict=_verdict(req, base.memory.required + offset, capacity, ranked, combo))
+                        roomy=roomy, verdict=_verdict(req, base.memory.required + offset, capacity, ranked, combo,
+                                                      roomy))
 
 
 def _stronger_recompute(mode: str) -> list[str]:
@@ -283,30 +315,50 @@ def _bigger_gpu(req: TrainRequest, remedy):
         yield last
 
 
-def _combination(req: TrainRequest, base: TrainResult, remedy) -> Remedy | None:
+def _combination(req: TrainRequest, base: TrainResult, remedy) -> tuple[Remedy | None, Remedy | None]:
     """Search the same-job knobs together (micro-batch, recompute, sharding, optimizer, offload); the fitting mix
-    with the shortest predicted step. On the same GPUs first; if nothing fits there, with 2, 4, 8 times the GPUs,
-    then on the bigger GPUs, and the first hardware that admits a fitting mix is reported."""
-    best = _knob_search(req, base, remedy, {}, False, req)
-    if best is not None:
-        return best
+    with the shortest predicted step (ties to the more common knobs), and when that one is tight the fastest with
+    room. On the same GPUs first; if nothing fits there, with 2, 4, 8 times the GPUs, then on the bigger GPUs, and
+    the first hardware that admits a fitting mix is reported."""
+    found = _knob_search(req, base, remedy, {}, False, req)
+    if found:
+        return _best(found)
     for _, changes in _more_gpu_options(req, base):
         try:
             wider = train(_changed(req, **changes))
         except GpuwiseError:
             continue
-        best = _knob_search(_changed(req, **changes), wider, remedy, changes, True, req)
-        if best is not None:
-            return best
+        found = _knob_search(_changed(req, **changes), wider, remedy, changes, True, req)
+        if found:
+            return _best(found)
     for g in _bigger_gpus(req):
-        best = _knob_search(replace(req, gpu=g), base, remedy, {"gpu": g}, True, req)
-        if best is not None:
-            return best
-    return None
+        found = _knob_search(replace(req, gpu=g), base, remedy, {"gpu": g}, True, req)
+        if found:
+            return _best(found)
+    return None, None
+
+
+def _rarity(options: dict) -> int:
+    """How uncommon a mix of knobs is: the sum of each changed knob's place in COMMONNESS (1 = most common)."""
+    return sum(COMMONNESS.index(k) + 1 for k in options if k in COMMONNESS)
+
+
+def _fastest(found: list[Remedy]) -> Remedy:
+    """The fastest, a tie (within SAME_TIME) going to the more common knobs, then to the smaller footprint."""
+    t = min(r.step_time_s for r in found) * (1 + SAME_TIME)
+    return min((r for r in found if r.step_time_s <= t), key=lambda r: (_rarity(r.options), r.step_time_s,
+                                                                         r.memory_bytes))
+
+
+def _best(found: list[Remedy]) -> tuple[Remedy, Remedy | None]:
+    best = _fastest(found)
+    roomy = [r for r in found if not r.tight]
+    return best, (_fastest(roomy) if best.tight and roomy else None)
 
 
 def _knob_search(req: TrainRequest, base: TrainResult, remedy, hardware: dict, changes_job: bool,
-                 original: TrainRequest) -> Remedy | None:
+                 original: TrainRequest) -> list[Remedy]:
+    """Every mix of the same-job knobs that fits on this hardware."""
     lay = base.layout
     per_rank = req.global_batch // lay.dp
     mbs = [b for b in divisors(per_rank) if b <= req.micro_batch]
@@ -316,7 +368,7 @@ def _knob_search(req: TrainRequest, base: TrainResult, remedy, hardware: dict, c
     offloads = [req.offload]
     if "optimizer" not in req.offload and req.optimizer != "none":
         offloads.append(req.offload + ("optimizer",))
-    best: Remedy | None = None
+    found = []
     for mb, rc, sh, opt, off in itertools.product(reversed(mbs), rcs, shardings, optimizers, offloads):
         changes = {k: v for k, v in dict(micro_batch=mb, recompute=rc, optimizer=opt, offload=off).items()
                    if (req.job.recompute if k == "recompute" else getattr(req, k)) != v}
@@ -324,10 +376,9 @@ def _knob_search(req: TrainRequest, base: TrainResult, remedy, hardware: dict, c
         if not changes and not hardware:
             continue
         r = remedy("combination", _describe(original, {**hardware, **changes}), changes_job, **{**hardware, **changes})
-        if r is not None and r.fits and (best is None or (r.step_time_s, -r.memory_bytes)
-                                         < (best.step_time_s, -best.memory_bytes)):
-            best = r
-    return best
+        if r is not None and r.fits:
+            found.append(r)
+    return found
 
 
 def _describe(req: TrainRequest, changes: dict) -> str:
@@ -353,7 +404,8 @@ def _describe(req: TrainRequest, changes: dict) -> str:
     return "; ".join(words)
 
 
-def _verdict(req: TrainRequest, needed: float, capacity: float, ranked: list[Remedy], combo: Remedy | None) -> str:
+def _verdict(req: TrainRequest, needed: float, capacity: float, ranked: list[Remedy], combo: Remedy | None,
+             roomy: Remedy | None = None) -> str:
     gib = GiB
     if needed <= capacity:
         left = capacity - needed
@@ -361,11 +413,24 @@ def _verdict(req: TrainRequest, needed: float, capacity: float, ranked: list[Rem
         return f"fits: {needed / gib:.1f} of {capacity / gib:.1f} GiB, {left / gib:.1f} GiB free{tight}"
     short = needed - capacity
     head = f"does not fit: needs {needed / gib:.1f} GiB on {req.gpu.name} ({capacity / gib:.1f} GiB), {short / gib:.1f} GiB short"
+    def said(r: Remedy) -> str:
+        tight = ", tight" if r.tight else ""
+        return f"{r.change} ({r.memory_bytes / gib:.1f} GiB{tight}, step {r.slowdown:+.0%})"
+
     if combo is not None:
         where = "with other hardware" if combo.changes_job else "on the same GPUs"
-        return (f"{head}; least slowdown that fits {where}: {combo.change} "
-                f"({combo.memory_bytes / gib:.1f} GiB, step {combo.slowdown:+.0%})")
-    other = next((r for r in ranked if r.fits), None)
+        out = f"{head}; least slowdown that fits {where}: {said(combo)}"
+        if roomy is not None:
+            out += f"; with {HEADROOM_NOTE:.0%} to spare: {said(roomy)}"
+        # never headline a remedy slower than another that fits on the same hardware: name the faster one that
+        # changes what is trained (LoRA, a shorter context); more or bigger GPUs are faster by buying time
+        faster = next((r for r in sorted(ranked, key=lambda r: r.step_time_s) if r.fits and r.changes_job
+                       and not r.changes_hardware and r.step_time_s < combo.step_time_s * (1 - SAME_TIME)), None)
+        if faster is not None:
+            out += f"; faster if the job may change: {said(faster)}"
+        return out
+    other = headline(ranked, None)
     if other is not None:
-        return f"{head}; no same-job setting fits; smallest change that does: {other.change}"
+        where = "with other hardware" if other.changes_hardware else "on these GPUs"
+        return f"{head}; no same-job setting fits; the fastest change that does {where}: {said(other)}"
     return f"{head}; no single remedy fits: more or bigger GPUs with the settings above combined"

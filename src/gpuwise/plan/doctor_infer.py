@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from ..errors import GpuwiseError, require_positive_number
 from ..estimate.train_memory import FRAGMENTATION_RISK
 from ..units import GiB
-from .doctor import Diagnosis, Remedy, _bigger_gpus
+from .doctor import Diagnosis, Remedy, _bigger_gpus, headline
 from .fit import FitRequest, fit
 from .infer import InferRequest, infer
 
@@ -37,6 +37,11 @@ class InferDoctorResult(Diagnosis):
     remedies: tuple[Remedy, ...]
     combination: Remedy | None
     verdict: str
+
+    @property
+    def fix(self) -> Remedy | None:
+        """The one change `gpuwise fit` names when the model does not fit (see plan.doctor.headline)."""
+        return None if self.fits else headline(self.remedies, self.combination)
 
 
 def _tpot(req: FitRequest, context: int) -> float:
@@ -71,8 +76,8 @@ def doctor_infer(req: FitRequest, *, oom_at_gib: float | None = None) -> InferDo
 
     found = [x for x in _single_changes(req, base, remedy) if x is not None
              and (x.memory_bytes < predicted + offset - 1 or x.name == "bigger-gpu")]
-    ranked = sorted(found, key=lambda x: (not x.fits, x.changes_job, x.slowdown if x.fits else -x.saved_bytes(
-        predicted + offset)))
+    ranked = sorted(found, key=lambda x: (not x.fits, x.changes_job, x.changes_hardware,
+                                          x.slowdown if x.fits else -x.saved_bytes(predicted + offset)))
     combo = None
     for w, kv in itertools.product((None,) + _smaller_weights(req, base), (None,) + KV[req.engine]):
         changes = {k: v for k, v in (("weights", w), ("kv_dtype", kv)) if v is not None}
@@ -81,6 +86,8 @@ def doctor_infer(req: FitRequest, *, oom_at_gib: float | None = None) -> InferDo
         r = remedy("combination", "; ".join(f"{k.replace('_', '-')} {v}" for k, v in changes.items()), **changes)
         if r is not None and r.fits and (combo is None or r.step_time_s < combo.step_time_s):
             combo = r
+    if combo is None and not base.fits:
+        combo = _more_gpus_combination(req, base, remedy)
     needed, cap = predicted + offset, base.estimate.budget_bytes
     if needed <= cap:
         tight = " (tight)" if needed * (1 + FRAGMENTATION_RISK) > cap else ""
@@ -88,11 +95,28 @@ def doctor_infer(req: FitRequest, *, oom_at_gib: float | None = None) -> InferDo
     else:
         verdict = (f"does not fit: needs {needed / GiB:.1f} GiB on {req.gpu.name} ({cap / GiB:.1f} GiB usable by "
                    f"{req.engine})")
-        best = combo or next((x for x in ranked if x.fits), None)
-        verdict += f"; least slowdown that fits: {best.change}" if best is not None else "; no single remedy fits"
+        best = headline(ranked, combo)
+        verdict += (f"; {'with other hardware' if best.changes_hardware else 'on these GPUs'}, least slowdown that "
+                    f"fits: {best.change}" if best is not None else "; no single remedy fits")
     return InferDoctorResult(request=req, capacity_bytes=cap, predicted_bytes=predicted, observed_bytes=observed,
                              offset_bytes=offset, tpot_s=t0, remedies=tuple(ranked), combination=combo,
                              verdict=verdict)
+
+
+def _more_gpus_combination(req: FitRequest, base, remedy) -> Remedy | None:
+    """With nothing fitting on these GPUs: 2, 4 or 8 times as many of them, each with the weight formats that take
+    less memory; at the first count where any fits, the one with the shortest time per token."""
+    for k in (2, 4, 8):
+        found = []
+        for w in (None,) + _smaller_weights(req, base):
+            changes = {"num_gpus": req.num_gpus * k, **({"weights": w} if w else {})}
+            words = f"{req.num_gpus} -> {req.num_gpus * k} GPUs" + (f"; weights {base.weights.name} -> {w}" if w else "")
+            r = remedy("combination", words, True, note="cost per hour grows with the GPU count", **changes)
+            if r is not None and r.fits:
+                found.append(r)
+        if found:
+            return min(found, key=lambda r: r.step_time_s)
+    return None
 
 
 def _smaller_weights(req: FitRequest, base) -> tuple[str, ...]:

@@ -7,14 +7,14 @@ kind, and the smallest MIG slice that fits (where the GPU has MIG).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..catalog.gpus import GPU
 from ..catalog.models import LoadedModel
 from ..dtypes import DType, get_dtype, kv_dtype, torch_dtype_to_name
 from ..errors import InvalidArgument, require_positive_int
 from ..estimate import engines
-from ..estimate.engines import DEFAULT_CONTEXT, MemoryEngine  # noqa: F401 (DEFAULT_CONTEXT: the context help)
+from ..estimate.engines import DEFAULT_CONTEXT, Engine  # noqa: F401 (DEFAULT_CONTEXT: the context help)
 from ..estimate.inference_memory import InferenceMemory, VLLMOptions, inference_memory
 from ..estimate.kv_cache import kv_bytes_per_token
 from ..model.params import ParamCounts, param_counts
@@ -45,8 +45,8 @@ class FitRequest:
     """Tokens per sequence, prompt + output (default {DEFAULT_CONTEXT}, or the model's maximum when shorter)."""
     batch: int = 1
     """Concurrent sequences."""
-    engine: MemoryEngine = "vllm"
-    """Inference engine whose memory layout is modelled."""
+    engine: Engine = "vllm"
+    """Inference engine whose memory layout is modelled (TensorRT-LLM's as vLLM's: see TRTLLM_NOTE)."""
     gpu_memory_utilization: float | None = None
     """vLLM --gpu-memory-utilization: share of the GPU's memory (as CUDA reports it) for weights, activations and the
     KV pool (default 0.9)."""
@@ -78,8 +78,8 @@ class FitRequest:
         require_positive_int("--batch", self.batch, MAX_BATCH_SEARCH)
         if self.context is not None:
             require_positive_int("--context", self.context, MAX_CONTEXT_SEARCH)
-        if self.engine not in engines.ENGINES:
-            raise InvalidArgument(f"unknown engine '{self.engine}'; use one of: {', '.join(engines.ENGINES)}")
+        if self.engine not in engines.SERVING_ENGINES:
+            raise InvalidArgument(f"unknown engine '{self.engine}'; use one of: {', '.join(engines.SERVING_ENGINES)}")
         if self.gpu_memory_utilization is not None and not 0 < self.gpu_memory_utilization <= 1:
             raise InvalidArgument(f"--gpu-memory-utilization must be in (0, 1], got {self.gpu_memory_utilization}")
         for name, v in (("--max-num-seqs", self.max_num_seqs), ("--max-num-batched-tokens", self.max_num_batched_tokens)):
@@ -110,7 +110,7 @@ class FitRequest:
                 raise InvalidArgument(f"--mem-fraction-static must be in (0, 1), got {self.mem_fraction_static}")
             if self.engine != "sglang":
                 raise InvalidArgument(f"--mem-fraction-static is SGLang's option, and the engine is {self.engine}")
-        if knobs and self.engine != "vllm":
+        if knobs and self.engine not in ("vllm", "trtllm"):
             raise InvalidArgument(f"{', '.join(knobs)}: vLLM's option{'s' if len(knobs) > 1 else ''}, and the engine "
                                   f"is {self.engine}")
 
@@ -236,7 +236,17 @@ def check_tensor_parallel(req: FitRequest) -> None:
         raise InvalidArgument(f"--num-gpus {req.num_gpus} exceeds the {spec.num_layers} layers to split across GPUs")
 
 
+TRTLLM_NOTE = ("TensorRT-LLM's memory modelled as vLLM's (a paged KV pool pre-allocated from a share of the card); "
+               "TensorRT-LLM sizes it as free_gpu_memory_fraction 0.9 of the memory left after loading, so its real "
+               "pool is larger by about a tenth of the weights and activations")
+
+
 def fit(req: FitRequest) -> FitResult:
+    if req.engine == "trtllm":  # the same paged pool as vLLM's, with TensorRT-LLM's own refusals
+        if (req.weights or "").lower().startswith("q"):
+            raise InvalidArgument("TensorRT-LLM does not run GGUF files; use bf16, fp8, int8 or int4-awq/gptq weights")
+        r = fit(replace(req, engine="vllm"))
+        return replace(r, request=req, assumptions=(*r.assumptions, TRTLLM_NOTE))
     spec = req.model.spec
     check_tensor_parallel(req)
     w, w_reason, kv, kv_reason = _resolve_formats(req)
@@ -281,7 +291,8 @@ def fit(req: FitRequest) -> FitResult:
     if req.engine == "llamacpp":
         assumptions.append("llama.cpp keeps token embeddings in host memory; flash attention on; micro-batch 512")
     if req.gpu.mig_profiles and req.num_gpus == 1:
-        assumptions.append("MIG slice memory taken as the GB in the profile name, read as GiB")
+        assumptions.append("smallest MIG slice that fits: slice memory taken as the GB in the profile name, read as "
+                           "GiB")
     assumptions.extend(spec.notes)
 
     return FitResult(

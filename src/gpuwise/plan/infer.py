@@ -34,6 +34,10 @@ MAX_PROMPTS = 200_000
 SAMPLE_CURVE = (1, 2, 4, 8, 16, 32, 64, 128)
 
 
+DEFAULT_PROMPT, DEFAULT_OUTPUT = 512, 128
+"""infer's default request: one short chat turn (llama-bench's default test lengths, -p 512 -n 128)."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class InferRequest:
     """Inference latency and throughput of a static batch: the options of `gpuwise infer`."""
@@ -48,9 +52,9 @@ class InferRequest:
     """KV cache type (default: the model's compute dtype, llama.cpp f16)."""
     batch: int = 1
     """Concurrent sequences (different prompts)."""
-    prompt_tokens: int = 512
+    prompt_tokens: int = 512  # DEFAULT_PROMPT
     """Prompt tokens per sequence."""
-    output_tokens: int = 128
+    output_tokens: int = 128  # DEFAULT_OUTPUT
     """Output tokens per sequence."""
     samples: int = 1
     """Completions per prompt (shared prefill, n-fold decode)."""
@@ -406,6 +410,10 @@ def _assumptions(req: InferRequest, eng: EnginePerf, mem: FitResult) -> tuple[st
            f"engine {eng.name}: {'CUDA graphs' if eng.cuda_graphs else 'eager launches'}, "
            f"{eng.multi_gpu} across GPUs, {eng.step_overhead_s * 1e3:.1f} ms per decode step outside the kernels",
            "static batch: every sequence has the same prompt and output length; tpot averages the growing context"]
+    if (req.prompt_tokens, req.output_tokens) == (DEFAULT_PROMPT, DEFAULT_OUTPUT):
+        out.append(f"prompt {DEFAULT_PROMPT} + output {DEFAULT_OUTPUT} tokens: infer's default request (one short chat "
+                   "turn; `fit` defaults to a 4,096-token context, `roofline` to 2,048 tokens); pass --prompt-tokens "
+                   "and --output-tokens for yours")
     if req.engine == "trtllm":
         out.append("TensorRT-LLM memory modelled as vLLM's (paged KV pool pre-allocated)")
     if eng.multi_gpu == "layer-split" and req.num_gpus > 1:

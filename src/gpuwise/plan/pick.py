@@ -25,6 +25,7 @@ from ..catalog.gpus import GPU, all_gpus
 from ..catalog.mig import mig_slices
 from ..units import GiB
 from .pick_request import ENGINE_VENDORS, RULES, TRAIN_VENDORS, Candidate, PickRequest, PickResult
+from ..errors import GpuwiseError
 from .pick_setups import _evaluate, _rate
 
 
@@ -69,6 +70,8 @@ def _counts(req: PickRequest, gpu: GPU) -> list[int]:
 def pick(req: PickRequest) -> PickResult:
     t0 = time.perf_counter()
     candidates: list[Candidate] = []
+    errors: list[GpuwiseError] = []
+    evaluated = 0
     for gpu in _kinds(req):
         price, source = _price(req, gpu)
         missing = speed_figures_missing(gpu)
@@ -79,17 +82,30 @@ def pick(req: PickRequest) -> PickResult:
                                         reason=f"its {missing} not in the catalog: no speed to rank it by"))
             continue
         kind: list[Candidate] = []
+        kind_errors: list[GpuwiseError] = []
         cheapest: float | None = None  # serve: the lowest $/h of an accepted deployment of this kind so far
         for n in _counts(req, gpu):
             if req.task == "serve" and cheapest is not None and price is not None and n * price >= cheapest:
                 break  # a deployment of n-GPU replicas costs at least n x price: it cannot beat this kind's best
             c = _evaluate(req, gpu, n, price, source)
+            if isinstance(c, GpuwiseError):
+                kind_errors.append(c)
+                continue
             if c is not None:
                 kind.append(c)
                 if req.task == "serve" and c.tokens_per_s and c.usd_per_hour is not None and (
                         req.budget_usd_per_hour is None or c.usd_per_hour <= req.budget_usd_per_hour):
                     cheapest = c.usd_per_hour if cheapest is None else min(cheapest, c.usd_per_hour)
+        errors += kind_errors
+        if not kind and kind_errors:  # no count of this kind could be costed: said, with the model's reason
+            candidates.append(Candidate(gpu=gpu, count=1, fits=False, memory_bytes=None, tokens_per_s=None,
+                                        usd_per_hour=price, usd_per_million_tokens=None, kwh_per_million_tokens=None,
+                                        setup="", interconnect="", price_source=source, rule="unknown",
+                                        reason=f"not costed: {kind_errors[0]}"))
+        evaluated += len(kind)
         candidates.extend(_judge_serve(req, kind) if req.task == "serve" else _judge(req, kind))
+    if not evaluated and errors and all(type(e) is type(errors[0]) and str(e) == str(errors[0]) for e in errors):
+        raise errors[0]  # the request itself, not a GPU: no GPU could take it, for the same reason
     accepted = [c for c in candidates if c.rule is None]
     accepted.sort(key=_rank_key(req))
     rejected = [c for c in candidates if c.rule is not None]
@@ -120,8 +136,11 @@ def _judge(req: PickRequest, kind: list[Candidate]) -> list[Candidate]:
     for c in kind:
         if not c.fits:
             need = f"{c.memory_bytes / GiB:.1f} GiB per GPU" if c.memory_bytes else "more than it has"
-            out.append(replace(c, rule="memory", reason=f"needs {need}; {c.gpu.name} has "
-                                                        f"{c.gpu.memory_bytes / GiB:.1f} GiB"))
+            how = f" ({c.setup})" if c.setup else ""
+            budget = (", of which vLLM takes gpu_memory_utilization 0.9" if req.task != "train"
+                      and req.engine in ("vllm", "trtllm") else "")
+            out.append(replace(c, rule="memory", reason=f"needs {need}{how}; {c.gpu.name} has "
+                                                        f"{c.gpu.memory_bytes / GiB:.1f} GiB{budget}"))
             continue
         if fastest_smaller is not None and (c.tokens_per_s or 0) <= (fastest_smaller.tokens_per_s or 0):
             out.append(replace(c, rule="communication", reason=(

@@ -12,7 +12,7 @@ from ..errors import GpuwiseError, InvalidArgument
 from ..estimate.comm import topology
 from ..estimate.layout import divisors
 from ..units import GB, GiB
-from .runnable import FORMATS, most_faithful_format
+from .runnable import FORMATS, most_faithful_format, smallest_format
 from .pick_request import FINETUNE_METHOD, Candidate, PickRequest
 
 
@@ -28,15 +28,18 @@ def _rate(x: float | None) -> str:
     return "unknown" if x is None else f"{x:,.0f} tokens/s"
 
 
-def _evaluate(req: PickRequest, gpu: GPU, n: int, price: float | None, source: str) -> Candidate | None:
+def _evaluate(req: PickRequest, gpu: GPU, n: int, price: float | None, source: str) -> Candidate | GpuwiseError:
+    """The candidate, or the error that makes it one the models do not cover (no peak for the dtype, a TP degree
+    that does not divide the heads, an input no GPU can take): pick.py decides whether it is the GPU's or the
+    request's."""
     try:
         if req.task == "infer":
             return _infer(req, gpu, n, price, source)
         if req.task == "serve":
             return _serve(req, gpu, n, price, source)
         return _train(req, gpu, n, price, source)
-    except GpuwiseError:
-        return None  # a combination the models do not cover (e.g. no peak for the dtype): not a candidate
+    except GpuwiseError as exc:
+        return exc
 
 
 def _money(req, gpu: GPU, n: int, price: float | None, tokens_per_s: float | None):
@@ -58,6 +61,8 @@ def _weights(req: PickRequest, gpu: GPU, n: int, batch: int) -> tuple[str | None
     fmt = most_faithful_format(req.model, kept, n, req.engine, context=req.prompt_tokens + req.output_tokens,
                                batch=batch) or most_faithful_format(
         req.model, gpu, n, req.engine, context=req.prompt_tokens + req.output_tokens, batch=batch)
+    if fmt is None:  # none fits: cost the smallest, so that a memory rejection gives the least this setup needs
+        fmt = smallest_format(req.model, req.engine)
     return (fmt.name, f", {fmt.name.removeprefix('gguf:')}") if fmt is not None else (None, "")
 
 

@@ -34,9 +34,10 @@ from ..estimate.comm import Topology
 from ..estimate.flops import gemm_dtype, job_flops, utilization
 from ..estimate.job import (FSDP2_OFFLOAD_ALL, RECOMPUTE, Optimizer, Precision, SdpaBackend, TrainJob,
                             fp8_transpose_cached, job_default)
-from ..estimate.layout import PARAM_OFFLOAD_SHARDINGS, Layout, divisors
+from ..estimate.layout import PARAM_OFFLOAD_SHARDINGS, Layout, divisors, multiples_near, nearby
 from ..estimate.model_states import ModelStates
-from ..estimate.parallel import cp_splits, ep_fits, hsdp_holds_experts, sp_splits, valid_tp_degrees
+from ..estimate.parallel import (cp_splits, ep_fits, hsdp_holds_experts, sp_splits, tp_conflict,
+                                 valid_tp_degrees)
 from ..estimate.pipeline import pp_splits
 from ..estimate.recompute import framework_mode
 from ..estimate.step_time import StepTime, step_time
@@ -137,7 +138,36 @@ class PlanRequest:
             require_positive_number("--inter-node-gbps", self.inter_node_gbps, 1e5)
         if not 0 <= self.reserve_gib < self.gpu.memory_bytes / GiB:
             raise InvalidArgument(f"--reserve-gib must be between 0 and the GPU's {self.gpu.memory_bytes / GiB:.0f} GiB")
+        self._check_fixed_degrees()
         self.job()  # the training options are valid
+
+    def _check_fixed_degrees(self) -> None:
+        """A degree fixed with --tp/--pp/--cp/--ep that no layout can have is the request's error, said as such
+        (issue 21, item 16: an impossible --pp was reported as a batch that does not split)."""
+        spec = self.model.spec
+        if self.tp is not None and (conflict := tp_conflict(spec, self.tp)) is not None:
+            what, total = conflict
+            raise InvalidArgument(f"--tp {self.tp} does not divide {what} ({total}); valid --tp values nearby: "
+                                  f"{nearby(self.tp, valid_tp_degrees(spec, max(self.tp, total)) or [1])}")
+        if self.pp is not None and self.pp > spec.num_layers:
+            raise InvalidArgument(f"--pp {self.pp} is deeper than the model's {spec.num_layers} layers; valid --pp "
+                                  f"values nearby: {nearby(self.pp, divisors(spec.num_layers))}")
+        fixed = (self.tp or 1) * (self.pp or 1) * (self.cp or 1)
+        if self.num_gpus % fixed:
+            raise InvalidArgument(
+                f"tp x pp x cp = {self.tp or 1} x {self.pp or 1} x {self.cp or 1} = {fixed} does not divide "
+                f"--num-gpus {self.num_gpus}; GPU counts that work: "
+                f"{nearby(self.num_gpus, multiples_near(self.num_gpus, fixed))}")
+        if self.cp is not None and not cp_splits(self.seq, self.cp):
+            valid = [c for c in divisors(self.seq) if cp_splits(self.seq, c)]
+            raise InvalidArgument(f"--cp {self.cp}: the sequence ({self.seq}) must split into 2 x cp equal chunks; "
+                                  f"valid --cp values nearby: {nearby(self.cp, valid)}")
+        if self.ep is not None and self.ep > 1:
+            if not spec.is_moe or spec.moe is None:
+                raise InvalidArgument("--ep needs a mixture-of-experts model; this one is dense")
+            if spec.moe.num_experts % self.ep:
+                raise InvalidArgument(f"--ep {self.ep} does not divide the number of experts ({spec.moe.num_experts})"
+                                      f"; valid --ep values nearby: {nearby(self.ep, divisors(spec.moe.num_experts))}")
 
     def job(self, recompute: str = "none", offload: tuple[str, ...] = ()) -> TrainJob:
         """The training job the search evaluates with this recompute mode and offload: what `gpuwise train

@@ -100,6 +100,12 @@ def _formats(model: LoadedModel, engine: str) -> list[WeightFormat]:
     return [own] + [f for f in map(get_weight_format, FORMATS[engine]) if f.weight_bytes(model.spec) < size]
 
 
+def smallest_format(model: LoadedModel, engine: str) -> WeightFormat | None:
+    """The engine's format with the smallest weights for this model (what is left when none fits)."""
+    formats = _formats(model, engine)
+    return min(formats, key=lambda f: f.weight_bytes(model.spec)) if formats else None
+
+
 def most_faithful_format(model: LoadedModel, gpu: GPU, n: int, engine: str, *, context: int,
                          batch: int = 1) -> WeightFormat | None:
     """The first of the engine's formats (`_formats`) whose memory fits `batch` sequences of `context` tokens on `n`

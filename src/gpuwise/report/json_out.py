@@ -25,7 +25,26 @@ if TYPE_CHECKING:  # types only: `gpuwise fit` must not load the training estima
     from ..plan.train import TrainPerf, TrainResult
 
 
-def fit_to_dict(r: FitResult) -> dict[str, Any]:
+def fit_to_dict(r: FitResult, fix=None) -> dict[str, Any]:
+    """`gpuwise fit --json`; `cheapest_fix` (null when it fits or no remedy does): the change `gpuwise doctor`
+    heads its answer with."""
+    return {**_fit_dict(r), **_fix_dict(r, fix, r.estimate.memory.total)}
+
+
+def _fix_dict(r, fix, needed: float) -> dict[str, Any]:
+    return {"cheapest_fix": None if r.fits or fix is None else remedy_to_dict(fix, needed)}
+
+
+def remedy_to_dict(x, needed: float) -> dict[str, Any]:
+    """One `gpuwise doctor` remedy; `needed`: the memory of the job as given (for `saved_bytes`)."""
+    return {"name": x.name, "change": x.change, "options": {k: list(v) if isinstance(v, tuple) else v
+                                                             for k, v in x.options.items()},
+            "memory_per_gpu": _num(x.memory_bytes), "saved_bytes": _num(needed - x.memory_bytes),
+            "time_s": round(x.step_time_s, 6), "slowdown": round(x.slowdown, 4), "fits": x.fits,
+            "tight": x.tight, "changes_job": x.changes_job, "note": x.note or None}
+
+
+def _fit_dict(r: FitResult) -> dict[str, Any]:
     req = r.request
     m = r.estimate.memory
     spec = req.model.spec
@@ -75,7 +94,12 @@ def fit_to_dict(r: FitResult) -> dict[str, Any]:
     }
 
 
-def train_to_dict(r: TrainResult) -> dict[str, Any]:
+def train_to_dict(r: TrainResult, fix=None) -> dict[str, Any]:
+    """`gpuwise train --json`; `cheapest_fix` as in fit_to_dict."""
+    return {**_train_dict(r), **_fix_dict(r, fix, r.memory.total)}
+
+
+def _train_dict(r: TrainResult) -> dict[str, Any]:
     req = r.request
     spec = req.model.spec
     lay = r.layout
@@ -377,11 +401,7 @@ def doctor_to_dict(r) -> dict:
     Training: `step_time_s` is the step; inference (`task` "infer"): `tpot_s`, the time per output token."""
 
     def remedy(x) -> dict:
-        return {"name": x.name, "change": x.change, "options": {k: list(v) if isinstance(v, tuple) else v
-                                                                 for k, v in x.options.items()},
-                "memory_per_gpu": _num(x.memory_bytes), "saved_bytes": _num(r.needed_bytes - x.memory_bytes),
-                "time_s": round(x.step_time_s, 6), "slowdown": round(x.slowdown, 4), "fits": x.fits,
-                "tight": x.tight, "changes_job": x.changes_job, "note": x.note or None}
+        return remedy_to_dict(x, r.needed_bytes)
 
     infer = hasattr(r, "tpot_s")
     doc = {
@@ -397,6 +417,8 @@ def doctor_to_dict(r) -> dict:
         doc["step_time_s"] = round(r.base.perf.step.step_time_s, 6)
     doc["remedies"] = [remedy(x) for x in r.remedies]
     doc["combination"] = remedy(r.combination) if r.combination is not None else None
+    roomy = getattr(r, "roomy", None)
+    doc["roomy"] = remedy(roomy) if roomy is not None else None
     return doc
 
 

@@ -51,7 +51,16 @@ def _table(rows: list[list[str]], header: list[str], right: set[int] | None = No
     return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])
 
 
-def render_fit(r: FitResult) -> str:
+def _fix_line(fix, what: str) -> str:
+    """The one change that fits, under a DOES NOT FIT verdict (from `gpuwise doctor`)."""
+    if fix is None:
+        return f"no single change gpuwise knows fits: see `gpuwise doctor` for what comes closest"
+    tight = ", tight" if fix.tight else ""
+    return (f"cheapest change that fits: {fix.change} ({fix.memory_bytes / GiB:.1f} GiB per GPU{tight}, {what} "
+            f"{fix.slowdown:+.0%}); all remedies: `gpuwise doctor` with the same options")
+
+
+def render_fit(r: FitResult, fix=None) -> str:
     req = r.request
     spec = req.model.spec
     m = r.estimate.memory
@@ -81,6 +90,8 @@ def render_fit(r: FitResult) -> str:
     verdict = "FITS" if r.fits else "DOES NOT FIT"
     lines.append(f"{verdict}: {fmt_gib(abs(r.estimate.headroom_bytes))} "
                  f"{'headroom' if r.fits else 'short'} on the most loaded GPU")
+    if not r.fits:
+        lines.append(_fix_line(fix, "time per token"))
     lines.append(f"KV cache: {fmt_bytes(r.kv_cache_bytes_per_token)} per token "
                  f"({_kv_formula(r)})")
     d = r.estimate.details
@@ -184,7 +195,7 @@ def render_runnable(r, top: int) -> str:
     return "\n".join(lines)
 
 
-def render_train(r: TrainResult) -> str:
+def render_train(r: TrainResult, fix=None) -> str:
     req = r.request
     spec = req.model.spec
     lay = r.layout
@@ -233,6 +244,8 @@ def render_train(r: TrainResult) -> str:
                      f"the card's limit (fragmentation can still end it)")
     else:
         lines.append(f"{verdict}: {fmt_gib(abs(r.headroom_bytes))} {'headroom' if r.fits else 'short'} per GPU")
+    if not r.fits:
+        lines.append(_fix_line(fix, "step time"))
     mb = r.max_micro_batch
     lines.append(f"largest micro-batch that fits: {mb if mb is not None else 'none (even 1 does not fit)'}")
     f = r.flops
@@ -368,6 +381,9 @@ def render_roofline(r) -> str:
     lines.append(_table(rows, ["operation", "GFLOP", "MB moved", "FLOP/byte", "bound", "time"],
                         right={1, 2, 3, 5}))
     lines.append(f"total {_dur(sum(op.time_s for op in rf.ops))} at the achievable roofline")
+    if r.seq == 2048:
+        lines.append("2,048 tokens: roofline's default (`fit` defaults to a 4,096-token context, `infer` to 512 + 128); "
+                     "--seq for another")
     if r.plot:
         lines.append(f"plot written to {r.plot}")
     return "\n".join(lines)
@@ -426,6 +442,10 @@ def _remedy_lines(r, now_s: float) -> list[str]:
         tight = " (tight: within the 15% fragmentation allocators often add)" if c.tight else ""
         lines.append(f"Best combination {where}: {c.change}: {c.memory_bytes / gib:.1f} GiB per GPU{tight}, "
                      f"{_dur(c.step_time_s)} ({c.slowdown:+.0%} vs {_dur(now_s)}).")
+    roomy = getattr(r, "roomy", None)
+    if roomy is not None:
+        lines.append(f"With 15% to spare: {roomy.change}: {roomy.memory_bytes / gib:.1f} GiB per GPU, "
+                     f"{_dur(roomy.step_time_s)} ({roomy.slowdown:+.0%} vs {_dur(now_s)}).")
     return lines
 
 
