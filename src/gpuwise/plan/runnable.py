@@ -31,6 +31,7 @@ FORMATS = {
     "llamacpp": ("F16", "Q8_0", "Q6_K", "Q5_K_M", "Q4_K_M", "IQ4_XS", "Q3_K_M", "IQ3_M", "Q2_K", "IQ2_M"),
     "vllm": ("fp8", "awq"),
     "sglang": ("fp8", "awq"),
+    "trtllm": ("fp8", "awq"),
     "hf": ("int8", "nf4"),
 }
 """Formats tried after the checkpoint's own (vLLM, SGLang, transformers) or from the top (llama.cpp), most faithful
@@ -100,6 +101,11 @@ def _formats(model: LoadedModel, engine: str) -> list[WeightFormat]:
     return [own] + [f for f in map(get_weight_format, FORMATS[engine]) if f.weight_bytes(model.spec) < size]
 
 
+def memory_engine(engine: str) -> str:
+    """TensorRT-LLM's paged KV pool is modelled as vLLM's (plan/fit.py, TRTLLM_NOTE)."""
+    return "vllm" if engine == "trtllm" else engine
+
+
 def smallest_format(model: LoadedModel, engine: str) -> WeightFormat | None:
     """The engine's format with the smallest weights for this model (what is left when none fits)."""
     formats = _formats(model, engine)
@@ -113,7 +119,7 @@ def most_faithful_format(model: LoadedModel, gpu: GPU, n: int, engine: str, *, c
     from ..estimate.inference_memory import inference_memory
 
     for fmt in _formats(model, engine):
-        req = FitRequest(model=model, gpu=gpu, num_gpus=n, weights=fmt.name, engine=engine, context=context,
+        req = FitRequest(model=model, gpu=gpu, num_gpus=n, weights=fmt.name, engine=memory_engine(engine), context=context,
                          batch=batch)
         try:
             check_tensor_parallel(req)
@@ -121,7 +127,7 @@ def most_faithful_format(model: LoadedModel, gpu: GPU, n: int, engine: str, *, c
         except GpuwiseError:
             return None
         if inference_memory(model.spec, gpu_memory=gpu.memory_bytes, gpu_id=gpu.id, num_gpus=n, weights=w,
-                            kv_dtype=kv, context=context, batch=batch, engine=engine, vllm=req.vllm_options).fits:
+                            kv_dtype=kv, context=context, batch=batch, engine=memory_engine(engine), vllm=req.vllm_options).fits:
             return w
     return None
 
@@ -131,7 +137,7 @@ def _usable_count(model: LoadedModel, gpu: GPU, n: int, engine: str) -> int | No
     the heads (vLLM, SGLang), so a model may run on half of them, or one; None if on none."""
     while n >= 1:
         try:
-            check_tensor_parallel(FitRequest(model=model, gpu=gpu, num_gpus=n, engine=engine))
+            check_tensor_parallel(FitRequest(model=model, gpu=gpu, num_gpus=n, engine=memory_engine(engine)))
             return n
         except GpuwiseError:
             n //= 2
@@ -147,13 +153,13 @@ def _fitting(model: LoadedModel, gpu: GPU, n: int, engine: str, context: int) ->
     if used is None:
         return None
     for fmt in _formats(model, engine):
-        req = FitRequest(model=model, gpu=gpu, num_gpus=used, weights=fmt.name, engine=engine, context=ctx)
+        req = FitRequest(model=model, gpu=gpu, num_gpus=used, weights=fmt.name, engine=memory_engine(engine), context=ctx)
         try:
             w, _, kv, _ = _resolve_formats(req)
         except GpuwiseError:
             return None  # a format this engine cannot run for the model: not runnable here
         est = inference_memory(spec, gpu_memory=gpu.memory_bytes, gpu_id=gpu.id, num_gpus=used, weights=w,
-                               kv_dtype=kv, context=ctx, batch=1, engine=engine, vllm=req.vllm_options)
+                               kv_dtype=kv, context=ctx, batch=1, engine=memory_engine(engine), vllm=req.vllm_options)
         if est.fits:
             return req, w
     return None
@@ -211,7 +217,7 @@ def _row(model: LoadedModel, req: FitRequest, w: WeightFormat, *, detail: bool, 
 
     def fits(c: int) -> bool:
         return inference_memory(spec, gpu_memory=req.gpu.memory_bytes, gpu_id=req.gpu.id, num_gpus=req.num_gpus,
-                                weights=w, kv_dtype=kv, context=c, batch=1, engine=req.engine,
+                                weights=w, kv_dtype=kv, context=c, batch=1, engine=memory_engine(req.engine),
                                 vllm=req.vllm_options).fits
 
     tok_s = None
