@@ -124,3 +124,76 @@ def read_json_object(path: str | Path, flag: str) -> dict:
     if not isinstance(doc, dict):
         raise InvalidArgument(f"{flag}: {path} must hold a JSON object")
     return doc
+
+
+def existing_json_object(path: str | Path, flag: str = "--save", *, error=None) -> dict | None:
+    """What a file `flag` is about to write already holds: None when nothing is there; the JSON object when a regular
+    file holds one; else `error` with one line (a directory, device, FIFO or kernel interface is never read nor
+    replaced, a file that is not a JSON object is never overwritten)."""
+    import os
+
+    from .errors import GpuwiseError
+
+    error = error or GpuwiseError
+    if not os.path.lexists(path):
+        return None
+    text = read_text_bounded(path, MAX_BYTES, error=error, what=f"{flag}: ")
+    doc = loads_bounded(text, f"{flag}: {path}", error=error)
+    if not isinstance(doc, dict):
+        raise error(f"{flag}: {path} exists and does not hold a JSON object; choose another file")
+    return doc
+
+
+def check_save_target(path: str | Path, flag: str = "--save", *, error=None) -> dict | None:
+    """Before minutes of measuring, everything that would make the write fail afterwards: the path names no directory,
+    device, FIFO or kernel interface, an existing file is a JSON object (merged into, not overwritten), and its folder
+    exists and is writable. Returns the existing object (None when there is no file)."""
+    import os
+
+    from .errors import GpuwiseError
+
+    error = error or GpuwiseError
+    try:
+        resolved = os.path.realpath(path)
+    except (OSError, ValueError):
+        raise error(f"{flag}: '{path}' is not a usable path") from None
+    if (resolved + "/").startswith(PSEUDO_FILESYSTEMS):
+        raise error(f"{flag}: '{path}' is a kernel interface or device, not a file to write")
+    if os.path.isdir(resolved):
+        raise error(f"{flag}: '{path}' is a folder; name a file in it")
+    old = existing_json_object(path, flag, error=error)
+    folder = os.path.dirname(resolved) or "."
+    if not os.path.isdir(folder):
+        raise error(f"{flag}: folder {folder} does not exist")
+    if not os.access(folder, os.W_OK):
+        raise error(f"{flag}: folder {folder} is not writable")
+    return old
+
+
+def write_atomic(path: str | Path, text: str, flag: str = "--save", *, error=None) -> None:
+    """Write `text` to a temporary file beside `path`, then rename it over `path`: a reader never sees half a file,
+    and a failed write (disk full) leaves the old file as it was."""
+    import os
+    import tempfile
+
+    from .errors import GpuwiseError
+
+    error = error or GpuwiseError
+    folder = os.path.dirname(os.path.realpath(path)) or "."
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=folder)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+        tmp = None
+    except OSError as exc:
+        raise error(f"{flag}: cannot write {path}: {exc.strerror or exc.__class__.__name__}") from None
+    finally:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass

@@ -174,7 +174,7 @@ def test_save_refuses_non_profiles_and_unwritable_paths(tmp_path) -> None:
     res = _result((_op("all_reduce", 2, [200.0]),))
     bad = tmp_path / "notes.txt"
     bad.write_text("not json")
-    with pytest.raises(GpuwiseError, match="not a readable JSON"):
+    with pytest.raises(GpuwiseError, match="not valid JSON"):
         comm_profile.save(res, bad)
     assert bad.read_text() == "not json"
     with pytest.raises(GpuwiseError, match="cannot write"):

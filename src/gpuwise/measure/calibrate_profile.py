@@ -7,11 +7,10 @@ The document is what `catalog.devices.load_profile` reads; an existing file's `n
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 from ..catalog.devices import PROFILE_KIND
-from ..errors import GpuwiseError
+from ..jsonfile import check_save_target, write_atomic
 from ..units import GB
 from ..version import __version__
 from .calibrate_result import Calibration
@@ -52,22 +51,16 @@ def default_path(c: Calibration) -> str:
 
 
 def save_profile(c: Calibration, path: str) -> Path:
-    """Write the profile; an existing profile's `network` section (from `bench comm`) is kept."""
+    """Write the profile atomically; an existing profile's `network` section (from `bench comm`) is kept."""
     p = Path(path)
     doc = profile_doc(c)
-    try:
-        if p.exists():
-            old = json.loads(p.read_text())
-            if isinstance(old, dict) and isinstance(old.get("network"), dict):
-                doc["network"] = old["network"]
-        p.write_text(json.dumps(doc, indent=2) + "\n")
-    except (OSError, ValueError) as exc:
-        raise GpuwiseError(f"--save: cannot write {p}: {getattr(exc, 'strerror', None) or exc}") from None
+    old = check_save_target(p)
+    if old is not None and isinstance(old.get("network"), dict):
+        doc["network"] = old["network"]
+    write_atomic(p, json.dumps(doc, indent=2) + "\n")
     return p
 
 
 def check_writable(path: str) -> None:
-    """Before minutes of measuring: the folder of --save FILE must exist and be writable."""
-    folder = Path(path).resolve().parent
-    if not folder.is_dir() or not os.access(folder, os.W_OK):
-        raise GpuwiseError(f"--save: cannot write into {folder}")
+    """Before minutes of measuring: the file --save will write can be written (jsonfile.check_save_target)."""
+    check_save_target(path)

@@ -10,7 +10,7 @@ import json
 import os
 from pathlib import Path
 
-from ..errors import GpuwiseError
+from ..jsonfile import check_save_target as _check_save_target, existing_json_object, write_atomic
 from ..version import __version__
 from .comm_result import CommBenchResult
 
@@ -30,29 +30,13 @@ def network_profile(result: CommBenchResult) -> dict:
 
 
 def _existing_profile(p: Path) -> dict | None:
-    """The JSON object already at `p` (None when there is no file); a file that is not one is an error, never
-    overwritten."""
-    if not p.exists():
-        return None
-    try:
-        old = json.loads(p.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise GpuwiseError(f"--save: {p} exists and is not a readable JSON profile "
-                           f"({getattr(exc, 'msg', None) or exc}); choose another file") from None
-    if not isinstance(old, dict):
-        raise GpuwiseError(f"--save: {p} exists and does not hold a JSON object; choose another file")
-    return old
+    """The JSON object already at `p` (None when there is no file); anything else is an error, never overwritten."""
+    return existing_json_object(p)
 
 
 def check_save_target(path: str | os.PathLike) -> None:
     """Before measuring: the file `save` will write can be written (a mistake found after the run wastes it)."""
-    p = Path(path)
-    _existing_profile(p)
-    folder = p.parent if str(p.parent) else Path(".")
-    if not folder.is_dir():
-        raise GpuwiseError(f"--save: folder {folder} does not exist")
-    if not os.access(folder, os.W_OK):
-        raise GpuwiseError(f"--save: folder {folder} is not writable")
+    _check_save_target(path)
 
 
 def save(result: CommBenchResult, path: str | os.PathLike) -> str:
@@ -70,15 +54,6 @@ def save(result: CommBenchResult, path: str | os.PathLike) -> str:
         else:
             net = old.get("network") if isinstance(old.get("network"), dict) else {}
             doc = {**old, **prof, "network": {**net, **prof["network"]}}
-    tmp = p.with_name(f".{p.name}.tmp{os.getpid()}")
-    try:
-        tmp.write_text(json.dumps(doc, indent=2) + "\n")
-        os.replace(tmp, p)
-    except OSError as exc:
-        try:
-            tmp.unlink(missing_ok=True)
-        except OSError:
-            pass
-        raise GpuwiseError(f"--save: cannot write {p}: {exc.strerror or exc}") from None
+    write_atomic(p, json.dumps(doc, indent=2) + "\n")
     return str(p)
 
