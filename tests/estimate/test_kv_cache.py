@@ -116,6 +116,9 @@ HYBRIDS = [
                         num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=100, mamba_num_heads=4,
                         mamba_head_dim=16, ssm_state_size=8, n_groups=2, n_routed_experts=4, num_experts_per_tok=2,
                         moe_intermediate_size=32, moe_shared_expert_intermediate_size=24)),
+    ("falcon_h1", dict(num_hidden_layers=3, hidden_size=64, intermediate_size=96, num_attention_heads=4,
+                       num_key_value_heads=2, vocab_size=100, mamba_d_ssm=64, mamba_n_heads=4, mamba_d_state=8,
+                       mamba_n_groups=2)),
 ]
 SSM_BYTES = {"nemotron_h": 4}  # NemotronHConfig.mamba_ssm_cache_dtype = "float32"; vLLM keeps the SSM state so
 

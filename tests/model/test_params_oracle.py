@@ -118,6 +118,11 @@ CASES: list[tuple[str, dict]] = [
     ("nemotron_h", {**TINY, "hybrid_override_pattern": "M-M*-", "num_hidden_layers": 5, "mamba_num_heads": 8,
                     "mamba_head_dim": 8, "ssm_state_size": 4, "n_groups": 1, "use_conv_bias": False,
                     "use_bias": True, "mlp_bias": True, "attention_bias": True, "tie_word_embeddings": True}),
+    # Falcon-H1: attention and a Mamba-2 mixer side by side in every layer
+    ("falcon_h1", {**TINY, "mamba_d_ssm": 64, "mamba_n_heads": 4, "mamba_d_state": 8, "mamba_n_groups": 2}),
+    ("falcon_h1", {**TINY, "mamba_d_ssm": None, "mamba_expand": 2, "mamba_n_heads": 8, "mamba_d_state": 8,
+                   "mamba_rms_norm": True, "projectors_bias": True, "mamba_proj_bias": True, "mamba_conv_bias": False,
+                   "attention_bias": True, "tie_word_embeddings": True, "head_dim": 32}),
     ("smollm3", {**TINY, "no_rope_layer_interval": 2, "pad_token_id": 0}),
     ("smollm3", {**TINY, "tie_word_embeddings": False, "attention_bias": True, "pad_token_id": 0}),
 ]

@@ -70,7 +70,7 @@ def state_bytes_per_sequence(spec: ModelSpec, tp: int = 1, layers: range | None 
     if lm is None:
         return 0.0
     idx = layers if layers is not None else range(spec.num_layers)
-    n = sum(1 for i in idx if spec.layer_types[i] == LINEAR)
+    n = sum(1 for i in idx if spec.has_linear_mixer(i))
     ssm_bytes = lm.ssm_state_bytes if lm.ssm_state_bytes is not None else bytes_per_element
     return n * (lm.ssm_elements * ssm_bytes + lm.conv_elements * bytes_per_element) / tp
 

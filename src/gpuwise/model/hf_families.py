@@ -285,6 +285,28 @@ def _granitemoehybrid(cfg: Cfg) -> ModelSpec:
     return ModelSpec(**f, layer_types=_hybrid_types(cfg, n, None), moe=moe, linear=linear)
 
 
+def _falcon_h1(cfg: Cfg) -> ModelSpec:
+    # modeling_falcon_h1.py: a parallel hybrid: every layer runs attention AND a Mamba-2 mixer on the same normed input
+    # (their outputs summed), then a gated MLP. The mixer's width is mamba_d_ssm (else mamba_expand x hidden); its
+    # in_proj bias is mamba_proj_bias, its out_proj bias projectors_bias; the gated RMSNorm only with mamba_rms_norm.
+    # The multipliers (embedding, key, mlp, ssm, lm_head) are scalars: no parameters.
+    f = common_llama_like(cfg)
+    hidden = f["hidden_size"]
+    inner = cfg.int("mamba_d_ssm", required=False) or cfg.int("mamba_expand") * hidden
+    heads = cfg.int("mamba_n_heads")
+    d_head = cfg.get("mamba_d_head")
+    if d_head in (None, "auto"):
+        d_head = inner // heads
+    if heads * int(d_head) != inner:
+        raise ConfigError(f"config.json: mamba_n_heads {heads} x mamba_d_head {d_head} is not the mixer's width "
+                          f"{inner} (mamba_d_ssm)")
+    linear = LinearMixerSpec(kind="mamba2", num_heads=heads, head_dim=int(d_head), state_dim=cfg.int("mamba_d_state"),
+                             num_groups=cfg.int("mamba_n_groups"), conv_kernel=cfg.int("mamba_d_conv"),
+                             conv_bias=cfg.bool("mamba_conv_bias", True), proj_bias=cfg.bool("mamba_proj_bias"),
+                             out_bias=cfg.bool("projectors_bias"), gated_norm=cfg.bool("mamba_rms_norm"))
+    return ModelSpec(**f, layer_types=(FULL,) * f["num_layers"], linear=linear, parallel_mixer=True)
+
+
 _NEMOTRON_H_KINDS = {"M": "linear_attention", "*": "full_attention", "-": "mlp", "E": "moe",
                      "mamba": "linear_attention", "attention": "full_attention"}
 
@@ -535,6 +557,7 @@ PARSERS: dict[str, Callable[[Cfg], ModelSpec]] = {
     "ministral": _mistral, "olmo3": _olmo3, "exaone4": _exaone4, "seed_oss": _seed_oss, "glm4": _glm4,
     "nemotron": _nemotron, "apertus": _apertus, "glm4_moe": _glm4_moe, "llama4_text": _llama4_text,
     "qwen3_next": _qwen3_next, "granitemoehybrid": _granitemoehybrid, "nemotron_h": _nemotron_h,
+    "falcon_h1": _falcon_h1,
     # the language models of Qwen's vision-language models: Qwen2's, Qwen3's and Qwen3-MoE's blocks (M-RoPE and
     # DeepStack add no parameters to them)
     "qwen2_vl_text": _qwen2, "qwen2_5_vl_text": _qwen2, "qwen3_vl_text": _qwen3, "qwen3_vl_moe_text": _qwen3_moe,

@@ -89,9 +89,11 @@ def _linear_mixer(spec: ModelSpec, i: int) -> list[Tensor]:
                 + conv + heads + [Tensor("norm", i, (lm.head_dim,))]
                 + _linear("ssm_out", i, lm.inner, h, False))
     # mamba2: in_proj gives z and x (inner each), B and C (groups x state each) and dt (one per head)
+    out_bias = lm.proj_bias if lm.out_bias is None else lm.out_bias
     return (_linear("ssm_in", i, h, 2 * lm.inner + 2 * lm.num_groups * lm.state_dim + lm.num_heads, lm.proj_bias)
-            + conv + heads + [Tensor("ssm_d", i, (lm.num_heads,)), Tensor("norm", i, (lm.inner,))]
-            + _linear("ssm_out", i, lm.inner, h, lm.proj_bias))
+            + conv + heads + [Tensor("ssm_d", i, (lm.num_heads,))]
+            + ([Tensor("norm", i, (lm.inner,))] if lm.gated_norm else [])
+            + _linear("ssm_out", i, lm.inner, h, out_bias))
 
 
 def _attention(spec: ModelSpec, i: int) -> list[Tensor]:
@@ -176,6 +178,8 @@ def _block(spec: ModelSpec, i: int) -> list[Tensor]:
         t += _norm(spec, i, spec.hidden_size)
     if spec.layer_types[i] != NONE:
         t += _attention(spec, i)
+    if spec.parallel_mixer and spec.layer_types[i] not in (LINEAR, NONE):
+        t += _linear_mixer(spec, i)  # Falcon-H1: the Mamba-2 mixer beside attention
     if spec.ffn_layers and not spec.ffn_layers[i]:
         pass
     elif spec.moe is not None and spec.moe.moe_layers[i]:

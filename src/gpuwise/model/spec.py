@@ -60,6 +60,10 @@ class LinearMixerSpec:
     conv_kernel: int
     conv_bias: bool = False
     proj_bias: bool = False
+    out_bias: bool | None = None
+    """Bias of the output projection where it differs from the input's (Falcon-H1: projectors_bias); None: proj_bias."""
+    gated_norm: bool = True
+    """The gated RMSNorm over the inner channels before out_proj (Falcon-H1 only with mamba_rms_norm)."""
     ssm_state_bytes: float | None = None
     """Bytes per element of the recurrent state where the model fixes it (Nemotron-H's config: mamba_ssm_cache_dtype
     float32, which vLLM follows); None: the model's 16-bit dtype. The convolution window keeps the model dtype."""
@@ -163,6 +167,9 @@ class ModelSpec:
     mla: MLASpec | None = None
     linear: LinearMixerSpec | None = None
     """The recurrent mixer of the `LINEAR` layers (hybrid models), None when every layer attends."""
+    parallel_mixer: bool = False
+    """Every attending layer also runs the `linear` mixer beside its attention, on the same input (Falcon-H1): such a
+    layer caches K/V per token and keeps the mixer's state per sequence."""
     ffn_layers: tuple[bool, ...] = ()
     """Per layer: whether it has a feed-forward part (Nemotron-H's mixer-only layers have none); () = every layer."""
     attn_output_gate: bool = False
@@ -229,10 +236,15 @@ class ModelSpec:
 
     @property
     def hybrid(self) -> bool:
-        """Some layers do not attend (recurrent or feed-forward only)."""
-        return self.num_attention_layers < self.num_layers
+        """Some layers do not attend (recurrent or feed-forward only), or run a recurrent mixer beside attention."""
+        return self.num_attention_layers < self.num_layers or (self.parallel_mixer and self.linear is not None)
+
+    def has_linear_mixer(self, layer: int) -> bool:
+        """Whether layer `layer` keeps a recurrent state: a LINEAR layer, or any attending one of a parallel hybrid."""
+        t = self.layer_types[layer]
+        return t == LINEAR or (self.parallel_mixer and self.linear is not None and t != NONE)
 
     @property
     def num_linear_layers(self) -> int:
-        """Layers with a recurrent state instead of a KV cache (hybrid models)."""
-        return sum(1 for t in self.layer_types if t == LINEAR)
+        """Layers with a recurrent state (hybrid models: instead of a KV cache, or beside it in a parallel one)."""
+        return sum(1 for i in range(self.num_layers) if self.has_linear_mixer(i))
