@@ -185,18 +185,32 @@ VISION = {"qwen2_vl": dict(depth=1, embed_dim=32, hidden_size=64, num_heads=2),
                                deepstack_visual_indexes=[0]),
           "llava": dict(model_type="clip_vision_model", hidden_size=32, intermediate_size=48, num_hidden_layers=1,
                         num_attention_heads=2, image_size=32, patch_size=16)}
+_V = dict(hidden_size=32, intermediate_size=48, num_hidden_layers=1, num_attention_heads=2, image_size=32, patch_size=16)
+VISION.update({"llava_next": dict(_V, model_type="clip_vision_model"),
+               "llava_next_video": dict(_V, model_type="clip_vision_model"),
+               "llava_onevision": dict(_V, model_type="siglip_vision_model"),
+               "internvl": dict(_V, image_size=[32, 32], patch_size=[16, 16]),
+               "paligemma": dict(_V, model_type="siglip_vision_model"),
+               "idefics3": dict(_V), "smolvlm": dict(_V)})
 VLM_TEXT = {
     "qwen2_vl": {**TINY},
     "qwen2_5_vl": {**TINY, "tie_word_embeddings": True},
     "qwen3_vl": {**TINY, "head_dim": 16},
     "qwen3_vl_moe": {**TINY, **MOE, "head_dim": 16},
     "llava": {**TINY, "model_type": "llama"},
+    "llava_next": {**TINY, "model_type": "llama"},
+    "llava_next_video": {**TINY},
+    "llava_onevision": {**TINY},
+    "internvl": {**TINY},
+    "paligemma": {**TINY, "head_dim": 16},
+    "idefics3": {**TINY},
+    "smolvlm": {**TINY},
 }
 
 
 TIES = [(None, None), (None, True), (True, None), (False, True)]
 """(the wrapper's tie_word_embeddings, text_config's): the wrapper's flag, or its class default, decides; Qwen2-VL,
-Qwen2.5-VL and LLaVA also tie when only text_config says so."""
+Qwen2.5-VL and the LLaVA family also tie when only text_config says so."""
 
 
 @pytest.mark.parametrize("wrapper", list(VLM_TEXT))
@@ -217,7 +231,7 @@ def test_vision_language_models_count_their_language_model_exactly(wrapper: str,
                                                 **outer)
         with torch.device("meta"):
             model = transformers.AutoModelForImageTextToText.from_config(cfg)
-    vision = ("visual", "vision_tower", "multi_modal_projector", "vision_model")
+    vision = ("visual", "vision_tower", "multi_modal_projector", "vision_model", "connector", "image_newline")
     expected = sum(p.numel() for n, p in model.named_parameters() if not any(v in n for v in vision))
     spec = spec_from_hf_config({"model_type": wrapper, "text_config": text, **outer})
     assert param_counts(spec).total == expected and any("vision tower" in n for n in spec.notes)

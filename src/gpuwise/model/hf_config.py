@@ -26,9 +26,16 @@ MULTIMODAL_WRAPPERS: dict[str, tuple[str, str, bool]] = {
     "qwen3_vl_moe": ("qwen3_vl_moe_text", "~0.6B params", False),
     "llava": ("llama", "~0.3-0.6B params", False),
     "llava_next": ("llama", "~0.3-0.6B params", False),
+    "llava_next_video": ("llama", "~0.3-0.6B params", False),
+    "llava_onevision": ("qwen2", "~0.4B params", False),
+    "internvl": ("qwen2", "~0.3B (InternViT-300M) to ~6B params", True),
+    "paligemma": ("gemma", "~0.4B params", True),
+    "idefics3": ("llama", "~0.4B params", False),
+    "smolvlm": ("llama", "~0.1-0.4B params", False),
 }
 FLAT_TEXT_WRAPPERS = frozenset({"qwen2_vl", "qwen2_5_vl"})
-TEXT_TIE_FORWARDED = frozenset({"qwen2_vl", "qwen2_5_vl", "llava"})
+TEXT_TIE_FORWARDED = frozenset({"qwen2_vl", "qwen2_5_vl", "llava", "llava_next_video",
+                                "llava_onevision"})
 """Wrappers that also tie when only text_config says so (their configs forward a pre-v5 text_config flag)."""
 """Wrappers whose older config.json files carry the language model's keys at the top level (no text_config)."""
 """Vision-language configs whose language model is their `text_config`: (its default model_type, the size of what is
