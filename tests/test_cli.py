@@ -220,3 +220,58 @@ def test_fit_takes_every_engine_infer_takes_and_the_defaults_say_they_differ(cap
                                "q4_k_m"]))
     assert e.value.code == 2
     assert capsys.readouterr().err.count("\n") == 1
+
+
+def _hub_cache(root: Path, repo: str, revisions: dict[str, dict]) -> None:
+    """A huggingface_hub cache holding `repo`'s config.json at each revision (refs/NAME -> snapshots/COMMIT)."""
+    base = root / f"models--{repo.replace('/', '--')}"
+    for i, (ref, config) in enumerate(revisions.items()):
+        commit = f"{i + 1:040x}"
+        (base / "refs").mkdir(parents=True, exist_ok=True)
+        (base / "refs" / ref).write_text(commit)
+        snap = base / "snapshots" / commit
+        snap.mkdir(parents=True)
+        (snap / "config.json").write_text(json.dumps(config))
+
+
+def test_revision_reads_that_revisions_config_from_the_hub_cache(tmp_path) -> None:
+    """Issue 20, item 5: --revision (or MODEL@REV) reads the config.json of that branch, tag or commit."""
+    pytest.importorskip("huggingface_hub")
+    tiny = json.loads(Path("tests/fixtures/configs/tiny-llama.json").read_text())
+    _hub_cache(tmp_path, "some-org/some-model", {"main": {**tiny, "num_hidden_layers": 3},
+                                                 "v2": {**tiny, "num_hidden_layers": 5}})
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(tmp_path)}
+
+    def layers(*argv: str) -> int:
+        proc = subprocess.run([sys.executable, "-m", "gpuwise", "fit", *argv, "--gpu", "h100", "--json"],
+                              capture_output=True, text=True, env=env, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        return json.loads(proc.stdout)["model"]["layers"]
+
+    assert layers("some-org/some-model") == 3
+    assert layers("some-org/some-model", "--revision", "v2") == layers("some-org/some-model@v2") == 5
+    proc = subprocess.run([sys.executable, "-m", "gpuwise", "fit", "some-org/some-model", "--revision", "v9", "--gpu",
+                           "h100"], capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "some-org/some-model@v9" in proc.stderr
+    proc = subprocess.run([sys.executable, "-m", "gpuwise", "fit", "./config.json", "--revision", "v2", "--gpu",
+                           "h100"], capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 2 and "Hugging Face Hub id" in proc.stderr
+
+
+def test_a_gated_repository_says_what_to_do(monkeypatch) -> None:
+    pytest.importorskip("huggingface_hub")
+    import huggingface_hub
+
+    from gpuwise.catalog import models
+    from gpuwise.errors import UnknownModelError
+
+    class GatedRepoError(Exception):
+        pass
+
+    def gated(*_, **__):
+        raise GatedRepoError("401")
+
+    monkeypatch.setattr(models, "_hub_reachable", lambda endpoint: None)
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", gated)
+    with pytest.raises(UnknownModelError, match="accept its license on huggingface.co and set HF_TOKEN"):
+        models.load_model("some-org/gated-model")

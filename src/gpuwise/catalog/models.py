@@ -116,6 +116,27 @@ def read_config_file(path: str | os.PathLike) -> tuple[dict, str]:
 
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
+_REVISION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,254}$")
+"""A branch, tag or commit as the Hub names them (`main`, `v1.0`, `refs/pr/3`, a 40-hex commit)."""
+
+
+def with_revision(name: str, revision: str) -> str:
+    """MODEL with --revision as `org/name@revision` (a catalog name stands for its Hugging Face id)."""
+    if not isinstance(revision, str) or not _REVISION.match(revision) or ".." in revision:
+        raise UnknownModelError(f"--revision '{revision}' is not a branch, tag or commit name")
+    entry = find_entry(name)
+    repo = entry.hf_id if entry is not None and entry.hf_id else name
+    if not _HUB_ID.match(repo or ""):
+        raise UnknownModelError(f"--revision applies to a Hugging Face Hub id (org/name), not '{name}'")
+    return f"{repo}@{revision}"
+
+
+def _split_revision(name: str) -> tuple[str, str | None]:
+    """'org/name@rev' -> ('org/name', 'rev'); anything else unchanged, without a revision."""
+    repo, at, rev = name.partition("@")
+    if at and _HUB_ID.match(repo) and _REVISION.match(rev) and ".." not in rev:
+        return repo, rev
+    return name, None
 
 
 HUB_CONNECT_TIMEOUT_S = 1.5
@@ -138,27 +159,40 @@ def _hub_reachable(endpoint: str) -> str | None:
     return None
 
 
-def _from_hub(repo_id: str) -> tuple[dict, str]:
+HUB_ERRORS = {
+    "GatedRepoError": "a gated repository: accept its license on huggingface.co and set HF_TOKEN",
+    "RepositoryNotFoundError": "no such repository (or a private one: set HF_TOKEN)",
+    "RevisionNotFoundError": "no such revision in the repository",
+    "EntryNotFoundError": "the repository has no config.json",
+    "LocalEntryNotFoundError": "not in the local Hub cache",
+}
+"""huggingface_hub's exceptions, said in words."""
+
+
+def _from_hub(repo_id: str, revision: str | None = None) -> tuple[dict, str]:
     """A Hub model's config.json through huggingface_hub's cache (HF_HUB_OFFLINE, HF_TOKEN and HF_ENDPOINT as it reads
-    them): from the cache when the Hub is offline or unreachable, else downloaded, without retries."""
-    advice = (f"download its config.json (https://huggingface.co/{repo_id}/blob/main/config.json) and pass the "
-              "file or its folder instead")
+    them): from the cache when the Hub is offline or unreachable, else downloaded, without retries; `revision` a
+    branch, tag or commit (default main)."""
+    shown = f"{repo_id}@{revision}" if revision else repo_id
+    advice = (f"download its config.json (https://huggingface.co/{repo_id}/blob/{revision or 'main'}/config.json) "
+              "and pass the file or its folder instead")
     try:
         from huggingface_hub import constants, hf_hub_download  # optional: pip install gpuwise[hub]
         from huggingface_hub.utils import logging as hub_logging
     except ImportError:
         raise UnknownModelError(
-            f"'{repo_id}' is not in the catalog and huggingface_hub is not installed; {advice}"
+            f"'{shown}' is not in the catalog and huggingface_hub is not installed; {advice}"
         ) from None
     offline = bool(constants.HF_HUB_OFFLINE)
     reason = "HF_HUB_OFFLINE is set" if offline else _hub_reachable(constants.ENDPOINT)
     hub_logging.set_verbosity_error()  # its retry warnings would repeat what the one line says
     try:
-        path = hf_hub_download(repo_id, "config.json", local_files_only=reason is not None)
+        path = hf_hub_download(repo_id, "config.json", revision=revision, local_files_only=reason is not None)
     except Exception as exc:  # gated, missing, not cached: each named by its exception class
-        why = reason + ", and it is not in the local Hub cache" if reason else exc.__class__.__name__
+        name = exc.__class__.__name__
+        why = reason + ", and it is not in the local Hub cache" if reason else HUB_ERRORS.get(name, name)
         raise UnknownModelError(
-            f"'{repo_id}' is not in the catalog and its config.json could not be fetched from the Hub "
+            f"'{shown}' is not in the catalog and its config.json could not be fetched from the Hub "
             f"({why}); {advice}"
         ) from None
     raw, _ = read_config_file(path)
@@ -178,12 +212,13 @@ def load_model(name: str) -> LoadedModel:
     if allowed and os.path.exists(name):
         raw, path = read_config_file(name)
         return LoadedModel(id=name, hf_id=None, spec=spec_from_hf_config(raw), source="file", config_path=path)
-    path_like = name.endswith(".json") or name.startswith(("/", ".", "~")) or (os.sep in name and not _HUB_ID.match(name))
+    repo, revision = _split_revision(name.strip())
+    path_like = name.endswith(".json") or name.startswith(("/", ".", "~")) or (os.sep in name and not _HUB_ID.match(repo))
     if path_like:
         raise UnknownModelError(NOT_READ if not allowed else f"no such file: '{name}'")
-    if _HUB_ID.match(name.strip()):
-        raw, path = _from_hub(name.strip())
-        return LoadedModel(id=name, hf_id=name, spec=spec_from_hf_config(raw), source="hub", config_path=path)
+    if _HUB_ID.match(repo):
+        raw, path = _from_hub(repo, revision)
+        return LoadedModel(id=name, hf_id=repo, spec=spec_from_hf_config(raw), source="hub", config_path=path)
     names = [e.id for e in catalog_entries()]
     raise UnknownModelError(
         f"unknown model '{name}'.{suggest(name, names)} Pass a catalog name (`gpuwise models`), a Hugging Face id, "

@@ -85,6 +85,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command is None:
             parser("").print_help()
             return EXIT_USAGE
+        if getattr(args, "revision", None) is not None:
+            from ..catalog.models import with_revision
+
+            args.model = with_revision(args.model, args.revision)
         out = COMMANDS[args.command].run(args)
     except GpuwiseError as exc:
         _say(f"gpuwise: error: {exc}")

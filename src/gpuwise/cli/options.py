@@ -56,6 +56,8 @@ def add_request_options(parser: argparse.ArgumentParser, cls: type, *, skip: fro
         doc = _help_text(docs.get(f.name, ""))
         if _type_name(tp) == "LoadedModel":
             parser.add_argument(f.name, help=MODEL_HELP)
+            parser.add_argument("--revision", metavar="REV", help="with a Hugging Face id: the branch, tag or commit "
+                                "whose config.json to read (default main; the same as MODEL@REV)")
             continue
         if _type_name(tp) == "GPU":
             parser.add_argument(flag(f.name), help=GPU_HELP + " (required unless --gpu-memory is given)")
