@@ -152,16 +152,25 @@ def _fitting(model: LoadedModel, gpu: GPU, n: int, engine: str, context: int) ->
     used = _usable_count(model, gpu, n, engine)
     if used is None:
         return None
-    for fmt in _formats(model, engine):
+    def fitting(fmt: WeightFormat) -> tuple[FitRequest, WeightFormat] | None:
         req = FitRequest(model=model, gpu=gpu, num_gpus=used, weights=fmt.name, engine=memory_engine(engine), context=ctx)
-        try:
-            w, _, kv, _ = _resolve_formats(req)
-        except GpuwiseError:
-            return None  # a format this engine cannot run for the model: not runnable here
+        w, _, kv, _ = _resolve_formats(req)
         est = inference_memory(spec, gpu_memory=gpu.memory_bytes, gpu_id=gpu.id, num_gpus=used, weights=w,
                                kv_dtype=kv, context=ctx, batch=1, engine=memory_engine(engine), vllm=req.vllm_options)
-        if est.fits:
-            return req, w
+        return (req, w) if est.fits else None
+
+    formats = _formats(model, engine)
+    try:
+        # the smallest first: a model that does not fit even so (a 405B on two 24 GB cards) costs one estimate, not
+        # one per rung of the ladder
+        if fitting(formats[-1]) is None:  # the ladders end with their smallest format
+            return None
+        for fmt in formats:
+            hit = fitting(fmt)
+            if hit is not None:
+                return hit
+    except GpuwiseError:
+        return None  # a format this engine cannot run for the model: not runnable here
     return None
 
 

@@ -86,6 +86,9 @@ class WeightFormat:
 
 @lru_cache(maxsize=512)
 def _weight_bytes(fmt: WeightFormat, spec: ModelSpec) -> int:
+    if fmt.kind == "gguf":
+        pre, layers, post = weight_bytes_by_layer(fmt, spec)
+        return int(round(pre + sum(layers) + post))
     return int(round(sum(b for _, b in tensor_bytes(fmt, spec))))
 
 
@@ -110,9 +113,54 @@ def tensor_bytes(fmt: WeightFormat, spec: ModelSpec) -> tuple[tuple[Tensor, floa
     return tuple(out)
 
 
+@lru_cache(maxsize=256)
+def _gguf_groups(spec: ModelSpec) -> tuple[tuple[Tensor, ...], tuple[tuple[Tensor, ...], ...], tuple[Tensor, ...],
+                                           tuple[int, ...]]:
+    """A GGUF file's tensors split as weight_bytes_by_layer splits them (input side, each block, output side), and for
+    each block the first block with the same tensors (roles, shapes, experts)."""
+    pre: list[Tensor] = []
+    post: list[Tensor] = []
+    layers: list[list[Tensor]] = [[] for _ in range(spec.num_layers)]
+    seen_blocks = False
+    for t in gguf.gguf_tensors(spec):
+        if t.layer is not None:
+            layers[t.layer].append(t)
+            seen_blocks = True
+        elif t.role == "output" or seen_blocks:
+            post.append(t)
+        else:
+            pre.append(t)
+    first: dict[tuple, int] = {}
+    same = tuple(first.setdefault(tuple((t.role, t.shape, t.experts) for t in ts), i) for i, ts in enumerate(layers))
+    return tuple(pre), tuple(map(tuple, layers)), tuple(post), same
+
+
+def _gguf_by_layer(fmt: WeightFormat, spec: ModelSpec) -> tuple[float, tuple[float, ...], float]:
+    """weight_bytes_by_layer for a GGUF file, each kind of block typed once: llama.cpp's rules read a block's tensors
+    and where the block sits in the stack (gguf.layer_class), nothing else that differs between blocks."""
+    ftype = fmt.name.split(":", 1)[1]
+
+    def size(ts: tuple[Tensor, ...]) -> float:
+        return float(sum(gguf.tensor_bytes(gguf.tensor_type(ftype, t, spec, imatrix=fmt.imatrix), t.numel)
+                         for t in ts))
+
+    pre, layers, post, same = _gguf_groups(spec)
+    done: dict[tuple, float] = {}
+    out = []
+    for i, ts in enumerate(layers):
+        key = (same[i], gguf.layer_class(i, spec.num_layers))
+        b = done.get(key)
+        if b is None:
+            b = done[key] = size(ts)
+        out.append(b)
+    return size(pre), tuple(out), size(post)
+
+
 @lru_cache(maxsize=512)
 def weight_bytes_by_layer(fmt: WeightFormat, spec: ModelSpec) -> tuple[float, tuple[float, ...], float]:
     """(input side: embeddings etc., bytes of each block, output side: final norm + lm_head)."""
+    if fmt.kind == "gguf":
+        return _gguf_by_layer(fmt, spec)
     head_roles = ("output",)
     pre = post = 0.0
     layers = [0.0] * spec.num_layers

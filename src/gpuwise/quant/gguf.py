@@ -211,16 +211,37 @@ def tensor_type(ftype: str, t: Tensor, spec: ModelSpec, *, imatrix: bool = True)
         return "F32"  # 1-D tensors, the MoE router and position embeddings stay F32 (convert_hf_to_gguf.py)
     if base in ("F32", "F16", "BF16"):
         return base
-    falcon = spec.family == "falcon"
-    # LLM_TYPE_70B: llama.cpp's size class for 80-layer Llama 2/3 70B models.
-    big70b = spec.family == "llama" and spec.num_layers == 80
-    new = _rule(ftype, base, t, spec, imatrix=imatrix, falcon=falcon, big70b=big70b)
-    row = t.shape[-1]  # ggml ne[0]: the contiguous (input) dimension
-    if row % BLOCK_TYPES[new][0] != 0:
-        new = _INCOMPATIBLE_FALLBACK.get(new, "F16")
+    n = spec.num_layers
+    i = t.layer if t.layer is not None else 0
+    # Everything the rules read: the tensor's role and shape, where its layer sits in the stack, and five of the
+    # model's numbers; the same key gives the same type, so a model's repeated layers are typed once.
+    key = (ftype, imatrix, t.role, t.shape, layer_class(i, n), spec.family, n, spec.num_heads // spec.num_kv_heads,
+           spec.moe.num_experts if spec.moe is not None else 0, spec.tie_word_embeddings)
+    new = _TYPES.get(key)
+    if new is None:
+        if len(_TYPES) > 200_000:
+            _TYPES.clear()
+        falcon = spec.family == "falcon"
+        # LLM_TYPE_70B: llama.cpp's size class for 80-layer Llama 2/3 70B models.
+        big70b = spec.family == "llama" and n == 80
+        new = _rule(ftype, base, t, spec, imatrix=imatrix, falcon=falcon, big70b=big70b)
+        row = t.shape[-1]  # ggml ne[0]: the contiguous (input) dimension
         if row % BLOCK_TYPES[new][0] != 0:
-            new = "F16"
+            new = _INCOMPATIBLE_FALLBACK.get(new, "F16")
+            if row % BLOCK_TYPES[new][0] != 0:
+                new = "F16"
+        _TYPES[key] = new
     return new
+
+
+def layer_class(i: int, n: int) -> tuple[bool, ...]:
+    """Where block `i` of `n` sits, as far as the type rules ask (the first 2, 4, sixteenth and eighth of the stack,
+    the last eighth, llama.cpp's use_more_bits): blocks alike in this and in their tensors get the same types."""
+    return (i < 2, i < 4, i < n // 16, i < n // 8, i >= 7 * n // 8, use_more_bits(i, n))
+
+
+_TYPES: dict[tuple, str] = {}
+"""tensor_type's answers by what decides them (bounded: emptied past 200,000 keys)."""
 
 
 def tensor_bytes(block_type: str, numel: int) -> int:
