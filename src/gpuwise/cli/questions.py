@@ -91,10 +91,10 @@ def _fix(result):
     from ..errors import GpuwiseError
 
     try:
-        if hasattr(result, "estimate"):  # fit
-            from ..plan.doctor_infer import doctor_infer
+        if hasattr(result, "estimate"):  # fit: by memory alone, as fast as fit itself
+            from ..plan.fit_fix import fit_fix
 
-            return doctor_infer(result.request).fix
+            return fit_fix(result)
         from ..plan.doctor import doctor
 
         return doctor(result.request).fix

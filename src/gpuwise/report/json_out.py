@@ -40,7 +40,8 @@ def remedy_to_dict(x, needed: float) -> dict[str, Any]:
     return {"name": x.name, "change": x.change, "options": {k: list(v) if isinstance(v, tuple) else v
                                                              for k, v in x.options.items()},
             "memory_per_gpu": _num(x.memory_bytes), "saved_bytes": _num(needed - x.memory_bytes),
-            "time_s": round(x.step_time_s, 6), "slowdown": round(x.slowdown, 4), "fits": x.fits,
+            "time_s": None if x.step_time_s is None else round(x.step_time_s, 6),
+            "slowdown": None if x.slowdown is None else round(x.slowdown, 4), "fits": x.fits,
             "tight": x.tight, "changes_job": x.changes_job, "note": x.note or None}
 
 

@@ -56,8 +56,10 @@ def _fix_line(fix, what: str) -> str:
     if fix is None:
         return f"no single change gpuwise knows fits: see `gpuwise doctor` for what comes closest"
     tight = ", tight" if fix.tight else ""
-    return (f"cheapest change that fits: {fix.change} ({fix.memory_bytes / GiB:.1f} GiB per GPU{tight}, {what} "
-            f"{fix.slowdown:+.0%}); all remedies: `gpuwise doctor` with the same options")
+    speed = f", {what} {fix.slowdown:+.0%}" if fix.slowdown is not None else ""
+    return (f"cheapest change that fits: {fix.change} ({fix.memory_bytes / GiB:.1f} GiB per GPU{tight}{speed}); "
+            f"all remedies, ranked by {what}: `gpuwise doctor{' --task infer' if what == 'time per token' else ''}` "
+            "with the same options")
 
 
 def render_fit(r: FitResult, fix=None) -> str:
