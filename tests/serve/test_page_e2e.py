@@ -210,6 +210,7 @@ def test_a_model_that_does_not_fit_shows_the_doctors_remedies(page, base_url, tm
     assert page.fact("verdict-title") == "DOES NOT FIT"
     assert page.fact("verdict-used") == gib(fit["memory"]["total"])
     assert page.fact("verdict-headroom") == f"{gib(-fit['headroom_bytes'])} short"
+    assert f"cheapest change that fits: {fit['cheapest_fix']['change']}" in page.text('[data-testid="verdict-reasons"]')
     assert page.tab.locator("#doctor-section").is_visible()
     assert page.fact("doctor-verdict") == doctor["verdict"]
     rows = page.tab.locator('[data-testid="doctor-remedies"] tbody tr')

@@ -51,6 +51,14 @@ export function explained(doc) {
     doc.sources && doc.sources.length ? h("p", { class: "source" }, `Sources: ${doc.sources.join("; ")}`) : null);
 }
 
+/** Under a DOES NOT FIT verdict: the one change that fits (the CLI's `cheapest_fix`). */
+function fixLine(fix) {
+  if (!fix) return null;
+  const speed = fix.slowdown === null || fix.slowdown === undefined ? ""
+    : `, ${fix.slowdown >= 0 ? "+" : ""}${Math.round(fix.slowdown * 100)}% time`;
+  return `cheapest change that fits: ${fix.change} (${f.gib(fix.memory_per_gpu)} per GPU${fix.tight ? ", tight" : ""}${speed})`;
+}
+
 function headroomText(bytes) {
   if (bytes === null || bytes === undefined) return f.UNKNOWN;
   return bytes >= 0 ? `${f.gib(bytes)} free` : `${f.gib(-bytes)} short`;
@@ -77,6 +85,7 @@ export function inferVerdict(fit, { pasted = false } = {}) {
       (fit.max_context_limited_by ? ` (limited by ${fit.max_context_limited_by})` : ""),
     `largest batch at ${f.count(fit.context, "tokens")}: ${f.count(fit.max_batch, "sequences")}`,
     `fewest ${fit.gpu.id} GPUs that fit: ${fit.min_gpus === null ? "none up to 64" : f.count(fit.min_gpus)}`,
+    fixLine(fit.cheapest_fix),
     fit.min_mig_profile ? `smallest MIG slice that fits: ${fit.min_mig_profile}` : null,
     fit.engine_details && fit.engine_details.kv_pool_bytes !== undefined
       ? `vLLM KV pool ${f.gib(fit.engine_details.kv_pool_bytes)}: up to ${f.count(fit.engine_details.max_concurrent_sequences)} concurrent sequences at this context`
@@ -127,6 +136,7 @@ export function trainVerdict(t, { pasted = false } = {}) {
     `precision ${t.precision}, optimizer ${t.optimizer}, recompute ${t.recompute}` +
       (t.offload && t.offload.length ? `, offload ${t.offload.join(", ")}` : ""),
     ft,
+    fixLine(t.cheapest_fix),
     t.memory_peak ? `peak at the ${t.memory_peak.moment} on pipeline stage ${t.memory_peak.pipeline_stage}` : null,
     `largest micro-batch that fits: ${t.max_micro_batch === null ? "none (even 1 does not fit)" : f.count(t.max_micro_batch)}`,
     t.cpu_memory_per_gpu_bytes ? `host memory for offloaded states: ${f.gib(t.cpu_memory_per_gpu_bytes)} per GPU` : null,
