@@ -35,10 +35,11 @@ MORE_MODELS = {
     "Qwen/Qwen2-7B-Instruct": "qwen2-7b", "meta-llama/Llama-3.2-1B": "llama-3.2-1b",
     "RedHatAI/Meta-Llama-3.1-8B-Instruct-quantized.w4a16": "llama-3.1-8b",
     "deepseek-ai/DeepSeek-R1-Distill-Qwen-14B": "deepseek-r1-distill-qwen-14b", "Qwen/QwQ-32B": "qwen2.5-32b",
+    "openai/gpt-oss-20b": "gpt-oss-20b", "openai/gpt-oss-120b": "gpt-oss-120b",
 }
 GPUS = (("H100", "h100-sxm"), ("H200", "h200-sxm"), ("A100 80GB", "a100-sxm-80gb"), ("A100 40GB", "a100-sxm-40gb"),
         ("L40S", "l40s"), ("L4 ", "l4"), ("RTX 3090", "rtx-3090"), ("RTX 4090", "rtx-4090"))
-WEIGHTS = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "gptq-int4": "gptq"}
+WEIGHTS = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "gptq-int4": "gptq", "mxfp4": "mxfp4-experts"}
 
 
 @dataclass(frozen=True, slots=True)

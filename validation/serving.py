@@ -80,14 +80,14 @@ MODEL_REFS = {
     "deepseek-ai/DeepSeek-R1": "deepseek-r1", "deepseek-ai/DeepSeek-V3": "deepseek-v3",
     "meta-llama/Llama-3.1-8B-Instruct": "llama-3.1-8b", "nvidia/Llama-3.1-8B-Instruct-FP8": "llama-3.1-8b",
     "meta-llama/Llama-3.1-70B-Instruct": "llama-3.1-70b", "nvidia/Llama-3.3-70B-Instruct-FP8": "llama-3.3-70b",
-    "microsoft/Phi-4-mini-instruct": "phi-4-mini",
+    "microsoft/Phi-4-mini-instruct": "phi-4-mini", "openai/gpt-oss-120b": "gpt-oss-120b",
 }
 GPU_IDS = (("H100", "h100-sxm"), ("H200", "h200-sxm"), ("A100", "a100-sxm-80gb"), ("RTX 4090", "rtx-4090"),
            ("B200", "b200"), ("MI300X", "mi300x"))
 """A row's GPU text -> catalog id, by the first name it contains (H100 without a form factor is the SXM part, as
 every source's node description is an 8-GPU HGX server)."""
 ENGINE_MODELS = {"vllm": "vllm", "trtllm": "trtllm", "sglang": "sglang", "llamacpp": "llamacpp"}
-WEIGHTS = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8"}
+WEIGHTS = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "mxfp4": "mxfp4-experts"}
 
 
 def _sharegpt_means(row: dict) -> tuple[int, int] | None:
