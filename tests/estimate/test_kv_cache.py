@@ -116,6 +116,10 @@ HYBRIDS = [
                         num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=100, mamba_num_heads=4,
                         mamba_head_dim=16, ssm_state_size=8, n_groups=2, n_routed_experts=4, num_experts_per_tok=2,
                         moe_intermediate_size=32, moe_shared_expert_intermediate_size=24)),
+    ("qwen3_5_text", dict(num_hidden_layers=4, hidden_size=64, intermediate_size=96, num_attention_heads=4,
+                          num_key_value_heads=2, head_dim=16, vocab_size=100, linear_num_key_heads=2,
+                          linear_num_value_heads=4, linear_key_head_dim=8, linear_value_head_dim=12,
+                          full_attention_interval=2)),
     ("falcon_h1", dict(num_hidden_layers=3, hidden_size=64, intermediate_size=96, num_attention_heads=4,
                        num_key_value_heads=2, vocab_size=100, mamba_d_ssm=64, mamba_n_heads=4, mamba_d_state=8,
                        mamba_n_groups=2)),
@@ -135,7 +139,7 @@ def test_recurrent_state_per_sequence_is_what_the_layers_keep(model_type: str, c
         mixer = getattr(layer, "linear_attn", None) or getattr(layer, "mamba", None) or getattr(layer, "mixer", None)
         if mixer is None or not hasattr(mixer, "conv_dim"):
             continue  # attention, MLP or MoE
-        if model_type == "qwen3_next":
+        if model_type in ("qwen3_next", "qwen3_5_text"):
             state = mixer.num_v_heads * mixer.head_k_dim * mixer.head_v_dim
         else:
             state = mixer.num_heads * mixer.head_dim * mixer.ssm_state_size

@@ -123,6 +123,14 @@ CASES: list[tuple[str, dict]] = [
     ("falcon_h1", {**TINY, "mamba_d_ssm": None, "mamba_expand": 2, "mamba_n_heads": 8, "mamba_d_state": 8,
                    "mamba_rms_norm": True, "projectors_bias": True, "mamba_proj_bias": True, "mamba_conv_bias": False,
                    "attention_bias": True, "tie_word_embeddings": True, "head_dim": 32}),
+    # Qwen3.5: Qwen3-Next's Gated DeltaNet and gated attention, a dense MLP or a MoE in every layer
+    ("qwen3_5_text", {**TINY, "num_hidden_layers": 4, "head_dim": 16, "linear_num_key_heads": 2,
+                      "linear_num_value_heads": 4, "linear_key_head_dim": 8, "linear_value_head_dim": 12,
+                      "full_attention_interval": 2, "attention_bias": True}),
+    ("qwen3_5_moe_text", {**TINY, **MOE, "num_hidden_layers": 4, "head_dim": 16, "linear_num_key_heads": 2,
+                          "linear_num_value_heads": 4, "linear_key_head_dim": 8, "linear_value_head_dim": 12,
+                          "shared_expert_intermediate_size": 24, "tie_word_embeddings": True}),
+    ("ministral3", {**TINY, "head_dim": 16}),
     ("smollm3", {**TINY, "no_rope_layer_interval": 2, "pad_token_id": 0}),
     ("smollm3", {**TINY, "tie_word_embeddings": False, "attention_bias": True, "pad_token_id": 0}),
 ]
@@ -191,7 +199,11 @@ VISION.update({"llava_next": dict(_V, model_type="clip_vision_model"),
                "llava_onevision": dict(_V, model_type="siglip_vision_model"),
                "internvl": dict(_V, image_size=[32, 32], patch_size=[16, 16]),
                "paligemma": dict(_V, model_type="siglip_vision_model"),
-               "idefics3": dict(_V), "smolvlm": dict(_V)})
+               "idefics3": dict(_V), "smolvlm": dict(_V),
+               "qwen3_5": dict(depth=1, hidden_size=32, out_hidden_size=64, intermediate_size=48, num_heads=2),
+               "qwen3_5_moe": dict(depth=1, hidden_size=32, out_hidden_size=64, intermediate_size=48, num_heads=2)})
+_DELTA = dict(head_dim=16, num_hidden_layers=4, linear_num_key_heads=2, linear_num_value_heads=4,
+              linear_key_head_dim=8, linear_value_head_dim=12, full_attention_interval=2)
 VLM_TEXT = {
     "qwen2_vl": {**TINY},
     "qwen2_5_vl": {**TINY, "tie_word_embeddings": True},
@@ -205,6 +217,8 @@ VLM_TEXT = {
     "paligemma": {**TINY, "head_dim": 16},
     "idefics3": {**TINY},
     "smolvlm": {**TINY},
+    "qwen3_5": {**TINY, **_DELTA},
+    "qwen3_5_moe": {**TINY, **_DELTA, **MOE, "shared_expert_intermediate_size": 24},
 }
 
 

@@ -256,6 +256,28 @@ def _qwen3_next(cfg: Cfg) -> ModelSpec:
     return ModelSpec(**f, layer_types=types, moe=moe, linear=linear)
 
 
+def _qwen3_5(cfg: Cfg) -> ModelSpec:
+    # modeling_qwen3_5.py / modeling_qwen3_5_moe.py (Qwen3.5): Qwen3-Next's layers (Gated DeltaNet, its input
+    # projection split in four; gated attention with per-head q/k norms, biases per attention_bias) with a dense MLP
+    # (qwen3_5_text) or, in every layer, Qwen3-Next's MoE with its gated shared expert (qwen3_5_moe_text)
+    moe_model = cfg.family == "qwen3_5_moe_text"
+    base = Cfg({**cfg.raw, "intermediate_size": 1}, cfg.family) if moe_model else cfg  # no dense MLP: no width
+    f = common_llama_like(base, mlp_bias=False, qk_norm="head", attn_output_gate=True)
+    n = f["num_layers"]
+    moe = None
+    if moe_model:
+        moe = MoESpec(num_experts=cfg.int("num_experts"), top_k=cfg.int("num_experts_per_tok"),
+                      expert_intermediate_size=cfg.int("moe_intermediate_size"),
+                      shared_intermediate_size=cfg.int("shared_expert_intermediate_size", minimum=0),
+                      shared_expert_gate=True, moe_layers=(True,) * n)
+        f["intermediate_size"] = 0
+    linear = LinearMixerSpec(kind="gated_deltanet", num_heads=cfg.int("linear_num_value_heads"),
+                             head_dim=cfg.int("linear_value_head_dim"), state_dim=cfg.int("linear_key_head_dim"),
+                             num_groups=cfg.int("linear_num_key_heads"), conv_kernel=cfg.int("linear_conv_kernel_dim"))
+    types = _hybrid_types(cfg, n, cfg.int("full_attention_interval", required=False) or 4)
+    return ModelSpec(**f, layer_types=types, moe=moe, linear=linear)
+
+
 def _granitemoehybrid(cfg: Cfg) -> ModelSpec:
     # modeling_granitemoehybrid.py (Granite 4): per layer a Mamba-2 mixer or attention, then a MoE (when
     # num_local_experts > 0) beside an always-on shared MLP (fused gate/up input_linear, output_linear)
@@ -558,6 +580,8 @@ PARSERS: dict[str, Callable[[Cfg], ModelSpec]] = {
     "nemotron": _nemotron, "apertus": _apertus, "glm4_moe": _glm4_moe, "llama4_text": _llama4_text,
     "qwen3_next": _qwen3_next, "granitemoehybrid": _granitemoehybrid, "nemotron_h": _nemotron_h,
     "falcon_h1": _falcon_h1,
+    "qwen3_5_text": _qwen3_5, "qwen3_5_moe_text": _qwen3_5,
+    "ministral3": _mistral,  # modeling_ministral3.py (Ministral 3, Devstral 2, Mistral Small 3.2's text): Mistral's block
     # the language models of Qwen's vision-language models: Qwen2's, Qwen3's and Qwen3-MoE's blocks (M-RoPE and
     # DeepStack add no parameters to them)
     "qwen2_vl_text": _qwen2, "qwen2_5_vl_text": _qwen2, "qwen3_vl_text": _qwen3, "qwen3_vl_moe_text": _qwen3_moe,
