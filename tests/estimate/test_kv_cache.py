@@ -182,3 +182,15 @@ def test_deepseek_sparse_attention_caches_its_indexer_keys() -> None:
     assert kv_bytes_per_token(v3, 1, "vllm") == 61 * 576  # plain fp8 MLA: no scales, no indexer
     r = gpuwise.fit(gpuwise.load_model("deepseek-r1"), gpu="h200", num_gpus=8)
     assert r.kv.name == "bf16"  # V3 keeps the model dtype
+
+
+def test_glm5_caches_indexer_keys_only_where_a_layer_has_its_own_indexer() -> None:
+    """GLM-5.2 (glm_moe_dsa with indexer_types 'shared'): a layer that reuses the previous layer's top-k has no
+    indexer, so no indexer key in the cache; the latent is in every layer."""
+    base = {"model_type": "glm_moe_dsa", "num_hidden_layers": 6, "first_k_dense_replace": 1}
+    every = spec_from_hf_config(base)
+    some = spec_from_hf_config({**base, "index_topk_pattern": "FSFSSF"})
+    latent = 6 * (512 + 64) * 2
+    key = 128 + 128 // 128 * 4  # fp8 key and one fp32 scale
+    assert kv_bytes_per_token(every, 2, "vllm") == latent + 6 * key
+    assert kv_bytes_per_token(some, 2, "vllm") == latent + 3 * key

@@ -47,7 +47,9 @@ def kv_bytes_per_token_per_layer(spec: ModelSpec, bytes_per_element: float, engi
     out = kv_elements_per_token_per_layer(spec, engine, tp) * bytes_per_element
     mla = spec.mla
     if mla is not None and mla.index_head_dim and engine in MLA_LATENT_ENGINES:
-        out += mla.index_head_dim + mla.index_head_dim // INDEXER_QUANT_BLOCK * 4
+        # the indexer keys of the layers that have an indexer, spread evenly over the layers (GLM-5.2's shared layers
+        # keep none): the sum over all layers is exact
+        out += (mla.index_head_dim + mla.index_head_dim // INDEXER_QUANT_BLOCK * 4) * mla.indexer_share
         if engine == "vllm" and bytes_per_element == 1:
             out += mla.kv_lora_rank // INDEXER_QUANT_BLOCK * 4 + mla.qk_rope_head_dim * (2 - 1)
     return out

@@ -25,6 +25,7 @@ MULTIMODAL_WRAPPERS: dict[str, tuple[str, str, bool]] = {
     "qwen3_vl": ("qwen3_vl_text", "~0.4-0.6B params", False),
     "qwen3_vl_moe": ("qwen3_vl_moe_text", "~0.6B params", False),
     "qwen3_5": ("qwen3_5_text", "~0.4-0.6B params", False),
+    "kimi_k25": ("kimi_k2", "~0.4B params (MoonViT)", False),
     "qwen3_5_moe": ("qwen3_5_moe_text", "~0.4-0.6B params", False),
     "llava": ("llama", "~0.3-0.6B params", False),
     "llava_next": ("llama", "~0.3-0.6B params", False),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Callable
 
 from ..errors import ConfigError
@@ -533,8 +534,34 @@ def _bloom(cfg: Cfg) -> ModelSpec:
     )
 
 
+def _glm_dsa_layers(cfg: Cfg, n: int) -> tuple[tuple[bool, ...], tuple[bool, ...]]:
+    """GLM-5 (configuration_glm_moe_dsa.py): per layer (its own indexer, a MoE MLP), from indexer_types /
+    index_topk_pattern / index_topk_freq + index_skip_topk_offset, and mlp_layer_types / first_k_dense_replace."""
+    raw = cfg.raw
+    kinds = raw.get("indexer_types")
+    if kinds is None and raw.get("index_topk_pattern") is not None:
+        pattern = raw["index_topk_pattern"]
+        kinds = [{"F": "full", "S": "shared"}.get(c, c) for c in pattern] if isinstance(pattern, str) else pattern
+    if kinds is None:
+        freq = max(int(raw.get("index_topk_freq") or 1), 1)
+        offset = int(raw.get("index_skip_topk_offset") if raw.get("index_skip_topk_offset") is not None else 2)
+        kinds = ["full" if max(i - offset + 1, 0) % freq == 0 else "shared" for i in range(n)]
+    mlp = raw.get("mlp_layer_types")
+    if mlp is None:
+        dense = min(cfg.int("first_k_dense_replace", required=False, minimum=0) or 0, n)
+        mlp = ["dense"] * dense + ["sparse"] * (n - dense)
+    if not isinstance(kinds, list) or len(kinds) != n or any(k not in ("full", "shared") for k in kinds):
+        raise ConfigError(f"config.json: indexer_types must list 'full' or 'shared' for each of the {n} layers")
+    if not isinstance(mlp, list) or len(mlp) != n or any(k not in ("dense", "sparse") for k in mlp):
+        raise ConfigError(f"config.json: mlp_layer_types must list 'dense' or 'sparse' for each of the {n} layers")
+    return tuple(k == "full" for k in kinds), tuple(k == "sparse" for k in mlp)
+
+
 def _deepseek(cfg: Cfg) -> ModelSpec:
-    v3 = cfg.family in ("deepseek_v3", "deepseek_v32")
+    # DeepSeek-V2/V3/V3.2, and GLM-5 (modeling_glm_moe_dsa.py: V3.2's MLA, indexer and MoE, some layers reusing the
+    # previous indexer's top-k)
+    v3 = cfg.family in ("deepseek_v3", "deepseek_v32", "glm_moe_dsa")
+    dsa = cfg.family in ("deepseek_v32", "glm_moe_dsa")
     f = common_llama_like(cfg, mlp_bias=False if v3 else cfg.bool("mlp_bias"))
     n = f["num_layers"]
     mla = MLASpec(
@@ -543,10 +570,14 @@ def _deepseek(cfg: Cfg) -> ModelSpec:
         qk_nope_head_dim=cfg.int("qk_nope_head_dim"),
         qk_rope_head_dim=cfg.int("qk_rope_head_dim"),
         v_head_dim=cfg.int("v_head_dim"),
-        index_n_heads=(cfg.int("index_n_heads") if cfg.family == "deepseek_v32" else 0),
-        index_head_dim=(cfg.int("index_head_dim") if cfg.family == "deepseek_v32" else 0),
+        index_n_heads=(cfg.int("index_n_heads") if dsa else 0),
+        index_head_dim=(cfg.int("index_head_dim") if dsa else 0),
     )
     first_dense = cfg.int("first_k_dense_replace", required=False, minimum=0) or 0
+    moe_at = tuple(i >= first_dense for i in range(n))
+    if cfg.family == "glm_moe_dsa":
+        indexers, moe_at = _glm_dsa_layers(cfg, n)
+        mla = replace(mla, indexer_layers=() if all(indexers) else indexers)
     experts = cfg.int("n_routed_experts")
     top_k = cfg.int("num_experts_per_tok")
     moe = MoESpec(
@@ -555,7 +586,7 @@ def _deepseek(cfg: Cfg) -> ModelSpec:
         expert_intermediate_size=cfg.int("moe_intermediate_size"),
         shared_intermediate_size=(cfg.int("n_shared_experts", required=False, minimum=0) or 0)
         * cfg.int("moe_intermediate_size"),
-        moe_layers=tuple(i >= first_dense for i in range(n)),
+        moe_layers=moe_at,
     )
     notes: tuple[str, ...] = ()
     if cfg.raw.get("num_nextn_predict_layers"):
@@ -581,6 +612,7 @@ PARSERS: dict[str, Callable[[Cfg], ModelSpec]] = {
     "qwen3_next": _qwen3_next, "granitemoehybrid": _granitemoehybrid, "nemotron_h": _nemotron_h,
     "falcon_h1": _falcon_h1,
     "qwen3_5_text": _qwen3_5, "qwen3_5_moe_text": _qwen3_5,
+    "glm_moe_dsa": _deepseek,
     "ministral3": _mistral,  # modeling_ministral3.py (Ministral 3, Devstral 2, Mistral Small 3.2's text): Mistral's block
     # the language models of Qwen's vision-language models: Qwen2's, Qwen3's and Qwen3-MoE's blocks (M-RoPE and
     # DeepStack add no parameters to them)

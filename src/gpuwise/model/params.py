@@ -116,7 +116,7 @@ def _attention(spec: ModelSpec, i: int) -> list[Tensor]:
         t.append(Tensor("norm", i, (mla.kv_lora_rank,)))
         t += _linear("attn_kv_b", i, mla.kv_lora_rank, nh * (mla.qk_nope_head_dim + mla.v_head_dim), False)
         t += _linear("attn_output", i, nh * mla.v_head_dim, h, spec.o_bias)
-        if mla.index_head_dim:  # DeepSeek-V3.2 (modeling_deepseek_v32.py DeepseekV32Indexer)
+        if mla.has_indexer(i):  # DeepSeek-V3.2 (modeling_deepseek_v32.py DeepseekV32Indexer), GLM-5
             t += _linear("indexer_q", i, mla.q_lora_rank or h, mla.index_n_heads * mla.index_head_dim, False)
             t += _linear("indexer_k", i, h, mla.index_head_dim, False)
             t += [Tensor("norm", i, (mla.index_head_dim,)), Tensor("bias", i, (mla.index_head_dim,))]  # LayerNorm

@@ -106,10 +106,23 @@ class MLASpec:
     """DeepSeek-V3.2's lightning indexer (DeepSeek Sparse Attention): query heads of its scorer; 0 = no indexer."""
     index_head_dim: int = 0
     """Width of the indexer's keys, one per token and layer, cached beside the latent."""
+    indexer_layers: tuple[bool, ...] = ()
+    """Per layer: whether it runs its own indexer (GLM-5.2's indexer_types 'full'), or reuses the previous one's top-k
+    ('shared': no indexer weights, no indexer keys cached); () = every layer has one."""
 
     @property
     def qk_head_dim(self) -> int:
         return self.qk_nope_head_dim + self.qk_rope_head_dim
+
+    def has_indexer(self, layer: int) -> bool:
+        return bool(self.index_head_dim) and (not self.indexer_layers or self.indexer_layers[layer])
+
+    @property
+    def indexer_share(self) -> float:
+        """Share of the layers with their own indexer (1 when every layer has one, 0 without an indexer)."""
+        if not self.index_head_dim:
+            return 0.0
+        return sum(self.indexer_layers) / len(self.indexer_layers) if self.indexer_layers else 1.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
