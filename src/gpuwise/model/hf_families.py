@@ -279,6 +279,20 @@ def _qwen3_5(cfg: Cfg) -> ModelSpec:
     return ModelSpec(**f, layer_types=types, moe=moe, linear=linear)
 
 
+def _minimax_m2(cfg: Cfg) -> ModelSpec:
+    # modeling_minimax_m2.py (MiniMax-M2, M2.5, M2.7): full attention with RMSNorms over the whole q and k widths, no
+    # biases, a MoE of num_local_experts in every layer (its e_score_correction_bias is a buffer, not a parameter); the
+    # multi-token-prediction modules are not built by transformers
+    f = common_llama_like(cfg, qkv_bias=False, o_bias=False, mlp_bias=False, qk_norm="full")
+    n = f["num_layers"]
+    moe = MoESpec(num_experts=cfg.int("num_local_experts"), top_k=cfg.int("num_experts_per_tok"),
+                  expert_intermediate_size=f["intermediate_size"], moe_layers=(True,) * n)
+    f["intermediate_size"] = 0
+    notes = (("multi-token-prediction modules are not counted (transformers does not instantiate them)",)
+             if cfg.raw.get("use_mtp") else ())
+    return ModelSpec(**f, layer_types=(FULL,) * n, moe=moe, notes=notes)
+
+
 def _granitemoehybrid(cfg: Cfg) -> ModelSpec:
     # modeling_granitemoehybrid.py (Granite 4): per layer a Mamba-2 mixer or attention, then a MoE (when
     # num_local_experts > 0) beside an always-on shared MLP (fused gate/up input_linear, output_linear)
@@ -612,7 +626,7 @@ PARSERS: dict[str, Callable[[Cfg], ModelSpec]] = {
     "qwen3_next": _qwen3_next, "granitemoehybrid": _granitemoehybrid, "nemotron_h": _nemotron_h,
     "falcon_h1": _falcon_h1,
     "qwen3_5_text": _qwen3_5, "qwen3_5_moe_text": _qwen3_5,
-    "glm_moe_dsa": _deepseek,
+    "glm_moe_dsa": _deepseek, "minimax_m2": _minimax_m2,
     "ministral3": _mistral,  # modeling_ministral3.py (Ministral 3, Devstral 2, Mistral Small 3.2's text): Mistral's block
     # the language models of Qwen's vision-language models: Qwen2's, Qwen3's and Qwen3-MoE's blocks (M-RoPE and
     # DeepStack add no parameters to them)
