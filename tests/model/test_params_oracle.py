@@ -126,6 +126,11 @@ CASES: list[tuple[str, dict]] = [
     ("nemotron_h", {**TINY, "hybrid_override_pattern": "M*-E", "num_hidden_layers": 4, "mamba_num_heads": 4,
                     "mamba_head_dim": 16, "ssm_state_size": 8, "n_groups": 2, "head_dim": 16, "n_routed_experts": 4,
                     "num_experts_per_tok": 2, "moe_intermediate_size": 32, "moe_shared_expert_intermediate_size": 24}),
+    # Nemotron 3 Super/Ultra: latent MoE, the routed experts between projections to and from moe_latent_size
+    ("nemotron_h", {**TINY, "hybrid_override_pattern": "ME*E", "num_hidden_layers": 4, "mamba_num_heads": 4,
+                    "mamba_head_dim": 16, "ssm_state_size": 8, "n_groups": 2, "head_dim": 16, "n_routed_experts": 4,
+                    "num_experts_per_tok": 2, "moe_intermediate_size": 32, "moe_shared_expert_intermediate_size": 24,
+                    "moe_latent_size": 40, "mlp_bias": True}),
     ("nemotron_h", {**TINY, "hybrid_override_pattern": "M-M*-", "num_hidden_layers": 5, "mamba_num_heads": 8,
                     "mamba_head_dim": 8, "ssm_state_size": 4, "n_groups": 1, "use_conv_bias": False,
                     "use_bias": True, "mlp_bias": True, "attention_bias": True, "tie_word_embeddings": True}),

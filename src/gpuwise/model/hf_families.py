@@ -358,8 +358,6 @@ def _nemotron_h(cfg: Cfg) -> ModelSpec:
     kinds = [_NEMOTRON_H_KINDS.get(str(k), str(k)) for k in pattern]
     if not kinds or any(k not in ("linear_attention", "full_attention", "mlp", "moe") for k in kinds):
         raise ConfigError(f"config.json: nemotron_h layer pattern {pattern!r} is not made of M, *, - and E")
-    if raw.get("moe_latent_size"):
-        raise ConfigError("config.json: nemotron_h with moe_latent_size (latent MoE) is not supported yet")
     n = len(kinds)
     if n > DIMENSION_BOUNDS["num_hidden_layers"]:
         raise ConfigError(f"config.json: a {n:,}-layer pattern is beyond any real model (at most "
@@ -378,7 +376,8 @@ def _nemotron_h(cfg: Cfg) -> ModelSpec:
                       top_k=cfg.int("num_experts_per_tok"), expert_intermediate_size=width,
                       shared_intermediate_size=(cfg.int("n_shared_experts", required=False, minimum=0) or 0)
                       * cfg.int("moe_shared_expert_intermediate_size"),
-                      moe_layers=tuple(k == "moe" for k in kinds))
+                      moe_layers=tuple(k == "moe" for k in kinds),
+                      latent_size=cfg.int("moe_latent_size", required=False) or None)
     ssm_dtype = raw.get("mamba_ssm_cache_dtype", cfg.defaults.get("mamba_ssm_cache_dtype"))
     linear = LinearMixerSpec(
         kind="mamba2", num_heads=cfg.int("mamba_num_heads"), head_dim=cfg.int("mamba_head_dim"),

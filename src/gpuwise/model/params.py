@@ -158,10 +158,13 @@ def _moe_mlp(spec: ModelSpec, i: int) -> list[Tensor]:
     if moe.router_bias:
         t.append(Tensor("bias", i, (e,)))
     # transformers v5 stores routed experts fused as 3-D tensors (E, 2w, h) and (E, h, w).
+    d = moe.latent_size or h  # latent MoE: the experts work in the latent width
+    if moe.latent_size:
+        t += _linear("ffn_latent_in", i, h, d, spec.mlp_bias) + _linear("ffn_latent_out", i, d, h, spec.mlp_bias)
     if spec.gated_mlp:
-        t.append(Tensor("ffn_gate_exps", i, (w, h), experts=e))
-    t.append(Tensor("ffn_up_exps", i, (w, h), experts=e))
-    t.append(Tensor("ffn_down_exps", i, (h, w), experts=e))
+        t.append(Tensor("ffn_gate_exps", i, (w, d), experts=e))
+    t.append(Tensor("ffn_up_exps", i, (w, d), experts=e))
+    t.append(Tensor("ffn_down_exps", i, (d, w), experts=e))
     if moe.expert_bias:  # gpt-oss: gate_up_proj_bias (E, 2w) and down_proj_bias (E, h)
         t.append(Tensor("bias", i, ((2 if spec.gated_mlp else 1) * w,), experts=e))
         t.append(Tensor("bias", i, (h,), experts=e))

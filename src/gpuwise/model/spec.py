@@ -37,6 +37,9 @@ class MoESpec:
     """Every routed expert's projections have biases (gpt-oss: gate_up_proj_bias, down_proj_bias)."""
     moe_layers: tuple[bool, ...] = ()
     """Per layer: True where the FFN is MoE, False where it is a dense FFN (leading dense layers)."""
+    latent_size: int | None = None
+    """Latent MoE (Nemotron 3 Super/Ultra's moe_latent_size): the routed experts read and write this width, between a
+    projection down from the hidden size and one back up; None: they work in the hidden size."""
 
     def __post_init__(self) -> None:
         if self.top_k > self.num_experts:
