@@ -30,8 +30,15 @@ def _oracle_count(config: dict) -> int:
         warnings.simplefilter("ignore")
         cfg = transformers.AutoConfig.for_model(model_type, **config)
         with torch.device("meta"):
-            model = transformers.AutoModelForCausalLM.from_config(cfg)
-    return sum(p.numel() for p in model.parameters())
+            try:
+                model = transformers.AutoModelForCausalLM.from_config(cfg)
+            except ValueError:  # a vision-language wrapper (Qwen3.5): the whole model, its vision side left out below
+                model = transformers.AutoModelForImageTextToText.from_config(cfg)
+    return sum(p.numel() for n, p in model.named_parameters() if not any(v in n for v in VISION))
+
+
+VISION = ("visual", "vision_tower", "vision_model", "multi_modal_projector")
+"""Parameter names of the vision side of the catalog's vision-language models (gpuwise counts the language model)."""
 
 
 def _params(entry) -> int:

@@ -96,3 +96,28 @@ def test_a_model_tensor_parallelism_cannot_split_four_ways_runs_on_fewer_gpus() 
     """vLLM needs the TP degree to divide the attention heads: Phi-4 (40 heads, 10 KV heads) runs on 2 of 4 GPUs."""
     rows = {r.model.id: r for r in runnable("4x h100", engine="vllm", query="phi-4", top=5).runnable}
     assert rows["phi-4"].num_gpus == 2 and rows["phi-4-mini"].num_gpus == 4
+
+
+def test_the_context_search_in_llamacpp_steps_finds_what_a_token_by_token_search_finds():
+    """models --fits searches the largest context in llama.cpp's 256-token steps (its n_ctx padding): the same
+    answer as fit's token-exact search, for every catalog model that runs on two 24 GB cards."""
+    from gpuwise.estimate.inference_memory import inference_memory
+    from gpuwise.plan.fit import _largest, _resolve_formats
+    from gpuwise.plan.runnable import _largest_context
+
+    result = runnable("2x rtx-3090", top=1000)
+    for row in result.runnable:
+        spec = row.model.spec
+        from gpuwise.plan.fit import FitRequest
+
+        req = FitRequest(model=row.model, gpu=result.gpu, num_gpus=row.num_gpus, weights=row.weights.name,
+                         engine="llamacpp", context=row.context)
+        w, _, kv, _ = _resolve_formats(req)
+
+        def fits(c):
+            return inference_memory(spec, gpu_memory=result.gpu.memory_bytes, gpu_id=result.gpu.id,
+                                    num_gpus=row.num_gpus, weights=w, kv_dtype=kv, context=c, batch=1,
+                                    engine="llamacpp").fits
+
+        cap = spec.max_position_embeddings or (1 << 20)
+        assert _largest_context(fits, row.context, cap, "llamacpp") == _largest(fits, row.context, cap), row.model.id

@@ -30,3 +30,17 @@ def test_blocks_typed_once_give_the_bytes_of_every_tensor_typed(model):
         assert list(layers) == per_layer, ftype
         assert pre + post == edges, ftype
         assert fmt.weight_bytes(spec) == round(sum(b for _, b in tensor_bytes(fmt, spec))), ftype
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_matrix_bytes_per_param_is_the_per_tensor_ratio(model):
+    """What the speed models charge per weight read: the per-block shortcut equals the per-tensor sum."""
+    from gpuwise.quant.formats import matrix_bytes_per_param
+
+    spec = load_model(model).spec
+    for name in [*TYPES, "bf16", "fp8", "awq"]:
+        fmt = get_weight_format(name)
+        pairs = [(t.numel, b) for t, b in tensor_bytes(fmt, spec)
+                 if t.is_matrix and t.role not in ("token_embd", "pos_embd")]
+        want = sum(b for _, b in pairs) / sum(n for n, _ in pairs)
+        assert matrix_bytes_per_param(fmt, spec) == pytest.approx(want, rel=1e-12), name

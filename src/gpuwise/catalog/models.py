@@ -85,7 +85,7 @@ def find_entry(name: str) -> CatalogEntry | None:
     return _index().get(_key(name))
 
 
-@lru_cache(maxsize=128)
+@lru_cache(maxsize=256)
 def entry_config(entry: CatalogEntry) -> dict:
     with open(MODELS_DIR / entry.config_file, encoding="utf-8") as fh:
         return json.load(fh)

@@ -193,7 +193,7 @@ def _block(spec: ModelSpec, i: int) -> list[Tensor]:
     return t
 
 
-@lru_cache(maxsize=64)
+@lru_cache(maxsize=256)
 def tensor_inventory(spec: ModelSpec) -> tuple[Tensor, ...]:
     """Every parameter tensor transformers builds for this spec (tied lm_head listed once, as token_embd)."""
     h = spec.hidden_size
@@ -217,7 +217,7 @@ def tensor_inventory(spec: ModelSpec) -> tuple[Tensor, ...]:
     return tuple(t)
 
 
-@lru_cache(maxsize=64)
+@lru_cache(maxsize=256)
 def param_counts(spec: ModelSpec) -> ParamCounts:
     inv = tensor_inventory(spec)
     total = sum(x.numel for x in inv)

@@ -23,7 +23,7 @@ from ..estimate.infer_time import ENGINES, EnginePerf, PassTime, engine_perf, fo
 from ..estimate.inference_memory import inference_memory
 from ..estimate.kv_cache import kv_bytes_per_token
 from ..fields import field_default
-from ..quant.formats import tensor_bytes
+from ..quant.formats import matrix_bytes_per_param
 from . import serve
 from .fit import FitRequest, FitResult, fit
 from .serve import ServingAnswer
@@ -259,9 +259,7 @@ def kernel_setup(req: InferRequest) -> KernelSetup:
     profile = device_profile(req.gpu, req.profile)
     topo = topology(req.gpu, num_gpus=req.num_gpus, overrides=network_overrides(req.profile))
     w = mem.weights
-    matrix_params = sum(t.numel for t, _ in tensor_bytes(w, spec) if t.is_matrix and t.role not in ("token_embd", "pos_embd"))
-    matrix_bytes = sum(b for t, b in tensor_bytes(w, spec) if t.is_matrix and t.role not in ("token_embd", "pos_embd"))
-    wbpp = matrix_bytes / matrix_params
+    wbpp = matrix_bytes_per_param(w, spec)
     dtype = _compute_dtype(req.gpu, w.name, w.kind)
     kv_e = mem.kv.bytes
 
@@ -281,9 +279,7 @@ def infer(req: InferRequest) -> InferResult:
     w = mem.weights
     context = req.prompt_tokens + req.output_tokens
     sequences = req.batch * req.samples
-    matrix_params = sum(t.numel for t, _ in tensor_bytes(w, spec) if t.is_matrix and t.role not in ("token_embd", "pos_embd"))
-    matrix_bytes = sum(b for t, b in tensor_bytes(w, spec) if t.is_matrix and t.role not in ("token_embd", "pos_embd"))
-    wbpp = matrix_bytes / matrix_params
+    wbpp = matrix_bytes_per_param(w, spec)
 
     def prefill_s(prompts: int) -> PassTime:
         """The prompt in chunks (llama.cpp's n_ubatch) or at once; the breakdown is the first chunk's."""

@@ -157,6 +157,37 @@ def _gguf_by_layer(fmt: WeightFormat, spec: ModelSpec) -> tuple[float, tuple[flo
 
 
 @lru_cache(maxsize=512)
+def matrix_bytes_per_param(fmt: WeightFormat, spec: ModelSpec) -> float:
+    """Bytes per parameter of the matrices a forward pass reads (every 2-D weight but the embedding tables): what the
+    speed models charge per weight. GGUF files: each kind of block typed once, as in `_gguf_by_layer`."""
+    skip = ("token_embd", "pos_embd")
+    if fmt.kind != "gguf":
+        pairs = [(t.numel, b) for t, b in tensor_bytes(fmt, spec) if t.is_matrix and t.role not in skip]
+        return sum(b for _, b in pairs) / sum(n for n, _ in pairs)
+    ftype = fmt.name.split(":", 1)[1]
+    pre, layers, post, same = _gguf_groups(spec)
+    params = total = 0.0
+    done: dict[tuple, tuple[float, float]] = {}
+
+    def stats(ts: tuple[Tensor, ...]) -> tuple[float, float]:
+        mats = [t for t in ts if t.is_matrix and t.role not in skip]
+        return (float(sum(t.numel for t in mats)),
+                float(sum(gguf.tensor_bytes(gguf.tensor_type(ftype, t, spec, imatrix=fmt.imatrix), t.numel)
+                          for t in mats)))
+
+    for i, ts in enumerate(layers):
+        key = (same[i], gguf.layer_class(i, spec.num_layers))
+        if key not in done:
+            done[key] = stats(ts)
+        n, b = done[key]
+        params, total = params + n, total + b
+    for ts in (pre, post):
+        n, b = stats(ts)
+        params, total = params + n, total + b
+    return total / params
+
+
+@lru_cache(maxsize=512)
 def weight_bytes_by_layer(fmt: WeightFormat, spec: ModelSpec) -> tuple[float, tuple[float, ...], float]:
     """(input side: embeddings etc., bytes of each block, output side: final norm + lm_head)."""
     if fmt.kind == "gguf":
