@@ -27,6 +27,9 @@ def check_supported(spec: ModelSpec) -> None:
         raise InvalidArgument("bench train does not build multi-head latent attention (DeepSeek) models yet")
     if spec.embed_proj_dim:
         raise InvalidArgument("bench train does not build projected embeddings (OPT-350m) models")
+    if spec.hybrid:
+        raise InvalidArgument("bench train does not build recurrent (Gated DeltaNet, Mamba-2) or mixer-less layers "
+                              "(hybrid models) yet")
 
 
 def _activation(F, name: str):
