@@ -240,6 +240,16 @@ def _hybrid_types(cfg: Cfg, n: int, interval: int | None) -> tuple[str, ...]:
     return (LINEAR,) * n
 
 
+def _gated_deltanet(cfg: Cfg, n: int) -> dict:
+    """Qwen3-Next's and Qwen3.5's Gated DeltaNet mixer and which layers run it (every full_attention_interval-th
+    layer attends instead, 4 by default), as ModelSpec fields."""
+    linear = LinearMixerSpec(kind="gated_deltanet", num_heads=cfg.int("linear_num_value_heads"),
+                             head_dim=cfg.int("linear_value_head_dim"), state_dim=cfg.int("linear_key_head_dim"),
+                             num_groups=cfg.int("linear_num_key_heads"), conv_kernel=cfg.int("linear_conv_kernel_dim"))
+    return dict(linear=linear, layer_types=_hybrid_types(cfg, n, cfg.int("full_attention_interval", required=False)
+                                                         or 4))
+
+
 def _qwen3_next(cfg: Cfg) -> ModelSpec:
     # modeling_qwen3_next.py: Gated DeltaNet layers and gated full-attention layers (q_proj doubled for the output
     # gate, per-head q/k norms, no biases) every full_attention_interval-th; Qwen2-MoE's sparse MLP
@@ -250,11 +260,7 @@ def _qwen3_next(cfg: Cfg) -> ModelSpec:
                   expert_intermediate_size=cfg.int("moe_intermediate_size"),
                   shared_intermediate_size=cfg.int("shared_expert_intermediate_size", minimum=0),
                   shared_expert_gate=True, moe_layers=_qwen_moe_layers(cfg, n, experts))
-    linear = LinearMixerSpec(kind="gated_deltanet", num_heads=cfg.int("linear_num_value_heads"),
-                             head_dim=cfg.int("linear_value_head_dim"), state_dim=cfg.int("linear_key_head_dim"),
-                             num_groups=cfg.int("linear_num_key_heads"), conv_kernel=cfg.int("linear_conv_kernel_dim"))
-    types = _hybrid_types(cfg, n, cfg.int("full_attention_interval", required=False) or 4)
-    return ModelSpec(**f, layer_types=types, moe=moe, linear=linear)
+    return ModelSpec(**f, moe=moe, **_gated_deltanet(cfg, n))
 
 
 def _qwen3_5(cfg: Cfg) -> ModelSpec:
@@ -272,11 +278,7 @@ def _qwen3_5(cfg: Cfg) -> ModelSpec:
                       shared_intermediate_size=cfg.int("shared_expert_intermediate_size", minimum=0),
                       shared_expert_gate=True, moe_layers=(True,) * n)
         f["intermediate_size"] = 0
-    linear = LinearMixerSpec(kind="gated_deltanet", num_heads=cfg.int("linear_num_value_heads"),
-                             head_dim=cfg.int("linear_value_head_dim"), state_dim=cfg.int("linear_key_head_dim"),
-                             num_groups=cfg.int("linear_num_key_heads"), conv_kernel=cfg.int("linear_conv_kernel_dim"))
-    types = _hybrid_types(cfg, n, cfg.int("full_attention_interval", required=False) or 4)
-    return ModelSpec(**f, layer_types=types, moe=moe, linear=linear)
+    return ModelSpec(**f, moe=moe, **_gated_deltanet(cfg, n))
 
 
 def _minimax_m2(cfg: Cfg) -> ModelSpec:
