@@ -23,6 +23,9 @@ def _oracle_count(config: dict) -> int:
         config = dict(config["text_config"])
         model_type = "gemma3_text"
         config.pop("model_type", None)
+    if model_type == "kimi_k25":  # Kimi-K2.5's wrapper (remote code): its language model is Kimi K2's
+        config = dict(config["text_config"])
+        model_type = config.pop("model_type")
     if model_type == "kimi_k2":  # DeepSeek-V3's remote code under Kimi's model_type (not registered in transformers)
         model_type = "deepseek_v3"
     config.pop("quantization_config", None)  # fp8/mxfp4 checkpoints: count the architecture, not the quantizer

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from ..errors import ConfigError
@@ -94,7 +95,53 @@ def checkpoint_quant(raw: dict[str, Any]) -> str | None:
     method = str(q.get("quant_method", "")).lower()
     if method == "fp8" or q.get("fmt") in ("e4m3", "e5m2"):
         return "fp8"
+    if method == "compressed-tensors":
+        return _compressed_tensors(q) or method
     return method or None
+
+
+# Module names as DeepSeek-style checkpoints spell them, one per kind of linear layer: which of them a
+# compressed-tensors `ignore` list leaves unquantized decides whether only the routed experts are quantized.
+_CT_PROBES = {"attention": "model.layers.1.self_attn.q_proj", "shared": "model.layers.1.mlp.shared_experts.gate_proj",
+              "dense": "model.layers.0.mlp.gate_proj", "routed": "model.layers.1.mlp.experts.0.gate_proj"}
+
+
+_NESTED_QUANTIFIER = re.compile(r"\([^)]*[*+{][^)]*\)\s*[*+{?]")
+
+
+def _compressed_tensors(q: dict) -> str | None:
+    """compressed-tensors' one weight scheme, as a gpuwise format name: symmetric grouped int4/int8 ("int4-sym-g32",
+    "-experts" when its `ignore` list keeps attention, shared experts and dense MLPs unquantized); None otherwise."""
+    groups = q.get("config_groups")
+    if not isinstance(groups, dict) or len(groups) != 1:
+        return None
+    w = next(iter(groups.values()), {})
+    w = w.get("weights") if isinstance(w, dict) else None
+    if not isinstance(w, dict) or w.get("type") != "int" or w.get("strategy") != "group" or not w.get("symmetric"):
+        return None
+    bits, group = w.get("num_bits"), w.get("group_size")
+    if bits not in (4, 8) or not isinstance(group, int) or isinstance(group, bool) or not 0 < group < 10_000:
+        return None
+    raw_ignore = q.get("ignore")
+    ignore = [x for x in raw_ignore[:1000] if isinstance(x, str) and len(x) <= 200] if isinstance(raw_ignore, list) else []
+
+    def ignored(name: str) -> bool:
+        for pat in ignore:
+            if pat == name:
+                return True
+            # a pattern from a file: skipped when a quantified group holds a quantifier (catastrophic backtracking)
+            if not pat.startswith("re:") or _NESTED_QUANTIFIER.search(pat):
+                continue
+            try:
+                if re.fullmatch(pat[3:], name):
+                    return True
+            except re.error:
+                continue
+        return False
+
+    kept = {kind: ignored(name) for kind, name in _CT_PROBES.items()}
+    experts = kept["attention"] and kept["shared"] and kept["dense"] and not kept["routed"]
+    return f"int{bits}-sym-g{group}" + ("-experts" if experts else "")
 
 
 def layer_types(cfg: Cfg, n_layers: int, sliding_window: int | None) -> tuple[str, ...]:

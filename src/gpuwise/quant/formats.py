@@ -76,6 +76,9 @@ class WeightFormat:
             return self.bits + extra
         if self.kind == "fp8":
             return 8 + 32 / (128 * 128)  # block-wise fp32 scales (DeepSeek-V3 weight_block_size [128, 128])
+        if self.kind == "int-sym":  # compressed-tensors pack-quantized: symmetric, one 16-bit scale per group
+            g = self.group_size if self.group_size > 0 else cols
+            return self.bits + 16 / g
         if self.kind == "microscaling":  # element bits + one scale per block (group_size elements)
             return self.bits + MICROSCALING_SCALE_BITS[self.name.split("-")[0]] / self.group_size
         raise AssertionError(self.kind)
@@ -216,6 +219,9 @@ MICROSCALING = {  # name: (element bits, elements per scale, description)
 """Block-scaled formats: OCP Microscaling Formats (MX) v1.0 spec (block of 32, 8-bit shared exponent scale); NVFP4 per
 NVIDIA's Blackwell documentation (block of 16, E4M3 scale, plus a per-tensor fp32 scale, negligible per element)."""
 MICROSCALING_SCALE_BITS = {"mxfp4": 8, "mxfp8": 8, "nvfp4": 8}
+_INT_SYM_PATTERN = re.compile(r"^int(4|8)-sym-g(\d{1,4})(-experts)?$")
+"""Symmetric grouped integer weights, one 16-bit scale per group and no zero point (compressed-tensors'
+pack-quantized W4A16/W8A16 with symmetric: true, as Kimi K2-Thinking and K2.5 ship their routed experts)."""
 _QUANT_PATTERN = re.compile(r"^(gptq|awq)(?:[-_]?(?:int|w)?(\d+)(?:bit)?)?(?:[-_]?g(?:roup)?(-?\d+))?$")
 
 
@@ -229,7 +235,7 @@ def to_gguf(fmt: WeightFormat) -> WeightFormat:
 
 def known_weight_formats() -> list[str]:
     return (["fp32", "bf16", "fp16", "fp8", "int8", "int4", "nf4", "nf4-dq", "fp4", "gptq", "gptq-8bit", "awq",
-             "mxfp4", "mxfp4-experts", "nvfp4", "mxfp8"]
+             "mxfp4", "mxfp4-experts", "nvfp4", "mxfp8", "int4-sym-g32", "int4-sym-g32-experts"]
             + list(gguf.FILE_TYPES))
 
 
@@ -275,6 +281,13 @@ def get_weight_format(name: str) -> WeightFormat:
         return WeightFormat("awq-4bit-g128", "awq",
                             "int4 weight-only, group 128, fp16 scales and 4-bit zeros (AWQ layout)",
                             bits=4, group_size=128)
+    m = _INT_SYM_PATTERN.match(key)
+    if m:
+        bits, group, experts = int(m.group(1)), int(m.group(2)), bool(m.group(3))
+        return WeightFormat(key, "int-sym", f"int{bits} weight-only, symmetric, group {group}, 16-bit scales "
+                            "(compressed-tensors pack-quantized)" + ("; routed experts only, the rest bf16" if experts
+                                                                     else "; embeddings, lm_head and norms bf16"),
+                            bits=bits, group_size=group, experts_only=experts)
     m = _QUANT_PATTERN.match(key)
     if m:
         kind = m.group(1)
@@ -298,6 +311,9 @@ def default_weight_format(spec: ModelSpec, engine: str) -> tuple[WeightFormat, s
         return get_weight_format("Q4_K_M"), "llama.cpp default here: Q4_K_M, the most downloaded GGUF type"
     if spec.checkpoint_quant == "fp8":
         return get_weight_format("fp8"), "the checkpoint ships FP8 weights (quantization_config)"
+    if spec.checkpoint_quant and spec.checkpoint_quant.startswith("int") and "-sym-g" in spec.checkpoint_quant:
+        return (get_weight_format(spec.checkpoint_quant),
+                "the checkpoint ships symmetric grouped integer weights (compressed-tensors quantization_config)")
     if spec.checkpoint_quant == "mxfp4":
         return (get_weight_format("mxfp4-experts"),
                 "the checkpoint ships MXFP4 experts, the rest bf16 (quantization_config; transformers' and vLLM's "
