@@ -240,12 +240,16 @@ def _hybrid_types(cfg: Cfg, n: int, interval: int | None) -> tuple[str, ...]:
     return (LINEAR,) * n
 
 
-def _gated_deltanet(cfg: Cfg, n: int) -> dict:
+def _gated_deltanet(cfg: Cfg, n: int, ssm_dtype_key: str | None = None) -> dict:
     """Qwen3-Next's and Qwen3.5's Gated DeltaNet mixer and which layers run it (every full_attention_interval-th
-    layer attends instead, 4 by default), as ModelSpec fields."""
+    layer attends instead, 4 by default), as ModelSpec fields. `ssm_dtype_key`: the config key that fixes the
+    recurrent state's dtype (Qwen3.5's mamba_ssm_dtype, which vLLM's Qwen3_5ForConditionalGenerationConfig copies
+    into mamba_ssm_cache_dtype)."""
+    ssm_dtype = cfg.raw.get(ssm_dtype_key) if ssm_dtype_key else None
     linear = LinearMixerSpec(kind="gated_deltanet", num_heads=cfg.int("linear_num_value_heads"),
                              head_dim=cfg.int("linear_value_head_dim"), state_dim=cfg.int("linear_key_head_dim"),
-                             num_groups=cfg.int("linear_num_key_heads"), conv_kernel=cfg.int("linear_conv_kernel_dim"))
+                             num_groups=cfg.int("linear_num_key_heads"), conv_kernel=cfg.int("linear_conv_kernel_dim"),
+                             ssm_state_bytes={"float32": 4.0, "float16": 2.0, "bfloat16": 2.0}.get(str(ssm_dtype)))
     return dict(linear=linear, layer_types=_hybrid_types(cfg, n, cfg.int("full_attention_interval", required=False)
                                                          or 4))
 
@@ -278,7 +282,7 @@ def _qwen3_5(cfg: Cfg) -> ModelSpec:
                       shared_intermediate_size=cfg.int("shared_expert_intermediate_size", minimum=0),
                       shared_expert_gate=True, moe_layers=(True,) * n)
         f["intermediate_size"] = 0
-    return ModelSpec(**f, moe=moe, **_gated_deltanet(cfg, n))
+    return ModelSpec(**f, moe=moe, **_gated_deltanet(cfg, n, "mamba_ssm_dtype"))
 
 
 def _minimax_m2(cfg: Cfg) -> ModelSpec:
