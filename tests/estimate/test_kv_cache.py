@@ -199,11 +199,12 @@ def test_glm5_caches_indexer_keys_only_where_a_layer_has_its_own_indexer() -> No
 def test_qwen35_keeps_its_recurrent_state_in_the_dtype_its_config_names() -> None:
     """Qwen3.5's config says mamba_ssm_dtype float32 and vLLM (Qwen3_5ForConditionalGenerationConfig) copies it into
     mamba_ssm_cache_dtype: the Gated DeltaNet state is fp32, its convolution window the model's 16 bits."""
-    from gpuwise.catalog.models import load_model
+    import json
+
+    from gpuwise.catalog.models import MODELS_DIR, load_model
 
     spec = load_model("qwen3.5-27b").spec
-    t = __import__("json").loads((__import__("gpuwise.catalog.models", fromlist=["MODELS_DIR"]).MODELS_DIR
-                                  / "qwen3.5-27b.json").read_text())["text_config"]
+    t = json.loads((MODELS_DIR / "qwen3.5-27b.json").read_text())["text_config"]
     assert t["mamba_ssm_dtype"] == "float32"
     heads, k, v = t["linear_num_value_heads"], t["linear_key_head_dim"], t["linear_value_head_dim"]
     conv = (2 * t["linear_num_key_heads"] * k + heads * v) * (t["linear_conv_kernel_dim"] - 1)
