@@ -212,3 +212,41 @@ def test_qwen35_keeps_its_recurrent_state_in_the_dtype_its_config_names() -> Non
     assert state_bytes_per_sequence(spec) == linear_layers * (heads * k * v * 4 + conv * 2)
     nxt = load_model("qwen3-next-80b-a3b-thinking").spec  # no such key: the model's dtype
     assert nxt.linear.ssm_state_bytes is None
+
+
+GEMMA4 = dict(num_hidden_layers=8, hidden_size=64, intermediate_size=96, num_attention_heads=4, num_key_value_heads=2,
+              head_dim=16, vocab_size=100, sliding_window=32, hidden_size_per_layer_input=0, attention_k_eq_v=True,
+              global_head_dim=32, num_global_key_value_heads=1, num_kv_shared_layers=2)
+
+
+def test_gemma4_caches_each_layer_in_its_own_shape_and_nothing_in_shared_layers() -> None:
+    """Gemma 4's layers from transformers' own modules: a layer that reuses another's K/V caches nothing, the others
+    2 x their KV heads x their head size per token (the keys serve as values in full layers, and both are cached);
+    sliding layers hold at most the window."""
+    spec = spec_from_hf_config({"model_type": "gemma4_text", **GEMMA4})
+    per_token = window = 0
+    for layer in _meta_layer("gemma4_text", **GEMMA4):
+        attn = layer.self_attn
+        if attn.is_kv_shared_layer:
+            continue
+        one = 2 * (attn.k_proj.out_features // attn.head_dim) * attn.head_dim * 2
+        per_token += one
+        window += one * (min(1000, 32) if attn.is_sliding else 1000)
+    assert per_token > 0 and kv_bytes_per_token(spec, 2) == per_token
+    assert kv_cache_bytes(spec, context=1000, batch=2, bytes_per_element=2) == 2 * window
+
+
+def test_gemma4_answers_memory_and_says_it_is_not_timed() -> None:
+    import gpuwise
+    from gpuwise.errors import InvalidArgument
+
+    spec_config = {"model_type": "gemma4_text", **GEMMA4}
+    import json
+    import tempfile
+    from pathlib import Path
+
+    folder = Path(tempfile.mkdtemp())
+    (folder / "config.json").write_text(json.dumps(spec_config))
+    assert gpuwise.fit(str(folder), gpu="h100").fits
+    with pytest.raises(InvalidArgument, match="differ in attention shape"):
+        gpuwise.infer(str(folder), gpu="h100")

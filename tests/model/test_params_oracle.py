@@ -147,6 +147,20 @@ CASES: list[tuple[str, dict]] = [
                           "linear_num_value_heads": 4, "linear_key_head_dim": 8, "linear_value_head_dim": 12,
                           "shared_expert_intermediate_size": 24, "tie_word_embeddings": True}),
     ("ministral3", {**TINY, "head_dim": 16}),
+    # Gemma 4: full-attention layers of their own shape, K = V, per-layer inputs, shared K/V, a MoE beside the MLP
+    ("gemma4_text", {**TINY, "num_hidden_layers": 6, "head_dim": 16, "sliding_window": 32,
+                     "hidden_size_per_layer_input": 0}),
+    ("gemma4_text", {**TINY, "num_hidden_layers": 6, "head_dim": 16, "sliding_window": 32,
+                     "hidden_size_per_layer_input": 8, "vocab_size_per_layer_input": 100, "attention_k_eq_v": True,
+                     "global_head_dim": 32, "num_global_key_value_heads": 1}),
+    ("gemma4_text", {**TINY, "num_hidden_layers": 8, "head_dim": 16, "sliding_window": 32,
+                     "hidden_size_per_layer_input": 8, "vocab_size_per_layer_input": 100, "num_kv_shared_layers": 2,
+                     "use_double_wide_mlp": True}),
+    ("gemma4_text", {**TINY, "num_hidden_layers": 6, "head_dim": 16, "sliding_window": 32,
+                     "hidden_size_per_layer_input": 0, "enable_moe_block": True, "num_experts": 4,
+                     "top_k_experts": 2, "moe_intermediate_size": 24, "attention_k_eq_v": True,
+                     "num_global_key_value_heads": 1, "global_head_dim": 32, "tie_word_embeddings": False,
+                     "attention_bias": True}),
     ("smollm3", {**TINY, "no_rope_layer_interval": 2, "pad_token_id": 0}),
     ("smollm3", {**TINY, "tie_word_embeddings": False, "attention_bias": True, "pad_token_id": 0}),
 ]
@@ -216,6 +230,7 @@ VISION.update({"llava_next": dict(_V, model_type="clip_vision_model"),
                "internvl": dict(_V, image_size=[32, 32], patch_size=[16, 16]),
                "paligemma": dict(_V, model_type="siglip_vision_model"),
                "idefics3": dict(_V), "smolvlm": dict(_V),
+               "gemma4": dict(_V, head_dim=16),
                "qwen3_5": dict(depth=1, hidden_size=32, out_hidden_size=64, intermediate_size=48, num_heads=2),
                "qwen3_5_moe": dict(depth=1, hidden_size=32, out_hidden_size=64, intermediate_size=48, num_heads=2)})
 _DELTA = dict(head_dim=16, num_hidden_layers=4, linear_num_key_heads=2, linear_num_value_heads=4,
@@ -233,6 +248,7 @@ VLM_TEXT = {
     "paligemma": {**TINY, "head_dim": 16},
     "idefics3": {**TINY},
     "smolvlm": {**TINY},
+    "gemma4": {**TINY, "num_hidden_layers": 6, "head_dim": 16, "sliding_window": 32, "hidden_size_per_layer_input": 0},
     "qwen3_5": {**TINY, **_DELTA},
     "qwen3_5_moe": {**TINY, **_DELTA, **MOE, "shared_expert_intermediate_size": 24},
 }
@@ -261,7 +277,8 @@ def test_vision_language_models_count_their_language_model_exactly(wrapper: str,
                                                 **outer)
         with torch.device("meta"):
             model = transformers.AutoModelForImageTextToText.from_config(cfg)
-    vision = ("visual", "vision_tower", "multi_modal_projector", "vision_model", "connector", "image_newline")
+    vision = ("visual", "vision_tower", "multi_modal_projector", "vision_model", "connector", "image_newline",
+              "embed_vision", "embed_audio", "audio_tower")
     expected = sum(p.numel() for n, p in model.named_parameters() if not any(v in n for v in vision))
     spec = spec_from_hf_config({"model_type": wrapper, "text_config": text, **outer})
     assert param_counts(spec).total == expected and any("vision tower" in n for n in spec.notes)

@@ -19,8 +19,9 @@ from ..model.spec import LINEAR, NONE, SLIDING, ModelSpec
 MLA_LATENT_ENGINES = frozenset({"vllm", "llamacpp", "sglang", "trtllm"})
 
 
-def kv_elements_per_token_per_layer(spec: ModelSpec, engine: str = "vllm", tp: int = 1) -> int:
-    """Cached elements one token adds to one layer on one GPU (tensor-parallel degree `tp`)."""
+def kv_elements_per_token_per_layer(spec: ModelSpec, engine: str = "vllm", tp: int = 1, layer: int = 0) -> int:
+    """Cached elements one token adds to one layer (`layer`: which, where the shape varies by layer, as in Gemma 4)
+    on one GPU (tensor-parallel degree `tp`)."""
     mla = spec.mla
     if mla is not None:
         if engine in MLA_LATENT_ENGINES:
@@ -28,10 +29,11 @@ def kv_elements_per_token_per_layer(spec: ModelSpec, engine: str = "vllm", tp: i
             return mla.kv_lora_rank + mla.qk_rope_head_dim
         heads = math.ceil(spec.num_heads / tp)
         return heads * (mla.qk_head_dim + mla.v_head_dim)
-    kv_heads = spec.num_heads if (engine == "hf" and spec.hf_expands_kv_cache) else spec.num_kv_heads
+    layer_kv_heads, head_dim = spec.kv_dims(layer)
+    kv_heads = spec.num_heads if (engine == "hf" and spec.hf_expands_kv_cache) else layer_kv_heads
     # With tp > kv_heads, engines replicate KV heads so that each rank holds at least one.
     per_rank = math.ceil(kv_heads / tp)
-    return 2 * per_rank * spec.head_dim
+    return 2 * per_rank * head_dim
 
 
 INDEXER_QUANT_BLOCK = 128
@@ -40,11 +42,11 @@ index_head_dim + index_head_dim / 128 x 4 bytes; lightllm's Deepseek3_2MemoryMan
 
 
 def kv_bytes_per_token_per_layer(spec: ModelSpec, bytes_per_element: float, engine: str = "vllm",
-                                 tp: int = 1) -> float:
+                                 tp: int = 1, layer: int = 0) -> float:
     """Bytes one token adds to one attention layer on one GPU: K/V (or the MLA latent) at `bytes_per_element`, and for
     DeepSeek Sparse Attention in MLA-aware engines the indexer's fp8 key, and with an fp8 cache in vLLM its fp8_ds_mla
     layout (one fp32 scale per 128 latent elements, the RoPE key kept in bf16: 656 B for DeepSeek-V3.2)."""
-    out = kv_elements_per_token_per_layer(spec, engine, tp) * bytes_per_element
+    out = kv_elements_per_token_per_layer(spec, engine, tp, layer) * bytes_per_element
     mla = spec.mla
     if mla is not None and mla.index_head_dim and engine in MLA_LATENT_ENGINES:
         # the indexer keys of the layers that have an indexer, spread evenly over the layers (GLM-5.2's shared layers
@@ -57,7 +59,10 @@ def kv_bytes_per_token_per_layer(spec: ModelSpec, bytes_per_element: float, engi
 
 def kv_bytes_per_token(spec: ModelSpec, bytes_per_element: float, engine: str = "vllm", tp: int = 1) -> float:
     """Bytes one more cached token adds across the attention layers, before any sliding-window cap (per GPU)."""
-    return spec.num_attention_layers * kv_bytes_per_token_per_layer(spec, bytes_per_element, engine, tp)
+    if not (spec.layer_kv or spec.kv_shared_layers):
+        return spec.num_attention_layers * kv_bytes_per_token_per_layer(spec, bytes_per_element, engine, tp)
+    return sum(kv_bytes_per_token_per_layer(spec, bytes_per_element, engine, tp, i) for i in range(spec.num_layers)
+               if spec.caches_kv(i))
 
 
 STATE_BYTES_PER_ELEMENT = 2.0
@@ -103,8 +108,12 @@ def kv_cache_bytes(
 ) -> float:
     """KV cache bytes on one GPU for `batch` sequences of `context` tokens (optionally some layers only), with the
     recurrent state of hybrid models' linear layers."""
-    per_layer = kv_bytes_per_token_per_layer(spec, bytes_per_element, engine, tp)
     idx = layers if layers is not None else range(spec.num_layers)
     held = {t: cached_tokens(spec, t, context, block_tokens) for t in ("full", SLIDING, LINEAR, NONE)}
+    if spec.layer_kv or spec.kv_shared_layers:  # Gemma 4: each layer its own shape, shared layers nothing
+        kv = sum(held[spec.layer_types[i]] * kv_bytes_per_token_per_layer(spec, bytes_per_element, engine, tp, i)
+                 for i in idx if spec.caches_kv(i))
+        return batch * (kv + state_bytes_per_sequence(spec, tp, idx))
+    per_layer = kv_bytes_per_token_per_layer(spec, bytes_per_element, engine, tp)
     tokens = sum(held[spec.layer_types[i]] for i in idx)
     return batch * (tokens * per_layer + state_bytes_per_sequence(spec, tp, idx))

@@ -85,6 +85,14 @@ def raise_untimed_linear(spec: ModelSpec) -> None:
                           "memory and plans are not available for this model")
 
 
+def raise_untimed_varying(spec: ModelSpec) -> None:
+    """Layers of different attention shapes (Gemma 4): the kernel models assume one; said in one line."""
+    raise InvalidArgument(f"{spec.family}: its layers differ in attention shape (head size, KV heads, shared K/V, "
+                          "per-layer inputs), which the speed models do not cover yet: `gpuwise fit` answers memory "
+                          "(weights and KV cache, layer by layer); speed, training memory and plans are not available "
+                          "for this model")
+
+
 def block_ops(spec: ModelSpec, layer: int, *, tokens: int, keys: float, tp: int = 1, ep: int = 1, etp: int | None = None,
               kv_rows: float | None = None, active_experts: float | None = None, style: str = "eager") -> BlockOps:
     """Forward kernels of block `layer` for `tokens` query rows, each attending to `keys` keys on average.
@@ -97,6 +105,8 @@ def block_ops(spec: ModelSpec, layer: int, *, tokens: int, keys: float, tp: int 
     """
     if spec.hybrid:
         raise_untimed_linear(spec)
+    if spec.varying_attention:
+        raise_untimed_varying(spec)
     h = spec.hidden_size
     gemms: list[Gemm] = []
     mla = spec.mla

@@ -18,6 +18,7 @@ from .spec import ModelSpec
 
 MULTIMODAL_WRAPPERS: dict[str, tuple[str, str, bool]] = {
     "gemma3": ("gemma3_text", "~0.4B params", True),
+    "gemma4": ("gemma4_text", "~0.2-0.6B params (vision, audio)", True),
     "llama4": ("llama4_text", "~0.9B params", False),
     "mistral3": ("mistral", "~0.4B params", True),
     "qwen2_vl": ("qwen2_vl_text", "~0.7B params", False),

@@ -426,6 +426,59 @@ def _gemma3_text(cfg: Cfg) -> ModelSpec:
     return ModelSpec(**f, sliding_window=window, layer_types=types)
 
 
+def _gemma4_text(cfg: Cfg) -> ModelSpec:
+    # modeling_gemma4.py (Gemma 4): Gemma 3's block (4 norms, per-head q/k norms; the v norm has no scale) with
+    # full-attention layers of their own shape (global_head_dim, num_global_key_value_heads; with attention_k_eq_v no
+    # v projection, the keys serve as values), the last num_kv_shared_layers reusing earlier layers' K/V (no k/v
+    # projections, nothing cached; with use_double_wide_mlp a twice-wide MLP), optional per-layer input embeddings
+    # (PLE) and, with enable_moe_block, a MoE beside every dense MLP
+    raw = cfg.raw
+    f = common_llama_like(cfg, mlp_bias=False, norms_per_layer=4, qk_norm="head",
+                          activation=str(cfg.get("hidden_activation") or "gelu_pytorch_tanh"))
+    n = f["num_layers"]
+    window = sliding(cfg)
+    if isinstance(raw.get("layer_types"), list):
+        types = list(layer_types(cfg, n, window))
+    else:  # 5 sliding layers, then 1 full, repeated
+        types = [SLIDING if (i + 1) % 6 else FULL for i in range(n)]
+    types[-1] = FULL  # Gemma4TextConfig forces the last layer to full attention
+    k_eq_v = cfg.bool("attention_k_eq_v")
+    explicit = raw.get("per_layer_config")
+    if isinstance(explicit, dict):
+        overrides = {int(k): v for k, v in explicit.items() if isinstance(v, dict)}
+    else:
+        full: dict = {"head_dim": cfg.int("global_head_dim", required=False) or 512}
+        global_kv = cfg.int("num_global_key_value_heads", required=False)
+        if global_kv is not None and k_eq_v:
+            full["num_key_value_heads"] = global_kv
+        overrides = {i: full for i, t in enumerate(types) if t == FULL}
+    layer_kv = tuple((int(overrides.get(i, {}).get("num_key_value_heads", f["num_kv_heads"])),
+                      int(overrides.get(i, {}).get("head_dim", f["head_dim"]))) for i in range(n))
+    if any(kv <= 0 or hd <= 0 or f["num_heads"] % kv for kv, hd in layer_kv):
+        raise ConfigError("config.json: a layer's num_key_value_heads must divide num_attention_heads")
+    if any(hd > DIMENSION_BOUNDS["head_dim"] for _, hd in layer_kv):
+        raise ConfigError(f"config.json: a layer's head_dim is beyond any real model (at most "
+                          f"{DIMENSION_BOUNDS['head_dim']:,})")
+    shared_n = cfg.int("num_kv_shared_layers", required=False, minimum=0) or 0
+    if shared_n > n:
+        raise ConfigError(f"config.json: num_kv_shared_layers {shared_n} is more than the {n} layers")
+    shared = tuple(i >= n - shared_n for i in range(n))
+    wide = cfg.bool("use_double_wide_mlp")
+    widths = tuple(f["intermediate_size"] * (2 if wide and s else 1) for s in shared)
+    ple_dim = cfg.int("hidden_size_per_layer_input", required=False, minimum=0) or 0
+    moe = None
+    if cfg.bool("enable_moe_block"):
+        moe = MoESpec(num_experts=cfg.int("num_experts"), top_k=cfg.int("top_k_experts"),
+                      expert_intermediate_size=cfg.int("moe_intermediate_size"), router_scales=True,
+                      beside_dense=True, moe_layers=(True,) * n)
+    return ModelSpec(**f, sliding_window=window, layer_types=tuple(types), moe=moe,
+                     layer_kv=layer_kv if len(set(layer_kv)) > 1 else (),
+                     kv_shared_layers=shared if any(shared) else (),
+                     no_v_proj_layers=tuple(k_eq_v and t == FULL for t in types) if k_eq_v else (),
+                     ffn_widths=widths if len(set(widths)) > 1 else (),
+                     per_layer_input=(cfg.int("vocab_size_per_layer_input"), ple_dim) if ple_dim else None)
+
+
 def _phi3(cfg: Cfg) -> ModelSpec:
     f = common_llama_like(cfg, qkv_bias=False, o_bias=False, mlp_bias=False, fused_qkv=True)
     window = sliding(cfg)
@@ -631,7 +684,7 @@ PARSERS: dict[str, Callable[[Cfg], ModelSpec]] = {
     "qwen3_next": _qwen3_next, "granitemoehybrid": _granitemoehybrid, "nemotron_h": _nemotron_h,
     "falcon_h1": _falcon_h1,
     "qwen3_5_text": _qwen3_5, "qwen3_5_moe_text": _qwen3_5,
-    "glm_moe_dsa": _deepseek, "minimax_m2": _minimax_m2,
+    "glm_moe_dsa": _deepseek, "gemma4_text": _gemma4_text, "minimax_m2": _minimax_m2,
     "ministral3": _mistral,  # modeling_ministral3.py (Ministral 3, Devstral 2, Mistral Small 3.2's text): Mistral's block
     # the language models of Qwen's vision-language models: Qwen2's, Qwen3's and Qwen3-MoE's blocks (M-RoPE and
     # DeepStack add no parameters to them)

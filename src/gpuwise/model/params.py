@@ -122,17 +122,21 @@ def _attention(spec: ModelSpec, i: int) -> list[Tensor]:
             t += [Tensor("norm", i, (mla.index_head_dim,)), Tensor("bias", i, (mla.index_head_dim,))]  # LayerNorm
             t += _linear("indexer_weights", i, h, mla.index_n_heads, False)
         return t
-    q_out = spec.num_heads * spec.head_dim
-    kv_out = spec.num_kv_heads * spec.head_dim
+    kv_heads, hd = spec.kv_dims(i)
+    q_out = spec.num_heads * hd
+    kv_out = kv_heads * hd
     embed = spec.hidden_size
+    own_kv = not (spec.kv_shared_layers and spec.kv_shared_layers[i])  # Gemma 4: shared layers reuse K/V
     t += _linear("attn_q", i, embed, q_out * (2 if spec.attn_output_gate else 1), spec.qkv_bias)
-    t += _linear("attn_k", i, embed, kv_out, spec.qkv_bias)
-    t += _linear("attn_v", i, embed, kv_out, spec.qkv_bias)
+    if own_kv:
+        t += _linear("attn_k", i, embed, kv_out, spec.qkv_bias)
+        if not (spec.no_v_proj_layers and spec.no_v_proj_layers[i]):  # Gemma 4's attention_k_eq_v
+            t += _linear("attn_v", i, embed, kv_out, spec.qkv_bias)
     t += _linear("attn_output", i, q_out, embed, spec.o_bias)
     if spec.attention_sinks:
         t.append(Tensor("attn_sinks", i, (spec.num_heads,)))
     if spec.qk_norm == "head":
-        t += [Tensor("norm", i, (spec.head_dim,)), Tensor("norm", i, (spec.head_dim,))]
+        t += [Tensor("norm", i, (hd,))] + ([Tensor("norm", i, (hd,))] if own_kv else [])
     elif spec.qk_norm == "full":
         t += [Tensor("norm", i, (q_out,)), Tensor("norm", i, (kv_out,))]
     return t
@@ -157,6 +161,10 @@ def _moe_mlp(spec: ModelSpec, i: int) -> list[Tensor]:
     t = [Tensor("ffn_gate_inp", i, (e, h))]  # the router
     if moe.router_bias:
         t.append(Tensor("bias", i, (e,)))
+    if moe.router_scales:  # Gemma 4: a scale per hidden channel and one per expert
+        t += [Tensor("router_scale", i, (h,)), Tensor("router_scale", i, (e,))]
+    if moe.beside_dense:  # Gemma 4: the MoE's own pre-norm and the two post-norms that mix it with the MLP
+        t += [Tensor("norm", i, (h,))] * 3
     # transformers v5 stores routed experts fused as 3-D tensors (E, 2w, h) and (E, h, w).
     d = moe.latent_size or h  # latent MoE: the experts work in the latent width
     if moe.latent_size:
@@ -183,12 +191,19 @@ def _block(spec: ModelSpec, i: int) -> list[Tensor]:
         t += _attention(spec, i)
     if spec.parallel_mixer and spec.layer_types[i] not in (LINEAR, NONE):
         t += _linear_mixer(spec, i)  # Falcon-H1: the Mamba-2 mixer beside attention
+    width = spec.ffn_widths[i] if spec.ffn_widths else spec.intermediate_size
+    moe_here = spec.moe is not None and spec.moe.moe_layers[i]
     if spec.ffn_layers and not spec.ffn_layers[i]:
         pass
-    elif spec.moe is not None and spec.moe.moe_layers[i]:
+    elif moe_here and not spec.moe.beside_dense:
         t += _moe_mlp(spec, i)
     else:
-        t += _dense_mlp(spec, i, spec.intermediate_size)
+        t += _dense_mlp(spec, i, width) + (_moe_mlp(spec, i) if moe_here else [])
+    if spec.per_layer_input:  # Gemma's PLE: a gate down to the per-layer width, a projection back, a norm
+        dim = spec.per_layer_input[1]
+        t += _linear("ple_gate", i, spec.hidden_size, dim, False) + _linear("ple_proj", i, dim, spec.hidden_size,
+                                                                            False)
+        t += _norm(spec, i, spec.hidden_size)
     t += [Tensor("act_param", i, (1,))] * spec.activation_params
     return t
 
@@ -206,6 +221,11 @@ def tensor_inventory(spec: ModelSpec) -> tuple[Tensor, ...]:
     if spec.embed_proj_dim:  # OPT-350m: project_in / project_out, no bias
         t.append(Tensor("proj_in", None, (h, emb_dim)))
         t.append(Tensor("proj_out", None, (emb_dim, h)))
+    if spec.per_layer_input:  # Gemma's per-layer embeddings, all layers packed in one table, and their projection
+        vocab, dim = spec.per_layer_input
+        packed = spec.num_layers * dim
+        t += [Tensor("ple_embd", None, (vocab, packed)), Tensor("ple_model_proj", None, (packed, h))]
+        t += _norm(spec, None, dim)
     for i in range(spec.num_layers):
         t += _block(spec, i)
     if spec.final_norm:
@@ -221,7 +241,7 @@ def tensor_inventory(spec: ModelSpec) -> tuple[Tensor, ...]:
 def param_counts(spec: ModelSpec) -> ParamCounts:
     inv = tensor_inventory(spec)
     total = sum(x.numel for x in inv)
-    embedding = sum(x.numel for x in inv if x.role in ("token_embd", "pos_embd"))
+    embedding = sum(x.numel for x in inv if x.role in ("token_embd", "pos_embd", "ple_embd"))
     lm_head = sum(x.numel for x in inv if x.role == "output")
     routed = sum(x.numel for x in inv if x.experts > 1 or x.role.endswith("_exps"))
     active = total

@@ -37,6 +37,10 @@ class MoESpec:
     """Every routed expert's projections have biases (gpt-oss: gate_up_proj_bias, down_proj_bias)."""
     moe_layers: tuple[bool, ...] = ()
     """Per layer: True where the FFN is MoE, False where it is a dense FFN (leading dense layers)."""
+    router_scales: bool = False
+    """Gemma 4's router: a learned scale per hidden channel and one per expert beside its projection."""
+    beside_dense: bool = False
+    """Gemma 4: the MoE runs beside the layer's dense MLP (both, each with its own norms), not instead of it."""
     latent_size: int | None = None
     """Latent MoE (Nemotron 3 Super/Ultra's moe_latent_size): the routed experts read and write this width, between a
     projection down from the hidden size and one back up; None: they work in the hidden size."""
@@ -183,6 +187,19 @@ class ModelSpec:
     mla: MLASpec | None = None
     linear: LinearMixerSpec | None = None
     """The recurrent mixer of the `LINEAR` layers (hybrid models), None when every layer attends."""
+    layer_kv: tuple[tuple[int, int], ...] = ()
+    """Per layer (KV heads, head size) where they differ between layers (Gemma 4's full-attention layers: fewer KV
+    heads of twice the size); () = every layer has num_kv_heads of head_dim."""
+    kv_shared_layers: tuple[bool, ...] = ()
+    """Per layer: it reuses an earlier layer's keys and values (Gemma 4's num_kv_shared_layers): no k/v projections,
+    nothing cached; () = none does."""
+    no_v_proj_layers: tuple[bool, ...] = ()
+    """Per layer: its values are its keys (Gemma 4's attention_k_eq_v on full-attention layers): no v projection;
+    both are still cached."""
+    ffn_widths: tuple[int, ...] = ()
+    """Per layer dense MLP width where it varies (Gemma 4's double-wide MLP in KV-sharing layers); () = intermediate_size."""
+    per_layer_input: tuple[int, int] | None = None
+    """Gemma's per-layer input embeddings (PLE): (vocabulary, width per layer) of the packed table; None = none."""
     parallel_mixer: bool = False
     """Every attending layer also runs the `linear` mixer beside its attention, on the same input (Falcon-H1): such a
     layer caches K/V per token and keeps the mixer's state per sequence."""
@@ -249,6 +266,21 @@ class ModelSpec:
     def num_attention_layers(self) -> int:
         """Layers that attend (and cache K/V): neither recurrent nor mixer-less."""
         return sum(1 for t in self.layer_types if t not in (LINEAR, NONE))
+
+    def kv_dims(self, layer: int) -> tuple[int, int]:
+        """(KV heads, head size) of one layer's attention."""
+        return self.layer_kv[layer] if self.layer_kv else (self.num_kv_heads, self.head_dim)
+
+    def caches_kv(self, layer: int) -> bool:
+        """Whether the layer caches keys and values of its own (attends, and does not reuse another layer's)."""
+        return self.layer_types[layer] not in (LINEAR, NONE) and not (self.kv_shared_layers
+                                                                        and self.kv_shared_layers[layer])
+
+    @property
+    def varying_attention(self) -> bool:
+        """Attention whose shape varies by layer (Gemma 4): the kernel models assume one shape and are not used."""
+        return bool(self.layer_kv or self.kv_shared_layers or self.per_layer_input or self.ffn_widths
+                    or (self.moe is not None and self.moe.beside_dense))
 
     @property
     def hybrid(self) -> bool:

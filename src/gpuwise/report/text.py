@@ -129,8 +129,17 @@ def _kv_formula(r: FitResult) -> str:
                     f" x {b:g} B, decompressed by transformers")
         return f"{spec.num_layers} layers x ({mla.kv_lora_rank} latent + {mla.qk_rope_head_dim} rope) x {b:g} B, MLA"
     heads = spec.num_heads if (r.request.engine == "hf" and spec.hf_expands_kv_cache) else spec.num_kv_heads
-    text = f"2 x {spec.num_attention_layers} {'attention ' if spec.hybrid else ''}layers x {heads} KV heads x " \
-           f"{spec.head_dim} x {b:g} B"
+    if spec.layer_kv or spec.kv_shared_layers:  # Gemma 4: one term per layer shape; shared layers cache nothing
+        from collections import Counter
+
+        shapes = Counter(spec.kv_dims(i) for i in range(spec.num_layers) if spec.caches_kv(i))
+        text = " + ".join(f"2 x {n} layers x {kv} KV heads x {hd} x {b:g} B" for (kv, hd), n in shapes.items())
+        shared = spec.num_attention_layers - sum(shapes.values())
+        if shared:
+            text += f"; {shared} layers reuse earlier layers' K/V"
+    else:
+        text = f"2 x {spec.num_attention_layers} {'attention ' if spec.hybrid else ''}layers x {heads} KV heads x " \
+               f"{spec.head_dim} x {b:g} B"
     if spec.num_sliding_layers:
         text += f"; {spec.num_sliding_layers} sliding layers hold at most {spec.sliding_window:,} tokens"
     if spec.linear is not None and spec.num_linear_layers:
