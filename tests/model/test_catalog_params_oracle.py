@@ -40,7 +40,7 @@ def _oracle_count(config: dict) -> int:
     return sum(p.numel() for n, p in model.named_parameters() if not any(v in n for v in VISION))
 
 
-VISION = ("visual", "vision_tower", "vision_model", "multi_modal_projector")
+VISION = ("visual", "vision_tower", "vision_model", "multi_modal_projector", "embed_vision", "embed_audio", "audio_tower")
 """Parameter names of the vision side of the catalog's vision-language models (gpuwise counts the language model)."""
 
 
