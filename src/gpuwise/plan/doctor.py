@@ -344,7 +344,10 @@ def _rarity(options: dict) -> int:
 
 
 def _fastest(found: list[Remedy]) -> Remedy:
-    """The fastest, a tie (within SAME_TIME) going to the more common knobs, then to the smaller footprint."""
+    """The fastest, a tie (within SAME_TIME) going to the more common knobs, then to the smaller footprint; where
+    times are unknown (untimed models), the first in the order given."""
+    if any(r.step_time_s is None for r in found):
+        return found[0]
     t = min(r.step_time_s for r in found) * (1 + SAME_TIME)
     return min((r for r in found if r.step_time_s <= t), key=lambda r: (_rarity(r.options), r.step_time_s,
                                                                          r.memory_bytes))

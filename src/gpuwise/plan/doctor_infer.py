@@ -44,7 +44,12 @@ class InferDoctorResult(Diagnosis):
         return None if self.fits else headline(self.remedies, self.combination)
 
 
-def _tpot(req: FitRequest, context: int) -> float:
+def _tpot(req: FitRequest, context: int) -> float | None:
+    """Time per output token; None for a model whose layers are not timed (hybrids, Gemma 4): its remedies are then
+    ranked by memory alone, their speed said to be unknown."""
+    spec = req.model.spec
+    if spec.hybrid or spec.varying_attention:
+        return None
     r = infer(InferRequest(model=req.model, gpu=req.gpu, num_gpus=req.num_gpus, weights=req.weights,
                            kv_dtype=req.kv_dtype, batch=req.batch, prompt_tokens=max(1, context - OUTPUT_TOKENS),
                            output_tokens=min(OUTPUT_TOKENS, context), engine=req.engine))
@@ -72,20 +77,28 @@ def doctor_infer(req: FitRequest, *, oom_at_gib: float | None = None) -> InferDo
         mem = r.estimate.memory.total + offset
         shown = {k: (v.id if hasattr(v, "peak_flops") else v) for k, v in options.items()}
         cap = r.estimate.budget_bytes  # the engine's budget (vLLM: gpu_memory_utilization of the card)
-        return Remedy(name, change, shown, mem, t, t / t0 - 1, mem <= cap, changes_job, cap, note)
+        slowdown = t / t0 - 1 if (t is not None and t0) else None
+        return Remedy(name, change, shown, mem, t, slowdown, mem <= cap, changes_job, cap, note)
 
     found = [x for x in _single_changes(req, base, remedy) if x is not None
              and (x.memory_bytes < predicted + offset - 1 or x.name == "bigger-gpu")]
-    ranked = sorted(found, key=lambda x: (not x.fits, x.changes_job, x.changes_hardware,
-                                          x.slowdown if x.fits else -x.saved_bytes(predicted + offset)))
+    def rank(x: Remedy) -> tuple:
+        if not x.fits:  # the most memory saved first
+            return (True, x.changes_job, x.changes_hardware, -x.saved_bytes(predicted + offset))
+        # the least slowdown first; untimed, the smallest change (least memory given up) first
+        return (False, x.changes_job, x.changes_hardware,
+                x.slowdown if x.slowdown is not None else x.saved_bytes(predicted + offset))
+
+    ranked = sorted(found, key=rank)
     combo = None
     for w, kv in itertools.product((None,) + _smaller_weights(req, base), (None,) + KV[req.engine]):
         changes = {k: v for k, v in (("weights", w), ("kv_dtype", kv)) if v is not None}
         if not changes:
             continue
         r = remedy("combination", "; ".join(f"{k.replace('_', '-')} {v}" for k, v in changes.items()), **changes)
-        if r is not None and r.fits and (combo is None or r.step_time_s < combo.step_time_s):
-            combo = r
+        if r is not None and r.fits and (combo is None or (r.step_time_s is not None
+                                                           and r.step_time_s < combo.step_time_s)):
+            combo = r  # untimed: the first that fits, the most faithful formats coming first
     if combo is None and not base.fits:
         combo = _more_gpus_combination(req, base, remedy)
     needed, cap = predicted + offset, base.estimate.budget_bytes
@@ -96,8 +109,9 @@ def doctor_infer(req: FitRequest, *, oom_at_gib: float | None = None) -> InferDo
         verdict = (f"does not fit: needs {needed / GiB:.1f} GiB on {req.gpu.name} ({cap / GiB:.1f} GiB usable by "
                    f"{req.engine})")
         best = headline(ranked, combo)
-        verdict += (f"; {'with other hardware' if best.changes_hardware else 'on these GPUs'}, least slowdown that "
-                    f"fits: {best.change}" if best is not None else "; no single remedy fits")
+        how = "least slowdown that fits" if t0 is not None else "the most faithful change that fits (speed unknown)"
+        verdict += (f"; {'with other hardware' if best.changes_hardware else 'on these GPUs'}, {how}: "
+                    f"{best.change}" if best is not None else "; no single remedy fits")
     return InferDoctorResult(request=req, capacity_bytes=cap, predicted_bytes=predicted, observed_bytes=observed,
                              offset_bytes=offset, tpot_s=t0, remedies=tuple(ranked), combination=combo,
                              verdict=verdict)
@@ -115,7 +129,7 @@ def _more_gpus_combination(req: FitRequest, base, remedy) -> Remedy | None:
             if r is not None and r.fits:
                 found.append(r)
         if found:
-            return min(found, key=lambda r: r.step_time_s)
+            return min(found, key=lambda r: r.step_time_s if r.step_time_s is not None else 0.0)
     return None
 
 

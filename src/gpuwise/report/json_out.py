@@ -413,7 +413,7 @@ def doctor_to_dict(r) -> dict:
         "offset_bytes": _num(r.offset_bytes), "fits": r.fits, "verdict": r.verdict,
     }
     if infer:
-        doc["tpot_s"] = round(r.tpot_s, 6)
+        doc["tpot_s"] = None if r.tpot_s is None else round(r.tpot_s, 6)
     else:
         doc["step_time_s"] = round(r.base.perf.step.step_time_s, 6)
     doc["remedies"] = [remedy(x) for x in r.remedies]

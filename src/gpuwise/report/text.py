@@ -425,7 +425,11 @@ def render_plan(r) -> str:
     return "\n".join(lines)
 
 
-def _remedy_lines(r, now_s: float) -> list[str]:
+def _pct(x: float | None) -> str:
+    return "unknown" if x is None else f"{x:+.0%}"
+
+
+def _remedy_lines(r, now_s: float | None) -> list[str]:
     """The observed-OOM line, the ranked remedies and the combination (training and inference doctors)."""
     gib = GiB
     lines = []
@@ -440,7 +444,7 @@ def _remedy_lines(r, now_s: float) -> list[str]:
     rows = []
     for x in r.remedies:
         rows.append([("tight" if x.tight else "fits" if x.fits else "no"), x.change, f"{x.memory_bytes / gib:.1f}",
-                     f"{(before - x.memory_bytes) / gib:.1f}", _dur(x.step_time_s), f"{x.slowdown:+.0%}",
+                     f"{(before - x.memory_bytes) / gib:.1f}", _dur(x.step_time_s), _pct(x.slowdown),
                      "; ".join(w for w in ("changes the job" if x.changes_job else "", x.note) if w)])
     if rows:
         lines.append(_table(rows, ["fits", "remedy", "GiB/GPU", "saves GiB", "time", "vs now", "note"],
@@ -452,11 +456,11 @@ def _remedy_lines(r, now_s: float) -> list[str]:
         where = "with other hardware" if c.changes_job else "on the same GPUs"
         tight = " (tight: within the 15% fragmentation allocators often add)" if c.tight else ""
         lines.append(f"Best combination {where}: {c.change}: {c.memory_bytes / gib:.1f} GiB per GPU{tight}, "
-                     f"{_dur(c.step_time_s)} ({c.slowdown:+.0%} vs {_dur(now_s)}).")
+                     f"{_dur(c.step_time_s)} ({_pct(c.slowdown)} vs {_dur(now_s)}).")
     roomy = getattr(r, "roomy", None)
     if roomy is not None:
         lines.append(f"With 15% to spare: {roomy.change}: {roomy.memory_bytes / gib:.1f} GiB per GPU, "
-                     f"{_dur(roomy.step_time_s)} ({roomy.slowdown:+.0%} vs {_dur(now_s)}).")
+                     f"{_dur(roomy.step_time_s)} ({_pct(roomy.slowdown)} vs {_dur(now_s)}).")
     return lines
 
 
