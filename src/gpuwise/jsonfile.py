@@ -59,6 +59,19 @@ PSEUDO_FILESYSTEMS = ("/proc/", "/sys/", "/dev/")
 """Kernel interfaces that look like regular files but can block forever (/proc/kmsg) or never end: never read."""
 
 
+def _real_file_path(path: str | Path, error, unusable: str, pseudo: str) -> str:
+    """`path` with its links resolved; `error(unusable)` when it cannot be, `error(pseudo)` under /proc, /sys, /dev."""
+    import os
+
+    try:
+        resolved = os.path.realpath(path)
+    except (OSError, ValueError):
+        raise error(unusable) from None
+    if (resolved + "/").startswith(PSEUDO_FILESYSTEMS):
+        raise error(pseudo)
+    return resolved
+
+
 def read_text_bounded(path: str | Path, limit: int, *, error=InvalidArgument, what: str = "") -> str:
     """The UTF-8 text of the regular file `path`, at most `limit` bytes: a directory, device, FIFO or socket, a file
     under /proc, /sys or /dev, one over the limit (by its size or by what a read returns), or undecodable bytes give
@@ -69,12 +82,8 @@ def read_text_bounded(path: str | Path, limit: int, *, error=InvalidArgument, wh
     label = f"{what}'{path}'" if what else f"'{path}'"
     if not file_allowed(path):  # the same words whether or not it exists: the API reveals nothing of other paths
         raise error(f"{what}{NOT_READ}")
-    try:
-        resolved = os.path.realpath(path)
-    except (OSError, ValueError):
-        raise error(f"{label}: not a readable path") from None
-    if (resolved + "/").startswith(PSEUDO_FILESYSTEMS):
-        raise error(f"{label} is a kernel interface, not a file to read")
+    resolved = _real_file_path(path, error, f"{label}: not a readable path",
+                               f"{label} is a kernel interface, not a file to read")
     try:
         fd = os.open(resolved, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except FileNotFoundError:
@@ -153,12 +162,8 @@ def check_save_target(path: str | Path, flag: str = "--save", *, error=None) -> 
     from .errors import GpuwiseError
 
     error = error or GpuwiseError
-    try:
-        resolved = os.path.realpath(path)
-    except (OSError, ValueError):
-        raise error(f"{flag}: '{path}' is not a usable path") from None
-    if (resolved + "/").startswith(PSEUDO_FILESYSTEMS):
-        raise error(f"{flag}: '{path}' is a kernel interface or device, not a file to write")
+    resolved = _real_file_path(path, error, f"{flag}: '{path}' is not a usable path",
+                               f"{flag}: '{path}' is a kernel interface or device, not a file to write")
     if os.path.isdir(resolved):
         raise error(f"{flag}: '{path}' is a folder; name a file in it")
     old = existing_json_object(path, flag, error=error)

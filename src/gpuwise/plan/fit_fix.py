@@ -6,14 +6,13 @@ The order keeps as much of the setup as it can, cheapest first:
    checkpoint's own, FP8, 4-bit; llama.cpp's GGUF types) that is smaller than the one asked for and fits;
 2. more GPUs of the same kind: the fewest that fit, in the format asked for or, when a smaller format needs fewer,
    in the most faithful of those (fewer GPUs first, then the more faithful format);
-3. the smallest same-vendor GPU with more memory on which the model fits as asked.
+3. the smallest same-vendor GPU with more memory (the doctor's list) on which the model fits as asked.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
-from ..catalog.gpus import all_gpus
 from ..errors import GpuwiseError
 from ..estimate.inference_memory import inference_memory
 from ..estimate.train_memory import FRAGMENTATION_RISK
@@ -36,7 +35,6 @@ class FitFix:
     fits: bool = True
     step_time_s: float | None = None
     slowdown: float | None = None
-    extra: dict = field(default_factory=dict)
 
     @property
     def tight(self) -> bool:
@@ -87,8 +85,9 @@ def fit_fix(r: FitResult) -> FitFix | None:
         options = {"num_gpus": n, **({"weights": w.name} if rank else {})}
         return FitFix("more-gpus", words, options, est.memory.total, est.budget_bytes, True,
                       "cost per hour grows with the GPU count")
-    for g in sorted((g for g in all_gpus() if g.vendor == req.gpu.vendor and g.memory_bytes > 1.05 * req.gpu.memory_bytes),
-                    key=lambda g: g.memory_bytes):
+    from .doctor import _bigger_gpus  # the doctor's list: same vendor, 5% more memory, smallest first
+
+    for g in _bigger_gpus(req):
         got = _memory(replace(req, gpu=g), current.name, req.num_gpus)
         if got is not None and got[0].fits:
             est, _ = got

@@ -18,7 +18,7 @@ from ..catalog.gpus import GPU
 from ..catalog.models import LoadedModel
 from ..errors import InvalidArgument, require_positive_int, require_positive_number
 from ..estimate.comm import Topology, topology
-from ..estimate.engines import Engine
+from ..estimate.engines import DEFAULT_CONTEXT, Engine
 from ..estimate.infer_time import ENGINES, EnginePerf, PassTime, engine_perf, forward_pass_s
 from ..estimate.inference_memory import inference_memory
 from ..estimate.kv_cache import kv_bytes_per_token
@@ -407,9 +407,11 @@ def _assumptions(req: InferRequest, eng: EnginePerf, mem: FitResult) -> tuple[st
            f"{eng.multi_gpu} across GPUs, {eng.step_overhead_s * 1e3:.1f} ms per decode step outside the kernels",
            "static batch: every sequence has the same prompt and output length; tpot averages the growing context"]
     if (req.prompt_tokens, req.output_tokens) == (DEFAULT_PROMPT, DEFAULT_OUTPUT):
+        from .roofline import DEFAULT_SEQ
+
         out.append(f"prompt {DEFAULT_PROMPT} + output {DEFAULT_OUTPUT} tokens: infer's default request (one short chat "
-                   "turn; `fit` defaults to a 4,096-token context, `roofline` to 2,048 tokens); pass --prompt-tokens "
-                   "and --output-tokens for yours")
+                   f"turn; `fit` defaults to a {DEFAULT_CONTEXT:,}-token context, `roofline` to {DEFAULT_SEQ:,} "
+                   "tokens); pass --prompt-tokens and --output-tokens for yours")
     if req.engine == "trtllm":
         out.append("TensorRT-LLM memory modelled as vLLM's (paged KV pool pre-allocated)")
     if eng.multi_gpu == "layer-split" and req.num_gpus > 1:

@@ -13,6 +13,10 @@ from ..estimate.roofline import PHASES, Phase, Roofline
 from ..estimate.roofline import roofline as _roofline
 
 
+DEFAULT_SEQ = 2048
+"""roofline's default tokens per sequence (cached for decode, the prompt for prefill)."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RooflineRequest:
     """A model's operations on a GPU's roofline: the options of `gpuwise roofline`."""
@@ -23,7 +27,7 @@ class RooflineRequest:
     """Prefill (the prompt at once) or decode (one token per sequence)."""
     batch: int = 1
     """Sequences."""
-    seq: int = 2048
+    seq: int = 2048  # DEFAULT_SEQ
     """Prefill: prompt tokens per sequence; decode: tokens already cached per sequence."""
     dtype: str | None = None
     """Peak to use: bf16, fp16, fp8, int8, tf32 or fp32 (default bf16, or fp16 where the GPU has no bf16)."""

@@ -54,7 +54,7 @@ def _table(rows: list[list[str]], header: list[str], right: set[int] | None = No
 def _fix_line(fix, what: str) -> str:
     """The one change that fits, under a DOES NOT FIT verdict (from `gpuwise doctor`)."""
     if fix is None:
-        return f"no single change gpuwise knows fits: see `gpuwise doctor` for what comes closest"
+        return "no single change gpuwise knows fits: see `gpuwise doctor` for what comes closest"
     tight = ", tight" if fix.tight else ""
     speed = f", {what} {fix.slowdown:+.0%}" if fix.slowdown is not None else ""
     return (f"cheapest change that fits: {fix.change} ({fix.memory_bytes / GiB:.1f} GiB per GPU{tight}{speed}); "
@@ -392,9 +392,13 @@ def render_roofline(r) -> str:
     lines.append(_table(rows, ["operation", "GFLOP", "MB moved", "FLOP/byte", "bound", "time"],
                         right={1, 2, 3, 5}))
     lines.append(f"total {_dur(sum(op.time_s for op in rf.ops))} at the achievable roofline")
-    if r.seq == 2048:
-        lines.append("2,048 tokens: roofline's default (`fit` defaults to a 4,096-token context, `infer` to 512 + 128); "
-                     "--seq for another")
+    from ..estimate.engines import DEFAULT_CONTEXT
+    from ..plan.infer import DEFAULT_OUTPUT, DEFAULT_PROMPT
+    from ..plan.roofline import DEFAULT_SEQ
+
+    if r.seq == DEFAULT_SEQ:
+        lines.append(f"{DEFAULT_SEQ:,} tokens: roofline's default (`fit` defaults to a {DEFAULT_CONTEXT:,}-token "
+                     f"context, `infer` to {DEFAULT_PROMPT} + {DEFAULT_OUTPUT}); --seq for another")
     if r.plot:
         lines.append(f"plot written to {r.plot}")
     return "\n".join(lines)
