@@ -147,6 +147,8 @@ def resolve(row: dict) -> tuple[str, str, dict] | str:
         return f"dataset {row.get('dataset')!r} without fixed lengths"
     opts = {"engine": ENGINE_MODELS[row["engine"]], "num_gpus": int(row.get("tp", 1)), "prompt_tokens": prompt,
             "output_tokens": output, "num_prompts": int(row.get("num_prompts") or 1000), "weights": w}
+    if "trtllm-bench" in str(row.get("engine_options", "")) + row["name"]:
+        opts["offline"] = True  # trtllm-bench drives the engine in process: no HTTP server in front of it
     if row.get("dp_attention"):
         opts["enable_dp_attention"] = True
     elif ep > 1:

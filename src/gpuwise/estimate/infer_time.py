@@ -46,6 +46,12 @@ class EnginePerf:
     source: str
     metal_gemm_efficiency: float = 0.0
     """llama.cpp's Metal matrix kernels on Apple GPUs: their share of the GPU's FP16 (= FP32) ALU peak."""
+    frontend_latency_s: float = 0.0
+    """Serving over HTTP: fixed latency of a request's tokens on their way to the client (estimate/serving.Frontend)."""
+    frontend_request_s: float = 0.0
+    """Serving over HTTP: the server process's CPU time to take in one request."""
+    frontend_token_s: float = 0.0
+    """Serving over HTTP: the server process's CPU time to stream one output token."""
 
 
 @lru_cache(maxsize=None)
@@ -58,7 +64,9 @@ def engine_perf(name: str) -> EnginePerf:
                       r["launch_gap_us"] * 1e-6, r["step_overhead_us"] * 1e-6, int(r["kernels_per_block"]), r["kernel_style"],
                       float(r["gemv_gb_s_per_sm"]) * GB, float(r["gemm_efficiency"]),
                       float(r["hopper_mma_factor"]), float(r["quantized_gemm_factor"]), int(r["prefill_chunk"]),
-                      r["source"], float(r.get("metal_gemm_efficiency", 0.0)))
+                      r["source"], float(r.get("metal_gemm_efficiency", 0.0)),
+                      float(r.get("frontend_latency_ms", 0.0)) * 1e-3, float(r.get("frontend_request_ms", 0.0)) * 1e-3,
+                      float(r.get("frontend_token_us", 0.0)) * 1e-6)
 
 
 @dataclass(frozen=True, slots=True)

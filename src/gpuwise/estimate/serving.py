@@ -93,6 +93,11 @@ class EngineLimits:
     kv_capacity_tokens: int
     """Tokens the paged KV pool holds on each GPU (all layers), whole blocks."""
     block_size: int = 16
+    reserve_full_length: bool = False
+    """Admit a request only when the blocks of its whole prompt and output fit beside those reserved by the running
+    ones, and never preempt: TensorRT-LLM's default capacity policy, GUARANTEED_NO_EVICT ("guarantee that a started
+    request is never paused", TensorRT-LLM docs, performance-tuning-guide/useful-runtime-flags.md). vLLM and SGLang
+    admit on the prompt alone and preempt when the pool runs out (False)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -162,6 +167,36 @@ class Speculation:
     def tokens_per_step(self) -> float:
         a, k = self.acceptance_rate, self.num_tokens
         return (1 - a ** (k + 1)) / (1 - a)
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Frontend:
+    """The server process between the benchmark client and the engine (vLLM's API server, SGLang's tokenizer
+    manager, trtllm-serve): one CPU that turns each request into token ids (chat template, tokenizer) and each
+    emitted token into a streamed chunk (detokenize, JSON, socket write). The engine runs in its own process and does
+    not wait for it; a request reaches the engine only once it has been taken in, and the client sees a step's
+    tokens only once the frontend has streamed them. When both kinds of work are queued they share the CPU equally
+    (one event loop alternating between the request handlers and the output handler).
+
+    Offline runs (vLLM's LLM class, trtllm-bench) have no frontend: `simulate(..., frontend=None)`."""
+
+    latency_s: float = 0.0
+    """Fixed time every request's first and last token take on the way to the client (HTTP, process hops), with the
+    server idle; it occupies no CPU of the frontend."""
+    request_s: float = 0.0
+    """Frontend CPU to take in one request (template, tokenize, validate, hand to the engine)."""
+    token_s: float = 0.0
+    """Frontend CPU to stream one output token to its client."""
+
+    def __post_init__(self) -> None:
+        for name in ("latency_s", "request_s", "token_s"):
+            v = getattr(self, name)
+            if not (v >= 0 and math.isfinite(v)):
+                raise ValueError(f"frontend {name} must be a finite number >= 0, got {v}")
+
+    @property
+    def idle(self) -> bool:
+        return self.request_s == 0 and self.token_s == 0
+
 
 @dataclass(frozen=True, slots=True)
 class Stats:
@@ -277,7 +312,7 @@ class _Memo:
 
 class _Req:
     __slots__ = ("i", "prompt", "out", "sent", "computed", "target", "produced", "first", "dec0", "ctx0", "order",
-                 "alive", "done")
+                 "alive", "done", "first_step", "last_step")
 
     def __init__(self, i: int, prompt: int, out: int, sent: float) -> None:
         self.i, self.prompt, self.out, self.sent = i, prompt, out, sent
@@ -290,11 +325,14 @@ class _Req:
         self.order = 0             # admission order (preemption takes the largest)
         self.alive = False
         self.done = math.nan       # time of its last token
+        self.first_step = -1       # the step that emitted its first token
+        self.last_step = -1        # the step that emitted its last token
 
 
 def simulate(cost: StepCost, workload: Workload, limits: EngineLimits, *, speculation: Speculation | None = None,
-             timeline_points: int = 200) -> ServingResult:
-    """Run the engine over the workload until every request has finished."""
+             frontend: Frontend | None = None, timeline_points: int = 200) -> ServingResult:
+    """Run the engine over the workload until every request has finished (and, with a `frontend`, until the client
+    has every token)."""
     if limits.kv_capacity_tokens < limits.block_size:
         raise ValueError("the KV pool holds no block")
     cost = _Memo(cost)
@@ -319,6 +357,16 @@ def simulate(cost: StepCost, workload: Workload, limits: EngineLimits, *, specul
         return speculation.num_tokens * (cost.rows_time(n) * speculation.draft_layers_fraction + cost.head_time(n))
     budget_max = limits.max_num_batched_tokens
     conc = workload.max_concurrency or len(reqs)
+    no_evict = limits.reserve_full_length
+    fe = frontend if (frontend is not None and not frontend.idle) else None
+    fe_latency = frontend.latency_s if frontend is not None else 0.0
+    ingest: deque[list] = deque()  # [request, frontend CPU seconds left], in arrival order
+    outq: deque[list] = deque()    # [step, frontend CPU seconds left]: each step's tokens to stream, in order
+    delivered: dict[int, float] = {}  # step -> when the client has its tokens
+    fe_t = 0.0                     # the frontend has been simulated up to this time
+    cur_step = 0
+    finished: list[_Req] = []
+    reserved = 0                   # blocks reserved by running requests for their whole length (no-evict policy)
 
     pending = deque(reqs)          # not yet sent, in send order
     waiting: deque[_Req] = deque()  # sent, not running
@@ -345,15 +393,40 @@ def simulate(cost: StepCost, workload: Workload, limits: EngineLimits, *, specul
         return dec + (sum(math.ceil(r.computed / bs) for r in prefilling) if prefilling else 0)
 
     def finish(r: _Req) -> None:
-        nonlocal completed, out_tokens, in_tokens, in_flight
+        nonlocal completed, out_tokens, in_tokens, in_flight, reserved
+        if no_evict:
+            reserved -= math.ceil((r.prompt + r.out) / bs)
         r.done = now
-        ttft.append(r.first - r.sent)
-        e2e.append(now - r.sent)
-        tpot.append((now - r.first) / (r.out - 1) if r.out > 1 else 0.0)
+        r.last_step = cur_step
+        finished.append(r)
         completed += 1
         out_tokens += r.out
         in_tokens += r.prompt
         in_flight -= 1
+
+    def fe_advance(to: float) -> None:
+        """Run the frontend up to time `to`: requests taken in join the engine's queue, streamed steps are
+        delivered; with both kinds of work queued each gets half the CPU."""
+        nonlocal fe_t
+        while ingest or outq:
+            si = (0.5 if outq else 1.0) if ingest else 0.0
+            so = 1.0 - si if outq else 0.0
+            need = min(ingest[0][1] / si if ingest else math.inf, outq[0][1] / so if outq else math.inf)
+            dt = min(need, max(to - fe_t, 0.0))
+            fe_t += dt
+            if ingest:
+                ingest[0][1] -= dt * si
+                if ingest[0][1] <= 1e-12:
+                    waiting.append(ingest.popleft()[0])
+            if outq:
+                outq[0][1] -= dt * so
+                if outq[0][1] <= 1e-12:
+                    k = outq.popleft()[0]
+                    if k >= 0:
+                        delivered[k] = fe_t
+            if dt < need:  # `to` reached before the next job is done
+                break
+        fe_t = max(fe_t, to)
 
     def preempt_last() -> bool:
         nonlocal dec_ctx_sum, preemptions
@@ -381,19 +454,30 @@ def simulate(cost: StepCost, workload: Workload, limits: EngineLimits, *, specul
         preemptions += 1
         return True
 
-    while pending or waiting or prefilling or decoding:
+    while pending or waiting or prefilling or decoding or ingest:
         # send what the client has sent by now (and the concurrency limit allows)
         while pending and in_flight < conc and pending[0].sent <= now:
             r = pending.popleft()
             r.sent = max(r.sent, now) if workload.max_concurrency else r.sent
-            waiting.append(r)
             in_flight += 1
+            if fe is None:
+                waiting.append(r)
+            else:  # the frontend takes it in before the engine sees it
+                fe_advance(r.sent)
+                ingest.append([r, fe.request_s])
+        if fe is not None:
+            fe_advance(now)
         if not (waiting or prefilling or decoding):
-            nxt = pending[0].sent
+            nxt = pending[0].sent if (pending and in_flight < conc) else math.inf
+            if ingest:  # the frontend's next event: a request taken in, or a step streamed (the CPU shares change)
+                si = 0.5 if outq else 1.0
+                nxt = min(nxt, fe_t + ingest[0][1] / si, fe_t + outq[0][1] / (1 - si) if outq else math.inf)
+            if math.isinf(nxt):
+                raise RuntimeError("the simulation has nothing left to wait for")
             now = max(now, nxt)
             continue
         n_dec = len(decoding)
-        if n_dec and not waiting and not prefilling:
+        if n_dec and not waiting and not prefilling and not ingest:
             # decode-only stretch: the same requests step together until one finishes, one arrives or the pool
             # fills; each step's time is linear in the cached tokens, so run it in a tight loop
             fixed = cost.seconds(n_dec * spec_rows, n_dec * spec_rows, 0, 0.0) + draft_s(n_dec)
@@ -413,6 +497,9 @@ def simulate(cost: StepCost, workload: Workload, limits: EngineLimits, *, specul
                 now += fixed + per_kv * dec_ctx_sum
                 dec_ctx_sum += n_dec * per_step
                 k += 1
+                if fe is not None:
+                    fe_advance(now)
+                    outq.append([-1, fe.token_s * n_dec * per_step])
             if k:
                 dec_counter += k
                 steps += k
@@ -462,6 +549,11 @@ def simulate(cost: StepCost, workload: Workload, limits: EngineLimits, *, specul
             chunk = min(r.target - r.computed, budget)
             if used_blocks() + math.ceil(chunk / bs) > cap_blocks:
                 break
+            if no_evict:
+                need = math.ceil((r.prompt + r.out) / bs)
+                if reserved + need > cap_blocks:
+                    break
+                reserved += need
             if workload.prefilled and r.computed == 0:  # its KV arrived with it: allocate it, run the last row
                 if used_blocks() + math.ceil(r.target / bs) > cap_blocks:
                     break
@@ -485,6 +577,12 @@ def simulate(cost: StepCost, workload: Workload, limits: EngineLimits, *, specul
         dt = cost.seconds(rows, n_dec * spec_rows + len(emitting), dec_ctx_sum, pairs) + draft_s(n_dec)
         now += dt
         steps += 1
+        cur_step = steps
+        if fe is None:
+            delivered[cur_step] = now
+        else:  # this step's tokens join the frontend's stream
+            fe_advance(now)
+            outq.append([cur_step, fe.token_s * (n_dec * per_step + len(emitting))])
         running_sum += running
         max_running = max(max_running, running)
         usage = used_blocks() / cap_blocks
@@ -511,6 +609,7 @@ def simulate(cost: StepCost, workload: Workload, limits: EngineLimits, *, specul
             prefilling.remove(r)
             if r.first is None:
                 r.first = now
+                r.first_step = cur_step
             r.produced += 1
             if r.produced >= r.out:
                 finish(r)
@@ -520,7 +619,16 @@ def simulate(cost: StepCost, workload: Workload, limits: EngineLimits, *, specul
             decoding[r.i] = r
             dec_ctx_sum += r.ctx0
             heapq.heappush(finish_heap, (dec_counter + steps_for(r.out - r.produced), r.i))
-    duration = max(now - first_send, 1e-12)
+    if fe is not None:
+        fe_advance(math.inf)
+    for r in finished:  # what the client sees: a step's tokens once streamed, plus the fixed latency
+        r.first = delivered[r.first_step] + fe_latency
+        r.done = delivered[r.last_step] + fe_latency
+        ttft.append(r.first - r.sent)
+        e2e.append(r.done - r.sent)
+        tpot.append((r.done - r.first) / (r.out - 1) if r.out > 1 else 0.0)
+    end = max((r.done for r in finished), default=now)
+    duration = max(end - first_send, 1e-12)
     step_every = max(1, len(timeline) // timeline_points)
     return ServingResult(
         first_token_at=tuple(r.first if r.first is not None else math.nan for r in reqs),

@@ -99,6 +99,9 @@ class InferRequest:
     """Under load: disaggregated prefill and decode as xPyD (e.g. 1P1D, 2P4D): x prefill and y decode instances of
     --num-gpus GPUs each; each request's KV crosses between them over the inter-node network (vLLM's and SGLang's
     PD disaggregation)."""
+    offline: bool = False
+    """Under load: the engine's in-process API with no HTTP server (vLLM's LLM class, trtllm-bench, SGLang's
+    Engine): no frontend taking requests in and streaming tokens (catalog/data/engine_perf.toml)."""
     prefix_cache_hit_rate: float | None = None
     """Under load: share of each prompt already in the engine's prefix cache (vLLM automatic prefix caching,
     SGLang's radix cache; shared system prompts, multi-turn chats): not computed again, still held in the pool."""
@@ -141,7 +144,8 @@ class InferRequest:
                                     ("--prefix-cache-hit-rate", self.prefix_cache_hit_rate),
                                     ("--num-speculative-tokens", self.num_speculative_tokens),
                                     ("--acceptance-rate", self.acceptance_rate),
-                                    ("--pd-disaggregation", self.pd_disaggregation)) if v is not None]
+                                    ("--pd-disaggregation", self.pd_disaggregation),
+                                    ("--offline", True if self.offline else None)) if v is not None]
         if self.prefix_cache_hit_rate is not None and not 0 <= self.prefix_cache_hit_rate < 1:
             raise InvalidArgument(f"--prefix-cache-hit-rate must be in [0, 1), got {self.prefix_cache_hit_rate}")
         if self.num_speculative_tokens is not None:
@@ -380,7 +384,10 @@ def _under_load(req: InferRequest, ks: KernelSetup) -> ServingAnswer:
              f"arrivals: {'all at once' if math.isinf(wl.request_rate) else f'Poisson, {wl.request_rate:g} requests/s'}"
              + (f", at most {wl.max_concurrency} in flight" if wl.max_concurrency else ""),
              f"scheduler: at most {load.limits.max_num_seqs} requests and {load.limits.max_num_batched_tokens:,} "
-             f"tokens per step ({load.limits_reason}); chunked prefill, recompute preemption, no prefix cache",
+             f"tokens per step ({load.limits_reason}); chunked prefill, "
+             + ("no preemption (whole requests reserved)" if load.limits.reserve_full_length
+                else "recompute preemption") + ", no prefix cache",
+             _frontend_note(load.frontend, req.engine),
              f"KV pool: {capacity:,} tokens ({cap_reason})"
              + (f"; data-parallel attention: one of {dp} GPUs simulated with every {dp}th request, each GPU "
                 "holding its own requests' KV, the experts shared" if dp > 1 else ""),
@@ -394,11 +401,20 @@ def _under_load(req: InferRequest, ks: KernelSetup) -> ServingAnswer:
              *([f"speculative decoding: {load.speculation.num_tokens} draft tokens per step from a one-layer head, "
                 f"acceptance {load.speculation.acceptance_rate:g}: {load.speculation.tokens_per_step:.2f} tokens per "
                 "step per request, each verified in the step's forward pass"] if load.speculation else []),
-             "how sure: an early model; against published benchmark runs (validation/serving.py, docs/serving.md) it "
-             "predicts time to first token too low and saturation throughput too high, so read it as an optimistic "
-             "bound"]
+             "how sure: against published benchmark runs (validation/serving.py, docs/serving.md) the held-out "
+             "median error of TTFT and TPOT is about 30% (target 15%); time to first token under a burst of "
+             "requests is predicted too low and saturation throughput too high, so read them as optimistic"]
     return serve.ServingAnswer(result=result, load=load, kv_capacity_tokens=capacity, kv_capacity_reason=cap_reason,
                                slo_ttft_s=ttft, slo_tpot_s=tpot, goodput=goodput, assumptions=tuple(notes))
+
+
+def _frontend_note(fe, engine: str) -> str:
+    if fe is None:
+        return ("frontend: none (--offline: the engine's in-process API, as trtllm-bench or vLLM's LLM class)"
+                if engine != "hf" else "frontend: none")
+    return (f"frontend: the {engine} server process takes each request in ({fe.request_s * 1e3:g} ms of CPU) and "
+            f"streams each token ({fe.token_s * 1e6:g} us of CPU) on one CPU, plus {fe.latency_s * 1e3:g} ms of fixed "
+            "latency per request (catalog/data/engine_perf.toml; --offline drops it)")
 
 
 def _assumptions(req: InferRequest, eng: EnginePerf, mem: FitResult) -> tuple[str, ...]:

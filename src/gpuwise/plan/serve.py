@@ -22,7 +22,8 @@ from ..estimate.infer_time import PassTime
 from ..estimate.kernels import attention_s
 from ..estimate.kv_cache import kv_cache_bytes
 from ..estimate.layer_ops import block_ops
-from ..estimate.serving import EngineLimits, ServingResult, Speculation, StepCost, Workload, simulate, stats
+from ..estimate.serving import (EngineLimits, Frontend, ServingResult, Speculation, StepCost, Workload, simulate,
+                                stats)
 
 MAX_LENGTHS_FILE_BYTES = 16 << 20
 MAX_REQUESTS = 200_000
@@ -37,6 +38,8 @@ class LoadSpec:
     limits_reason: str
     lengths_source: str
     speculation: Speculation | None = None
+    frontend: Frontend | None = None
+    """The HTTP server in front of the engine (None offline)."""
 
 
 def read_lengths(path: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -153,7 +156,7 @@ def step_cost(step, *, spec, profile, engine, kv_bytes_per_element: float, tp: i
 
 def run(cost: StepCost, load: LoadSpec) -> ServingResult:
     try:
-        return simulate(cost, load.workload, load.limits, speculation=load.speculation)
+        return simulate(cost, load.workload, load.limits, speculation=load.speculation, frontend=load.frontend)
     except ValueError as exc:
         raise InvalidArgument(str(exc)) from None
 
@@ -248,7 +251,8 @@ def load_spec(req, *, gpu_memory_bytes: int, gpu_id: str, kv_pool_bytes: float |
         if req.engine == "trtllm":
             seqs = req.max_num_seqs or TRTLLM_LIMITS[0]
             tokens = req.max_num_batched_tokens or TRTLLM_LIMITS[1]
-            reason = "TensorRT-LLM's defaults (max_batch_size 2048, max_num_tokens 8192)"
+            reason = ("TensorRT-LLM's defaults (max_batch_size 2048, max_num_tokens 8192; GUARANTEED_NO_EVICT: a "
+                      "request starts only when its whole prompt and output fit in the pool, and is never preempted)")
         else:
             seqs, tokens, reason = vllm_limits(gpu_memory_bytes, gpu_id, max_num_seqs=req.max_num_seqs,
                                                max_num_batched_tokens=req.max_num_batched_tokens)
@@ -260,9 +264,19 @@ def load_spec(req, *, gpu_memory_bytes: int, gpu_id: str, kv_pool_bytes: float |
         raise InvalidArgument("under load: the weights leave no room for a KV cache on this GPU (see `gpuwise fit`); "
                               "use more GPUs, smaller weights or a larger GPU")
     limits = EngineLimits(max_num_seqs=seqs, max_num_batched_tokens=tokens, kv_capacity_tokens=capacity,
-                          block_size=block)
+                          block_size=block, reserve_full_length=req.engine == "trtllm")
     return (LoadSpec(workload=workload, limits=limits, limits_reason=reason, lengths_source=source,
-                     speculation=speculation), capacity, cap_reason)
+                     speculation=speculation, frontend=None if req.offline else frontend_of(req.engine)),
+            capacity, cap_reason)
+
+
+def frontend_of(engine: str) -> Frontend | None:
+    """The engine's HTTP server as `infer` models it (catalog/data/engine_perf.toml); None when it has none."""
+    from ..estimate.infer_time import engine_perf
+
+    e = engine_perf(engine)
+    f = Frontend(latency_s=e.frontend_latency_s, request_s=e.frontend_request_s, token_s=e.frontend_token_s)
+    return None if (f.idle and f.latency_s == 0) else f
 
 
 SWEEP_SHARES = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 1.0, 1.1, 1.25)
