@@ -60,6 +60,7 @@ def test_inf_rate_and_closed_loop(capsys) -> None:
     (["--request-rate", "2", "--num-speculative-tokens", "3", "--acceptance-rate", "1"], "[0, 1)"),
     (["--request-rate", "2", "--prefix-cache-hit-rate", "1.5"], "[0, 1)"),
     (["--prefix-cache-hit-rate", "0.5"], "add --request-rate or --max-concurrency"),
+    (["--offline"], "add --request-rate or --max-concurrency"),
 ])
 def test_bad_load_options_are_one_line_and_exit_2(capsys, extra: list[str], needle: str) -> None:
     code, out, err = run(capsys, "infer", "llama-3.1-8b", "--gpu", "h100-sxm", *extra)
@@ -195,3 +196,32 @@ def test_disaggregated_decode_has_no_prefill_interference(capsys) -> None:
                           (["--pd-disaggregation", "1P1D", "--max-concurrency", "4"], "--request-rate")):
         code, _, err = run(capsys, "infer", "llama-3.1-8b", "--gpu", "h100-sxm", "--request-rate", "2", *extra)
         assert code == 2 and needle in err, err
+
+
+def test_offline_drops_the_server_in_front_of_the_engine() -> None:
+    """A lone request behind vLLM's server pays its intake, its tokens' streaming and the fixed latency on top of the
+    kernels; --offline (vLLM's LLM class, trtllm-bench) pays the kernels alone, step for step the same."""
+    from gpuwise.plan.serve import frontend_of
+
+    common = dict(model=load_model("llama-3.1-8b"), gpu=get_gpu("h100-sxm"), max_concurrency=1, num_prompts=3,
+                  prompt_tokens=200, output_tokens=20)
+    served = infer(InferRequest(**common)).serving
+    offline = infer(InferRequest(**common, offline=True)).serving
+    fe = frontend_of("vllm")
+    assert served.load.frontend == fe and offline.load.frontend is None
+    assert fe.latency_s > 0 and fe.request_s > 0 and fe.token_s > 0
+    assert served.result.steps == offline.result.steps
+    # the first token: taken in, its step streamed, the latency (the next request's intake shares the CPU with the
+    # previous one's last chunk: at most one more chunk's time)
+    extra = fe.latency_s + fe.request_s + fe.token_s
+    assert served.result.ttft_s.mean == pytest.approx(offline.result.ttft_s.mean + extra, abs=fe.token_s)
+    assert any("frontend: the vllm server" in a for a in served.assumptions)
+    assert any("frontend: none (--offline" in a for a in offline.assumptions)
+
+
+def test_trtllm_reserves_whole_requests() -> None:
+    r = infer(InferRequest(model=load_model("llama-3.1-8b"), gpu=get_gpu("h100-sxm"), engine="trtllm",
+                           request_rate=float("inf"), num_prompts=200, prompt_tokens=1000, output_tokens=1000,
+                           offline=True)).serving
+    assert r.load.limits.reserve_full_length and r.result.preemptions == 0
+    assert any("no preemption" in a for a in r.assumptions)
