@@ -387,7 +387,7 @@ def _under_load(req: InferRequest, ks: KernelSetup) -> ServingAnswer:
              f"tokens per step ({load.limits_reason}); chunked prefill, "
              + ("no preemption (whole requests reserved)" if load.limits.reserve_full_length
                 else "recompute preemption") + ", no prefix cache",
-             _frontend_note(load.frontend, req.engine),
+             _frontend_note(load.frontend, req.engine, req.offline),
              f"KV pool: {capacity:,} tokens ({cap_reason})"
              + (f"; data-parallel attention: one of {dp} GPUs simulated with every {dp}th request, each GPU "
                 "holding its own requests' KV, the experts shared" if dp > 1 else ""),
@@ -408,10 +408,11 @@ def _under_load(req: InferRequest, ks: KernelSetup) -> ServingAnswer:
                                slo_ttft_s=ttft, slo_tpot_s=tpot, goodput=goodput, assumptions=tuple(notes))
 
 
-def _frontend_note(fe, engine: str) -> str:
+def _frontend_note(fe: serve.Frontend | None, engine: str, offline: bool) -> str:
+    if offline:
+        return "frontend: none (--offline: the engine's in-process API, as trtllm-bench or vLLM's LLM class)"
     if fe is None:
-        return ("frontend: none (--offline: the engine's in-process API, as trtllm-bench or vLLM's LLM class)"
-                if engine != "hf" else "frontend: none")
+        return f"frontend: the {engine} server's own time is not modelled (no figures in catalog/data/engine_perf.toml)"
     return (f"frontend: the {engine} server process takes each request in ({fe.request_s * 1e3:g} ms of CPU) and "
             f"streams each token ({fe.token_s * 1e6:g} us of CPU) on one CPU, plus {fe.latency_s * 1e3:g} ms of fixed "
             "latency per request (catalog/data/engine_perf.toml; --offline drops it)")

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ..errors import InvalidArgument
 from ..estimate import engines
-from ..estimate.infer_time import PassTime
+from ..estimate.infer_time import PassTime, engine_perf
 from ..estimate.kernels import attention_s
 from ..estimate.kv_cache import kv_cache_bytes
 from ..estimate.layer_ops import block_ops
@@ -272,8 +272,6 @@ def load_spec(req, *, gpu_memory_bytes: int, gpu_id: str, kv_pool_bytes: float |
 
 def frontend_of(engine: str) -> Frontend | None:
     """The engine's HTTP server as `infer` models it (catalog/data/engine_perf.toml); None when it has none."""
-    from ..estimate.infer_time import engine_perf
-
     e = engine_perf(engine)
     f = Frontend(latency_s=e.frontend_latency_s, request_s=e.frontend_request_s, token_s=e.frontend_token_s)
     return None if (f.idle and f.latency_s == 0) else f
