@@ -19,13 +19,18 @@ def _model(model: str | LoadedModel) -> LoadedModel:
     return model if isinstance(model, LoadedModel) else load_model(model)
 
 
-def _gpu(gpu: str | GPU) -> GPU:
-    """A GPU object, a catalog name, or one of its MIG slices as 'GPU:PROFILE' (as `pick --gpus` takes them)."""
-    if isinstance(gpu, GPU):
-        return gpu
-    from .catalog.mig import resolve_gpu
+def _gpu(gpu: str | GPU, power_limit: float | str | None = None) -> GPU:
+    """A GPU object, a catalog name, or one of its MIG slices as 'GPU:PROFILE' (as `pick --gpus` takes them); with
+    `power_limit` (watts), run under that board power limit (`--power-limit`)."""
+    if not isinstance(gpu, GPU):
+        from .catalog.mig import resolve_gpu
 
-    return resolve_gpu(gpu)
+        gpu = resolve_gpu(gpu)
+    if power_limit is None:
+        return gpu
+    from .catalog.power import with_power_limit
+
+    return with_power_limit(gpu, power_limit)
 
 
 def fit(model: str | LoadedModel, *, gpu: str | GPU, **options):
@@ -33,7 +38,7 @@ def fit(model: str | LoadedModel, *, gpu: str | GPU, **options):
     from .plan.fit import FitRequest
     from .plan.fit import fit as _fit
 
-    return _fit(FitRequest(model=_model(model), gpu=_gpu(gpu), **options))
+    return _fit(FitRequest(model=_model(model), gpu=_gpu(gpu, options.pop("power_limit", None)), **options))
 
 
 def train(model: str | LoadedModel, *, gpu: str | GPU, **options):
@@ -42,7 +47,7 @@ def train(model: str | LoadedModel, *, gpu: str | GPU, **options):
     from .plan.train import TrainRequest
     from .plan.train import train as _train
 
-    return _train(TrainRequest(model=_model(model), gpu=_gpu(gpu), **options))
+    return _train(TrainRequest(model=_model(model), gpu=_gpu(gpu, options.pop("power_limit", None)), **options))
 
 
 def infer(model: str | LoadedModel, *, gpu: str | GPU, plot: str | None = None, **options):
@@ -53,7 +58,7 @@ def infer(model: str | LoadedModel, *, gpu: str | GPU, plot: str | None = None, 
     from .plan.infer import InferRequest
     from .plan.infer import infer as _infer
 
-    req = InferRequest(model=_model(model), gpu=_gpu(gpu), **options)
+    req = InferRequest(model=_model(model), gpu=_gpu(gpu, options.pop("power_limit", None)), **options)
     result = _infer(req)
     if plot:
         from dataclasses import replace
@@ -75,7 +80,7 @@ def roofline(model: str | LoadedModel, *, gpu: str | GPU, plot: str | None = Non
     from .plan.roofline import RooflineRequest
     from .plan.roofline import roofline as _roofline
 
-    result = _roofline(RooflineRequest(model=_model(model), gpu=_gpu(gpu), **options))
+    result = _roofline(RooflineRequest(model=_model(model), gpu=_gpu(gpu, options.pop("power_limit", None)), **options))
     if plot:
         from dataclasses import replace
 
@@ -91,7 +96,7 @@ def plan(model: str | LoadedModel, *, gpu: str | GPU, **options):
     from .plan.planner import PlanRequest
     from .plan.planner import plan as _plan
 
-    return _plan(PlanRequest(model=_model(model), gpu=_gpu(gpu), **options))
+    return _plan(PlanRequest(model=_model(model), gpu=_gpu(gpu, options.pop("power_limit", None)), **options))
 
 
 def doctor(model: str | LoadedModel, *, gpu: str | GPU, **options):

@@ -21,7 +21,8 @@ from ..jsonfile import read_json_object
 from ..units import GB
 from ._toml import load_toml
 from .attention_kernels import FAMILIES
-from .gpus import GPU
+from .gpus import GPU, get_gpu
+from .power import clock_factor
 
 PROFILE_KIND = "gpuwise-device-profile"
 SIXTEEN_BIT_FALLBACK = {"bf16": ("fp16", "fp32"), "fp16": ("bf16", "fp32")}
@@ -97,14 +98,16 @@ def _merge(into: dict, row: dict, origin: str, sources: dict[str, str]) -> None:
             sources[key] = row.get("source", origin)
 
 
-_DEFAULTS: dict[str, DeviceProfile] = {}
+_DEFAULTS: dict[tuple[str, float | None], DeviceProfile] = {}
 
 
 def default_profile(gpu: GPU) -> DeviceProfile:
-    """The profile gpuwise assumes for a catalog GPU: generic < architecture < this GPU's own measurements."""
-    hit = _DEFAULTS.get(gpu.id)
+    """The profile gpuwise assumes for a catalog GPU: generic < architecture < this GPU's own measurements (or those
+    of the sibling on its die, `same_die_as`), with compute slowed to the board power it may draw (`power.py`)."""
+    key = (gpu.id, gpu.power_limit_w)
+    hit = _DEFAULTS.get(key)
     if hit is None:
-        hit = _DEFAULTS[gpu.id] = _default_profile(gpu)
+        hit = _DEFAULTS[key] = _default_profile(gpu)
     return hit
 
 
@@ -116,10 +119,34 @@ def _default_profile(gpu: GPU) -> DeviceProfile:
     arch = data.get("architecture", {}).get(_arch_key(gpu))
     if arch:
         _merge(values, arch, f"{_arch_key(gpu)} default", sources)
-    own = data.get("gpu", {}).get(gpu.id)
+    own = dict(data.get("gpu", {}).get(gpu.id) or {})
+    measured_at_w = gpu.tdp_w  # the board power its own measurements ran at
+    sibling = own.pop("same_die_as", None)
+    if sibling:
+        measured_at_w = get_gpu(sibling).tdp_w
+        _merge(values, data["gpu"][sibling], f"{sibling} measurement", sources)
     if own:
         _merge(values, own, f"{gpu.id} measurement", sources)
-    return _build(gpu, values, sources)
+    profile = _build(gpu, values, sources)
+    return _at_power(profile, gpu.power_w, measured_at_w)
+
+
+def _at_power(profile: DeviceProfile, power_w: float | None, measured_at_w: float | None) -> DeviceProfile:
+    """`profile` with its compute-bound rates (matrix products, attention) scaled by the SM clock the board reaches
+    at `power_w` against the `measured_at_w` its figures were measured at; bandwidth and launch cost unchanged."""
+    f = clock_factor(power_w, measured_at_w)
+    if f == 1.0:
+        return profile
+    note = f"x {f:.3f}: SM clock at {power_w:g} W of the {measured_at_w:g} W measured at (catalog/power.py)"
+    sources = dict(profile.sources)
+    for k in [k for k in sources if k.startswith("matmul_efficiency.") or "attention" in k or k.startswith("sdpa")]:
+        sources[k] = f"{sources[k]}; {note}"
+    sources["power"] = note
+    return replace(profile, matmul_efficiency={k: v * f for k, v in profile.matmul_efficiency.items()},
+                   attention_forward_efficiency=profile.attention_forward_efficiency * f,
+                   attention_backward_efficiency=profile.attention_backward_efficiency * f,
+                   sdpa_forward_efficiency=profile.sdpa_forward_efficiency * f,
+                   sdpa_backward_efficiency=profile.sdpa_backward_efficiency * f, sources=sources)
 
 
 def _build(gpu: GPU, v: dict, sources: dict[str, str]) -> DeviceProfile:
@@ -277,6 +304,10 @@ def device_profile(gpu: GPU, path: str | None) -> DeviceProfile:
     """The profile a request runs with: the measured one in `path` (`--profile`), else the catalog default. A GPU
     whose memory bandwidth or 16-bit (or fp32) matrix peak is unknown has no speed to predict: refused, rather than
     costing its matrix products as free."""
+    if path and gpu.power_limit_w:
+        raise InvalidArgument("--power-limit with --profile: a measured profile already ran at the card's power limit "
+                              "of its day; calibrate under the limit instead (`nvidia-smi -pl W`, then `gpuwise "
+                              "calibrate`)")
     profile = load_profile(path, gpu) if path else default_profile(gpu)
     missing = speed_figures_missing(gpu)
     if missing:

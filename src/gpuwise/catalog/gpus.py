@@ -61,6 +61,9 @@ class GPU:
     nvlink: bool = False
     pcie_gen: int | None = None
     tdp_w: float | None = None
+    """Rated board power (W)."""
+    power_limit_w: float | None = None
+    """A lower board power limit the GPU runs under (`--power-limit`, `nvidia-smi -pl`; None: its rated power)."""
     ecc: bool | None = None
     mig_profiles: tuple[MIGProfile, ...] = ()
     price_usd: float | None = None
@@ -69,6 +72,13 @@ class GPU:
     sources: tuple[str, ...] = ()
     notes: str | None = None
     extra: dict = field(default_factory=dict)
+
+    @property
+    def power_w(self) -> float | None:
+        """The board power it may draw: its power limit, else its rated power (None when neither is known)."""
+        if self.power_limit_w and self.tdp_w:
+            return min(self.power_limit_w, self.tdp_w)
+        return self.tdp_w or self.power_limit_w
 
     def peak(self, dtype: str) -> float | None:
         """Dense peak FLOP/s for a dtype, or None when unknown."""

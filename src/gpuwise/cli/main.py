@@ -61,6 +61,12 @@ def _parse(argv: Sequence[str]) -> argparse.Namespace:
             args.gpu = with_memory(resolve_gpu(args.gpu) if args.gpu else None, args.gpu_memory)
         elif args.gpu is None:
             raise UsageError("--gpu is required (or --gpu-memory SIZE for a GPU the catalog lacks)")
+        if getattr(args, "power_limit", None) is not None:
+            from ..catalog.mig import resolve_gpu
+            from ..catalog.power import with_power_limit
+
+            args.gpu = with_power_limit(resolve_gpu(args.gpu) if isinstance(args.gpu, str) else args.gpu,
+                                        args.power_limit)
     return args
 
 

@@ -29,6 +29,8 @@ MODEL_HELP = "catalog name, Hugging Face id, or path to a config.json (or its fo
 GPU_HELP = "GPU id or name, e.g. h100-sxm, rtx-4090, 'NVIDIA A100-SXM4-80GB'"
 GPU_MEMORY_HELP = ("usable GPU memory, e.g. 24GiB: with --gpu, that GPU with this much free; alone, a GPU the catalog "
                    "lacks, of which only the memory is known (speed figures unknown)")
+POWER_LIMIT_HELP = ("board power limit in watts the GPU runs under, as `nvidia-smi -pl W` sets it (e.g. 500): compute "
+                    "slows with the SM clock, bandwidth stays (docs/performance.md); default its rated power")
 FLAG_ALIASES = {"prices": ("--price",)}
 INFINITE_OK = frozenset({"request_rate"})
 """Number options where inf means something (vLLM bench's --request-rate inf: every request at once)."""
@@ -62,6 +64,7 @@ def add_request_options(parser: argparse.ArgumentParser, cls: type, *, skip: fro
         if _type_name(tp) == "GPU":
             parser.add_argument(flag(f.name), help=GPU_HELP + " (required unless --gpu-memory is given)")
             parser.add_argument("--gpu-memory", metavar="SIZE", help=GPU_MEMORY_HELP)
+            parser.add_argument("--power-limit", metavar="W", help=POWER_LIMIT_HELP)
             continue
         kw: dict[str, Any] = {"dest": f.name}
         names = [*FLAG_ALIASES.get(f.name, ()), flag(f.name)]

@@ -45,7 +45,7 @@ def _evaluate(req: PickRequest, gpu: GPU, n: int, price: float | None, source: s
 def _money(req, gpu: GPU, n: int, price: float | None, tokens_per_s: float | None):
     per_hour = price * n if price is not None else None
     per_m = per_hour / 3600 / tokens_per_s * 1e6 if (per_hour is not None and tokens_per_s) else None
-    kwh = gpu.tdp_w * n / 1000 / 3600 / tokens_per_s * 1e6 if (gpu.tdp_w and tokens_per_s) else None
+    kwh = gpu.power_w * n / 1000 / 3600 / tokens_per_s * 1e6 if (gpu.power_w and tokens_per_s) else None
     return per_hour, per_m, kwh
 
 

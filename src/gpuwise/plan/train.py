@@ -366,7 +366,7 @@ class TrainPerf:
     usd_source: str
     cost_usd: float | None
     energy_kwh: float | None
-    """At TDP for every GPU over the run: an upper-bound estimate (GPUs rarely sit at TDP)."""
+    """At its board power (TDP, or --power-limit) for every GPU over the run: an upper-bound estimate (GPUs rarely sit at TDP)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -436,7 +436,7 @@ def _perf(req: TrainRequest, layout: Layout, memory: TrainMemory, flops: StepFlo
     run_s = req.train_tokens / tokens_per_s if req.train_tokens else None
     gpu_hours = run_s * n / 3600 if run_s is not None else None
     cost = gpu_hours * price if (gpu_hours is not None and price is not None) else None
-    energy = gpu_hours * req.gpu.tdp_w / 1000 if (gpu_hours is not None and req.gpu.tdp_w) else None
+    energy = gpu_hours * req.gpu.power_w / 1000 if (gpu_hours is not None and req.gpu.power_w) else None
     return TrainPerf(step=step, profile=profile, topology=topo, peak_dtype=dtype, peak_flops_per_gpu=peak,
                      mfu=utilization(flops.model, t, n, peak), hfu=utilization(flops.hardware, t, n, peak),
                      tokens_per_s=tokens_per_s, tokens_per_s_per_gpu=tokens_per_s / n,

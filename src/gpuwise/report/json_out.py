@@ -219,7 +219,7 @@ def train_perf_to_dict(p: TrainPerf) -> dict[str, Any]:
         "usd_source": p.usd_source,
         "cost_usd": _round(p.cost_usd),
         "energy_kwh": _round(p.energy_kwh),
-        "energy_note": "estimate: every GPU at its TDP for the whole run (an upper bound)",
+        "energy_note": "estimate: every GPU at its TDP (or --power-limit) for the whole run (an upper bound)",
         "device_profile": profile_to_dict(p.profile),
         "topology": topology_to_dict(p.topology),
     }
@@ -335,7 +335,7 @@ def gpu_to_dict(g: GPU) -> dict[str, Any]:
         "memory_bandwidth_bytes_per_s": _num(g.memory_bandwidth_bytes_per_s),
         "peak_flops": {k: _num(v) for k, v in g.peak_flops.items()},
         "interconnect": g.interconnect, "interconnect_bytes_per_s": _num(g.interconnect_bytes_per_s),
-        "nvlink": g.nvlink, "tdp_w": g.tdp_w,
+        "nvlink": g.nvlink, "tdp_w": g.tdp_w, "power_limit_w": g.power_limit_w,
         "mig_profiles": [{"name": p.name, "memory_gb": p.memory_gb} for p in g.mig_profiles],
         "price_usd": g.price_usd, "price_note": g.price_note, "sources": list(g.sources),
     }

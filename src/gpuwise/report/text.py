@@ -310,7 +310,9 @@ def render_train_perf(r) -> str:
     if p.train_tokens:
         cost = f"${p.cost_usd:,.0f}" if p.cost_usd is not None else "unknown"
         price = f"${p.usd_per_gpu_hour}/GPU-hour ({p.usd_source})" if p.usd_per_gpu_hour else p.usd_source
-        energy = f"{p.energy_kwh:,.0f} kWh at TDP (an upper-bound estimate)" if p.energy_kwh is not None else "unknown"
+        watts = p.profile.gpu.power_w
+        energy = (f"{p.energy_kwh:,.0f} kWh at {watts:g} W per GPU (an upper-bound estimate)"
+                  if p.energy_kwh is not None and watts else "unknown")
         lines.append(f"  {p.train_tokens:.3g} tokens: {_dur(p.train_time_s)}, {p.gpu_hours:,.0f} GPU-hours, "
                      f"cost {cost} at {price}; energy {energy}")
     return "\n".join(lines)
