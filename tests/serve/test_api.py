@@ -63,6 +63,8 @@ CASES = [
      ["doctor", "llama-3.1-70b", "--gpu", "rtx-4090", "--task", "infer"]),
     ("roofline?model=llama-3.1-8b&gpu=h100&phase=prefill", ["roofline", "llama-3.1-8b", "--gpu", "h100",
                                                             "--phase", "prefill"]),
+    ("train?model=llama-3.1-8b&gpu=h100&num_gpus=8&power_limit=500",
+     ["train", "llama-3.1-8b", "--gpu", "h100", "--num-gpus", "8", "--power-limit", "500"]),
     ("models?query=qwen", ["models", "qwen"]),
     ("gpus", ["gpus"]),
     ("explain?term=mfu&gpu=h100-sxm", ["explain", "mfu", "--gpu", "h100-sxm"]),
@@ -96,6 +98,8 @@ def test_byte_identical_to_the_installed_command(base_url) -> None:
     ("infer?model=llama-3.1-8b&gpu=h100&weights=q9", ["infer", "llama-3.1-8b", "--gpu", "h100", "--weights", "q9"]),
     ("train?model=llama-3.1-8b&gpu=h100&num_gpus=8&tp=3", ["train", "llama-3.1-8b", "--gpu", "h100", "--num-gpus",
                                                           "8", "--tp", "3"]),
+    ("infer?model=llama-3.1-8b&gpu=h100&power_limit=20", ["infer", "llama-3.1-8b", "--gpu", "h100", "--power-limit",
+                                                          "20"]),
 ])
 def test_bad_input_is_a_400_with_the_cli_message(base_url, capsys, query, argv) -> None:
     status, _, body = fetch(f"{base_url}/api/{query}")

@@ -11,7 +11,7 @@ import * as f from "./format.js";
 const DEFAULTS = { task: "infer", source: "catalog", model: "llama-3.1-8b", gpu: "rtx-4090", finetune: "lora" };
 
 // Inputs of the form that map one to one onto API parameters (sharding maps onto fsdp or zero).
-const FIELDS = ["model", "gpu", "num_gpus", "gpu_memory", "engine", "weights", "kv_dtype", "batch", "context", "prompt_tokens",
+const FIELDS = ["model", "gpu", "num_gpus", "gpu_memory", "power_limit", "engine", "weights", "kv_dtype", "batch", "context", "prompt_tokens",
   "output_tokens", "request_rate", "slo_ttft_ms", "slo_tpot_ms", "finetune", "lora_rank", "seq", "global_batch", "micro_batch", "precision", "tp", "recompute",
   "optimizer", "offload", "phase"];
 const TASK_FIELDS = {
@@ -23,9 +23,9 @@ TASK_FIELDS.finetune = [...TASK_FIELDS.train, "finetune", "lora_rank"];
 
 // Which parameters each command takes from the page (the API rejects unknown ones: docs/json-schema.md).
 const FIT = ["model", "gpu", "num_gpus", "gpu_memory", "weights", "kv_dtype", "context", "batch", "engine"];
-const INFER = ["model", "gpu", "num_gpus", "gpu_memory", "weights", "kv_dtype", "batch", "prompt_tokens", "output_tokens", "engine",
+const INFER = ["model", "gpu", "num_gpus", "gpu_memory", "power_limit", "weights", "kv_dtype", "batch", "prompt_tokens", "output_tokens", "engine",
   "request_rate", "slo_ttft_ms", "slo_tpot_ms"];
-const TRAIN = ["model", "gpu", "num_gpus", "gpu_memory", "seq", "global_batch", "micro_batch", "tp", "zero", "fsdp", "recompute",
+const TRAIN = ["model", "gpu", "num_gpus", "gpu_memory", "power_limit", "seq", "global_batch", "micro_batch", "tp", "zero", "fsdp", "recompute",
   "offload", "optimizer", "precision"];
 const PICK_INFER = ["model", "weights", "kv_dtype", "batch", "prompt_tokens", "output_tokens", "engine"];
 const PICK_SERVE = ["model", "weights", "kv_dtype", "prompt_tokens", "output_tokens", "engine", "request_rate",
@@ -102,6 +102,7 @@ function toQuery(st) {
   out.gpu = st.gpu;
   out.num_gpus = st.num_gpus;
   out.gpu_memory = st.gpu_memory;
+  out.power_limit = st.power_limit;
   for (const name of TASK_FIELDS[st.task]) out[name] = st[name];
   out.phase = st.phase;
   return new URLSearchParams(cleanParams(out)).toString();
