@@ -126,3 +126,33 @@ def test_an_overlapped_collective_slows_the_compute_it_hides_behind():
     assert st._exposed(10.0, 1.0) == pytest.approx(9.0)
     assert st._exposed(0.0, 5.0) == 0.0
     assert st._copy_exposed(1.0, 10.0) == 0.0
+
+
+def _bytes_per_weight_element(monkeypatch, **options) -> float:
+    """Seconds of one block's cached fp8 weight quantization, as bytes per weight element at the profile's bandwidth
+    (its kernel launches taken off)."""
+    r, bt = _blocks(monkeypatch, **options)
+    prof = r.perf.profile
+    spec = r.request.model.spec
+    h, f = spec.hidden_size, spec.intermediate_size
+    weights = h * (spec.num_heads + 2 * spec.num_kv_heads) * spec.head_dim + spec.num_heads * spec.head_dim * h \
+        + 3 * h * f
+    return (bt.weight_cast - 4 * prof.kernel_overhead_s) * prof.bandwidth / weights
+
+
+def test_megatron_quantizes_fp8_weights_once_per_step_torchao_in_every_micro_batch(monkeypatch):
+    """Megatron-Core passes is_first_microbatch to Transformer Engine's linear layers (megatron/core/extensions/
+    transformer_engine.py, TELinear.forward), which quantize each weight, and on Hopper transpose it, on the first
+    micro-batch and reuse the cache: read 2 B and write 1 B, then 1 B read and 1 written for the transpose, once per
+    step. torchao's float8 quantizes the weights in every forward and backward."""
+    one = dict(gpu="h100-sxm", precision="fp8", num_gpus=1, seq=4096, micro_batch=1)
+    assert _bytes_per_weight_element(monkeypatch, framework="megatron", **one) == pytest.approx(5.0, rel=1e-6)
+    _, tt = _blocks(monkeypatch, framework="torchtitan", compile=True, **one)
+    assert tt.weight_cast == 0.0
+    steps = {}
+    for fw in ("megatron", "torchtitan"):
+        t1 = gpuwise.train(MODEL, framework=fw, global_batch=1, **one).perf.step.breakdown["forward"]
+        t8 = gpuwise.train(MODEL, framework=fw, global_batch=8, **one).perf.step.breakdown["forward"]
+        steps[fw] = t8 / t1
+    assert steps["torchtitan"] == pytest.approx(8.0, rel=1e-9)
+    assert 7.0 < steps["megatron"] < 8.0  # the weights' quantization is paid once, not eight times

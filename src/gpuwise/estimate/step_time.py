@@ -104,6 +104,10 @@ class _BlockTime:
     attention_backward: float
     gemm_forward: float
     gemm_backward: float
+    weight_cast: float
+    """Quantizing the block's weights to fp8 (and transposing them) once per optimizer step, where they are cached
+    over the micro-batches (`TrainJob.fp8_weight_cache`); 0 where each pass does it (counted in forward and
+    backward)."""
 
 
 _CACHE: dict = {}
@@ -138,26 +142,29 @@ def _unfused_attention_s(profile: DeviceProfile, spec: ModelSpec, *, seq_local: 
 def _block_time(profile: DeviceProfile, spec: ModelSpec, layer: int, *, tokens: int, seq_local: int, cp: int,
                 tp: int, ep: int, dtype: str, e: float, recompute: str, frozen_base: bool, framework: str,
                 attention: str = "flash", compile: bool = False, etp: int | None = None,
-                whole_sequence: bool = False, sdpa_flash: bool | None = None) -> _BlockTime:
+                whole_sequence: bool = False, sdpa_flash: bool | None = None,
+                weight_cached: bool = False, transpose_cached: bool = True) -> _BlockTime:
     """`whole_sequence`: each attention kernel covers the whole context (Ulysses all-to-all CP: all tokens, 1/cp of
     the heads) rather than one rank's chunk of it. `sdpa_flash`: attention runs SDPA's FlashAttention-2 kernels
-    (`TrainJob.sdpa_runs_flash`; None: every framework but Megatron)."""
+    (`TrainJob.sdpa_runs_flash`; None: every framework but Megatron). `weight_cached`: fp8 weights quantized once per
+    optimizer step (`TrainJob.fp8_weight_cache`), their transposes too with `transpose_cached`."""
     if sdpa_flash is None:
         sdpa_flash = framework != "megatron"
     key = (id(profile), id(spec), block_signature(spec, layer), tokens, seq_local, cp, tp, ep, dtype, e, recompute,
-           frozen_base, framework, attention, compile, etp, whole_sequence, sdpa_flash)
+           frozen_base, framework, attention, compile, etp, whole_sequence, sdpa_flash, weight_cached, transpose_cached)
     hit = _CACHE.get(key)
     if hit is not None:
         return hit[0]
     return remember(_CACHE, key, _time_block(profile, spec, layer, tokens, seq_local, cp, tp, ep, dtype, e, recompute,
                                              frozen_base, framework, attention, compile, etp, whole_sequence,
-                                             sdpa_flash), profile, spec)
+                                             sdpa_flash, weight_cached, transpose_cached), profile, spec)
 
 
 def _time_block(profile: DeviceProfile, spec: ModelSpec, layer: int, tokens: int, seq_local: int, cp: int, tp: int,
                 ep: int, dtype: str, e: float, recompute: str, frozen_base: bool, framework: str,
                 attention: str, compile: bool, etp: int | None, whole_sequence: bool = False,
-                sdpa_flash: bool = False) -> _BlockTime:
+                sdpa_flash: bool = False, weight_cached: bool = False,
+                transpose_cached: bool = True) -> _BlockTime:
     context = seq_local * cp
     keys = keys_per_query(spec, layer, context)
     # the keys one attention kernel iterates over: a rank's chunk (ring or gathered K/V attended chunk by chunk), the
@@ -190,18 +197,27 @@ def _time_block(profile: DeviceProfile, spec: ModelSpec, layer: int, tokens: int
         attn_b = attention_s(profile, 2.5 * ops.attention_flops, 2 * attn_bytes, backward=True, dtype=attn_dtype,
                              sdpa=sdpa_flash, seq=kernel_seq)
     stream = memory_s(profile, ops.stream_bytes * e / 2) + ops.kernels * profile.kernel_overhead_s
-    cast_f = cast_b = 0.0
+    cast_f = cast_b = weight_cast = 0.0
     if dtype == "fp8":  # every weight GEMM's operands quantized (forward) and transposed (backward)
         c = FP8_CAST_BYTES[style]
         casts = 0
+        weight_f = weight_b = 0.0
         for g in ops.gemms:
             if not g.weight:
                 continue
             act_in, act_out, weight = g.m * g.k * g.count, g.m * g.n * g.count, g.k * g.n * g.count
-            cast_f += c * (act_in + weight)
-            cast_b += c * act_out + FP8_TRANSPOSE_BYTES * (act_in + act_out + weight)
+            cast_f += c * act_in
+            cast_b += c * act_out + FP8_TRANSPOSE_BYTES * (act_in + act_out)
+            weight_f += c * weight
+            weight_b += FP8_TRANSPOSE_BYTES * weight
             casts += g.count
         kernels = casts * (2 if style == "eager" else 1)
+        if weight_cached:  # once per optimizer step: one cast-transpose kernel per weight
+            if not transpose_cached:  # Hopper without the transpose cache: rebuilt in every backward
+                cast_b, weight_b = cast_b + weight_b, 0.0
+            weight_cast = memory_s(profile, weight_f + weight_b) + casts * profile.kernel_overhead_s
+        else:  # again in every micro-batch's forward and backward (torchao's float8)
+            cast_f, cast_b = cast_f + weight_f, cast_b + weight_b
         cast_f = memory_s(profile, cast_f) + kernels * profile.kernel_overhead_s
         cast_b = memory_s(profile, cast_b) + 2 * kernels * profile.kernel_overhead_s
     if spec.hidden_dropout > 0:  # two residual dropouts: read + write h, write a 1-byte mask
@@ -219,7 +235,13 @@ def _time_block(profile: DeviceProfile, spec: ModelSpec, layer: int, tokens: int
         rec = forward * module_share(spec, recompute, context)
     else:  # a whole block again (the stage scales it by the share of blocks checkpointed whole)
         rec = forward
-    return _BlockTime(forward, backward, rec, attn_f, attn_b, fwd_gemm, bwd_gemm)
+    return _BlockTime(forward, backward, rec, attn_f, attn_b, fwd_gemm, bwd_gemm, weight_cast)
+
+
+def _blackwell(profile: DeviceProfile) -> bool:
+    """Blackwell's fp8 GEMMs take either operand layout: no transposed weight to rebuild (`TrainJob.fp8_transpose_cache`
+    is False there for memory, while its quantized copies are cached like Hopper's transposes)."""
+    return (profile.gpu.architecture or "").startswith("Blackwell")
 
 
 def _exposed(comm: float, window: float) -> float:
@@ -311,6 +333,7 @@ def step_time(spec: ModelSpec, layout: Layout, job: TrainJob, *, profile: Device
     pp_p2p = topo.collective_s("send_recv", tokens * h * e / (tp if layout.sp else 1), pp, inner["pp"]) if pp > 1 else 0.0
 
     stage_fb: dict[int, tuple[float, dict[str, float]]] = {}
+    weight_casts: dict[int, float] = {}  # fp8 weights quantized once per step, per stage (TrainJob.fp8_weight_cache)
     for stage in distinct_stages(spec, layers):  # the others repeat one of these
         parts = dict(forward=0.0, backward=0.0, recompute=0.0, tp_comm=0.0, cp_comm=0.0, ep_comm=0.0, pp_comm=0.0)
         blocks = stage_blocks(spec, layers, stage)
@@ -320,8 +343,11 @@ def step_time(spec: ModelSpec, layout: Layout, job: TrainJob, *, profile: Device
             bt = _block_time(profile, spec, layer, tokens=tokens, seq_local=seq_local, cp=cp, tp=tp, ep=ep,
                              dtype=dtype, e=e, recompute=recompute, frozen_base=frozen_base, framework=framework,
                              attention=attention, compile=job.compile, etp=layout.expert_tp,
-                             whole_sequence=cp_type == "a2a", sdpa_flash=job.sdpa_runs_flash)
+                             whole_sequence=cp_type == "a2a", sdpa_flash=job.sdpa_runs_flash,
+                             weight_cached=job.fp8_weight_cache,
+                             transpose_cached=job.fp8_transpose_cache or _blackwell(profile))
             parts["forward"] += reps * bt.forward
+            weight_casts[stage] = weight_casts.get(stage, 0.0) + reps * bt.weight_cast
             parts["backward"] += reps * bt.backward
             parts["recompute"] += reps * bt.recompute * scale
             if tp_overlap:  # split GEMMs pipeline the collectives (Megatron --tp-comm-overlap): what exceeds them
@@ -362,6 +388,7 @@ def step_time(spec: ModelSpec, layout: Layout, job: TrainJob, *, profile: Device
     mb_time, parts = stage_fb[slowest]
     v = layout.vpp if layout.schedule == "interleaved" else 1
     breakdown = {k: m * val for k, val in parts.items()}
+    breakdown["forward"] += weight_casts.get(slowest, 0.0)  # on the first micro-batch only
     breakdown["bubble"] = bubble_time_s(pp, v, mb_time)
 
     # Data parallelism over the dp x cp ranks that hold the same weights; placed outermost, so its stride is the
