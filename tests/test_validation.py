@@ -118,6 +118,19 @@ def test_the_shipped_error_bands_are_those_of_the_held_out_rows():
     assert speed.BANDS.read_text() == speed.bands_toml(scored)
 
 
+def test_the_serving_error_infer_quotes_is_the_held_out_one():
+    """`infer` under load says how sure it is with the held-out TTFT/TPOT median (plan/infer.py); a change that moves
+    it fails here until the quoted figure follows."""
+    import statistics
+
+    from gpuwise.plan.infer import SERVING_HELD_OUT_MEDIAN
+
+    serving = _module("serving")
+    scored, _ = serving.score(serving.load())
+    held = [abs(s.error) for s in scored if s.split == "held-out" and s.category in ("ttft", "tpot")]
+    assert SERVING_HELD_OUT_MEDIAN == pytest.approx(statistics.median(held), abs=0.0005)
+
+
 def test_the_planner_is_compared_with_every_published_layout_it_can_express():
     """Issue 18: for the validation runs' models the planner's best is the published layout, or a line says by how
     much (predicted) and where its step is shorter."""

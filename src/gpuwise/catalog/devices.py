@@ -50,6 +50,9 @@ class DeviceProfile:
     sdpa_kernel: str = "fa2"
     """The family PyTorch's SDPA runs here: FlashAttention-2 kernels on Hopper and older; where the profile gives
     no SDPA rates of its own (Blackwell), the device's best kernel, whose rates it then uses."""
+    paged_decode_efficiency: float | None = None
+    """Fraction of the DRAM bandwidth a paged-KV decode attention kernel streams the cache at (FlashAttention's paged
+    decode, the kernel vLLM and SGLang run); None: the streaming `memory_efficiency` (no measurement)."""
     kernel_overhead_s: float
     """Smallest GPU time of one kernel (launch latency, ramp-up and tail), added once per kernel."""
     tile: tuple[int, int]
@@ -63,6 +66,13 @@ class DeviceProfile:
     def bandwidth(self) -> float:
         """Achievable DRAM bytes/s (0 when the datasheet gives none: callers check `known`)."""
         return (self.gpu.memory_bandwidth_bytes_per_s or 0.0) * self.memory_efficiency
+
+    @property
+    def paged_decode_bandwidth(self) -> float:
+        """Achievable bytes/s of a paged-KV decode attention kernel (`bandwidth` where none was measured)."""
+        if self.paged_decode_efficiency is None:
+            return self.bandwidth
+        return (self.gpu.memory_bandwidth_bytes_per_s or 0.0) * self.paged_decode_efficiency
 
     def matmul_flops(self, dtype: str) -> float | None:
         """Achievable large-GEMM FLOP/s in `dtype`, or None when the GPU has no such peak. A 16-bit type the catalog
@@ -159,6 +169,7 @@ def _build(gpu: GPU, v: dict, sources: dict[str, str]) -> DeviceProfile:
         attention_kernel=_family("attention_kernel", v.get("attention_kernel", "fa2")),
         sdpa_kernel=_family("sdpa_kernel", v.get("sdpa_kernel", "fa2") if "sdpa_forward_efficiency" in v
                             else v.get("attention_kernel", "fa2")),
+        paged_decode_efficiency=(float(v["paged_decode_efficiency"]) if "paged_decode_efficiency" in v else None),
         kernel_overhead_s=float(v["kernel_overhead_us"]) * 1e-6, tile=tuple(v["tile"]), sources=dict(sources),
         host_copy_bytes_per_s=None)
 
@@ -199,7 +210,8 @@ def load_profile(path: str | Path, gpu: GPU) -> DeviceProfile:
 
     Keys (all optional; see docs/performance.md): `matmul_efficiency` {dtype: fraction} or `matmul_tflops`
     {dtype: TFLOP/s}, `memory_efficiency` or `memory_bandwidth_gb_s`, `attention_forward_efficiency`,
-    `attention_backward_efficiency`, `sdpa_forward_efficiency`, `sdpa_backward_efficiency`, `attention_kernel`
+    `attention_backward_efficiency`, `sdpa_forward_efficiency`, `sdpa_backward_efficiency`, `paged_decode_efficiency`,
+    `attention_kernel`
     (fa2, cudnn or fa3), `kernel_overhead_us`, `host_to_device_gb_s` (pinned), and `network`
     {intra_node_busbw_gb_s, inter_node_busbw_gb_s, intra_node_latency_us, inter_node_latency_us}. Measured absolute figures are divided by the catalog
     peak. A profile that names the catalog `gpu` it was measured on applies to that GPU only.
@@ -231,7 +243,7 @@ def load_profile(path: str | Path, gpu: GPU) -> DeviceProfile:
                                                  _number("memory_bandwidth_gb_s", doc["memory_bandwidth_gb_s"], 1e5)
                                                  * GB / gpu.memory_bandwidth_bytes_per_s)
     for key in ("memory_efficiency", "attention_forward_efficiency", "attention_backward_efficiency",
-                "sdpa_forward_efficiency", "sdpa_backward_efficiency"):
+                "sdpa_forward_efficiency", "sdpa_backward_efficiency", "paged_decode_efficiency"):
         if key in doc:
             changes[key] = _fraction(key, doc[key])
     for key in ("attention_kernel", "sdpa_kernel"):

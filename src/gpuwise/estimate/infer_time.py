@@ -52,6 +52,9 @@ class EnginePerf:
     """Serving over HTTP: the server process's CPU time to take in one request."""
     frontend_token_s: float = 0.0
     """Serving over HTTP: the server process's CPU time to stream one output token."""
+    paged_decode: bool = False
+    """Decode attention runs FlashAttention's paged-KV kernels (vLLM, SGLang): the cache streams at the profile's
+    `paged_decode_bandwidth`."""
 
 
 @lru_cache(maxsize=None)
@@ -66,7 +69,7 @@ def engine_perf(name: str) -> EnginePerf:
                       float(r["hopper_mma_factor"]), float(r["quantized_gemm_factor"]), int(r["prefill_chunk"]),
                       r["source"], float(r.get("metal_gemm_efficiency", 0.0)),
                       float(r.get("frontend_latency_ms", 0.0)) * 1e-3, float(r.get("frontend_request_ms", 0.0)) * 1e-3,
-                      float(r.get("frontend_token_us", 0.0)) * 1e-6)
+                      float(r.get("frontend_token_us", 0.0)) * 1e-6, bool(r.get("paged_decode", False)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,7 +179,9 @@ def forward_pass_s(spec: ModelSpec, *, profile: DeviceProfile, topo: Topology, e
             # prefill: a flash kernel over the prompt (or the sliding window); decode reads the cache, memory-bound
             window = spec.sliding_window if (spec.sliding_window and sig[1] == "sliding") else None
             kernel_seq = None if decode else min(context, window or context)
-            a = attention_s(profile, attn_flops, attn_bytes, backward=False, seq=kernel_seq)
+            paged = decode and engine.paged_decode and not (mla is not None and engine.name != "hf")
+            a = attention_s(profile, attn_flops, attn_bytes, backward=False, seq=kernel_seq,
+                            bandwidth=profile.paged_decode_bandwidth if paged else None)
             s = memory_s(profile, ops.stream_bytes) + (ops.kernels - len(ops.gemms) - 1) * profile.kernel_overhead_s
             hit = cache[key] = (g, a, s, f + attn_flops, b + attn_bytes + ops.stream_bytes)
         gemm += hit[0]
