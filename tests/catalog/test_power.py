@@ -42,6 +42,15 @@ def test_impossible_limits_are_refused_with_one_line(watts) -> None:
     assert "--power-limit" in str(err.value) and "\n" not in str(err.value)
 
 
+def test_a_mig_slice_and_a_gpu_without_rated_power_are_refused() -> None:
+    from gpuwise.catalog.gpus import with_memory
+    from gpuwise.catalog.mig import resolve_gpu
+
+    for gpu in (resolve_gpu("h100-sxm:3g.40gb"), with_memory(None, "24GiB")):
+        with pytest.raises(InvalidArgument, match="--power-limit"):
+            with_power_limit(gpu, 300)
+
+
 def test_a_limit_slows_compute_but_not_bandwidth() -> None:
     full, capped = default_profile(get_gpu("h100-sxm")), default_profile(with_power_limit(get_gpu("h100-sxm"), "500W"))
     f = clock_factor(500, 700)

@@ -64,6 +64,8 @@ def with_power_limit(gpu, watts: object):
     if isinstance(watts, bool) or not isinstance(watts, (int, float)) or not math.isfinite(watts) \
             or not 0 < watts <= MAX_POWER_LIMIT_W:
         raise InvalidArgument(f"--power-limit must be a power in watts in (0, {MAX_POWER_LIMIT_W:g}], got {watts!r}")
+    if gpu.extra.get("mig_parent"):
+        raise InvalidArgument(f"--power-limit: a power limit applies to the whole card, not to the MIG slice {gpu.name}")
     if not gpu.tdp_w:
         raise InvalidArgument(f"--power-limit: {gpu.name} has no rated power in the catalog to compare {watts:g} W "
                               "with")
