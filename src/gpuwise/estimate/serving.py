@@ -367,6 +367,7 @@ def simulate(cost: StepCost, workload: Workload, limits: EngineLimits, *, specul
     cur_step = 0
     finished: list[_Req] = []
     reserved = 0                   # blocks reserved by running requests for their whole length (no-evict policy)
+    pf_blocks = 0                  # blocks the prefilling requests hold: sum of ceil(computed / bs), kept in step
 
     pending = deque(reqs)          # not yet sent, in send order
     waiting: deque[_Req] = deque()  # sent, not running
@@ -390,7 +391,17 @@ def simulate(cost: StepCost, workload: Workload, limits: EngineLimits, *, specul
 
     def used_blocks() -> float:
         dec = (dec_ctx_sum + len(decoding) * (bs - 1) / 2) / bs if decoding else 0.0
-        return dec + (sum(math.ceil(r.computed / bs) for r in prefilling) if prefilling else 0)
+        return dec + pf_blocks
+
+    def pf_join(r: _Req) -> None:
+        nonlocal pf_blocks
+        prefilling.append(r)
+        pf_blocks += math.ceil(r.computed / bs)
+
+    def pf_leave(r: _Req) -> None:
+        nonlocal pf_blocks
+        prefilling.remove(r)
+        pf_blocks -= math.ceil(r.computed / bs)
 
     def finish(r: _Req) -> None:
         nonlocal completed, out_tokens, in_tokens, in_flight, reserved
@@ -446,7 +457,7 @@ def simulate(cost: StepCost, workload: Workload, limits: EngineLimits, *, specul
             dec_ctx_sum -= cand.ctx0 + (dec_counter - cand.dec0) * per_step
             cand.produced += produced_now
         else:
-            prefilling.remove(cand)
+            pf_leave(cand)
         cand.alive = False
         cand.computed = 0
         cand.target = cand.prompt + cand.produced  # recompute everything it had
@@ -526,8 +537,9 @@ def simulate(cost: StepCost, workload: Workload, limits: EngineLimits, *, specul
 
         def run_chunk(r: _Req, chunk: int) -> None:
             """`chunk` more prompt tokens of `r` in this step, attending to its cached ones (causal)."""
-            nonlocal pairs, budget, rows
+            nonlocal pairs, budget, rows, pf_blocks
             pairs += chunk * (r.computed + (chunk + 1) / 2)
+            pf_blocks += math.ceil((r.computed + chunk) / bs) - math.ceil(r.computed / bs)
             r.computed += chunk
             budget -= chunk
             rows += chunk
@@ -566,7 +578,7 @@ def simulate(cost: StepCost, workload: Workload, limits: EngineLimits, *, specul
             order += 1
             r.order = order
             r.alive = True
-            prefilling.append(r)
+            pf_join(r)
             running += 1
             run_chunk(r, chunk)
         if rows == 0:  # nothing could be scheduled: the pool is full of prefills that cannot grow
@@ -606,7 +618,7 @@ def simulate(cost: StepCost, workload: Workload, limits: EngineLimits, *, specul
                 finish(r)
         # requests whose prompt completed: first token (or the next token after a recompute)
         for r in emitting:
-            prefilling.remove(r)
+            pf_leave(r)
             if r.first is None:
                 r.first = now
                 r.first_step = cur_step
