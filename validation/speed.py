@@ -96,7 +96,7 @@ def score(row: dict) -> Scored:
                           architecture=req.gpu.architecture or "", precision=req.precision, framework=r.framework,
                           tp=lay.tp, pp=lay.pp)
     config = {"gpu": req.gpu.id, "precision": req.precision, "framework": r.framework, "num_gpus": req.num_gpus,
-              "seq": req.seq, "finetune": req.finetune,
+              "seq": req.seq, "finetune": req.finetune, "power_limit_w": req.gpu.power_limit_w,
               "degrees": {"tp": lay.tp, "pp": lay.pp, "cp": lay.cp, "ep": lay.ep}}
     return Scored(row["category"], row["split"], row["name"], row["metric"], published, predicted, error,
                   required <= capacity, required, capacity, rule, config)
@@ -218,6 +218,9 @@ def bands_toml(scored: list[Scored]) -> str:
                 f"frameworks = {strings('framework')}", f"finetunes = {strings('finetune')}",
                 f"max_gpus = {max(c['num_gpus'] for c in cover)}",
                 f"max_seq = {max(c['seq'] for c in cover)}",
+                "power_limits = [" + ", ".join(f'"{c["gpu"]} at {c["power_limit_w"]:g} W"' for c in sorted(
+                    {(c["gpu"], c["power_limit_w"]): c for c in cover if c["power_limit_w"]}.values(),
+                    key=lambda c: (c["gpu"], c["power_limit_w"]))) + "]",
                 "max_degree = { " + ", ".join(f"{d} = {v}" for d, v in degrees.items()) + " }", ""])
     return "\n".join(out)
 

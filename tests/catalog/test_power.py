@@ -89,3 +89,13 @@ def test_cli_power_limit_and_its_refusals(capsys) -> None:
         assert main(["train", "llama-3.1-8b", "--gpu", "h100-sxm", *argv]) == 2
         err = capsys.readouterr().err
         assert "--power-limit" in err and err.count("\n") == 1
+
+
+def test_a_power_limit_no_published_run_used_is_named_outside_what_was_validated() -> None:
+    job = dict(num_gpus=8, fsdp="full", seq=8192, micro_batch=2, framework="torchtitan")
+    from gpuwise.plan.train import train_confidence
+
+    odd = gpuwise.train("llama-3.1-8b", gpu="h100-sxm", power_limit=450, **job)
+    assert any("450 W power limit" in o for o in train_confidence(odd.request, odd.layout).outside)
+    meta = gpuwise.train("llama-3.1-8b", gpu="h100-sxm-hbm2e", power_limit=500, **job)
+    assert not any("power limit" in o for o in train_confidence(meta.request, meta.layout).outside)

@@ -80,7 +80,7 @@ class SpeedConfidence:
 
 
 def speed_confidence(*, category: str, gpu: str, precision: str, framework: str, degrees: dict[str, int],
-                     num_gpus: int, seq: int, finetune: str) -> SpeedConfidence:
+                     num_gpus: int, seq: int, finetune: str, power_limit_w: float | None = None) -> SpeedConfidence:
     data = _bands()
     cats = data["held_out"]
     own = cats.get(category)
@@ -101,6 +101,9 @@ def speed_confidence(*, category: str, gpu: str, precision: str, framework: str,
         outside.append(f"{num_gpus:,} GPUs (largest validated {cov['max_gpus']:,})")
     if seq > cov["max_seq"]:
         outside.append(f"sequence {seq:,} (longest validated {cov['max_seq']:,})")
+    validated_limits = cov.get("power_limits", [])
+    if power_limit_w and f"{gpu} at {power_limit_w:g} W" not in validated_limits:
+        outside.append(f"a {power_limit_w:g} W power limit (validated: {', '.join(validated_limits) or 'none'})")
     if finetune not in cov.get("finetunes", ("full",)):
         outside.append(f"{finetune} fine-tuning (no published speed run)")
     return SpeedConfidence(category=category, runs=int(band["runs"]), of_category=band is own,
