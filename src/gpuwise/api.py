@@ -11,7 +11,7 @@ PickRequest, and DoctorOptions with TrainRequest or FitRequest. Model and GPU ma
 
 from __future__ import annotations
 
-from .catalog.gpus import GPU, get_gpu
+from .catalog.gpus import GPU
 from .catalog.models import LoadedModel, load_model
 
 

@@ -2,7 +2,6 @@
 
 import pytest
 
-import gpuwise
 from gpuwise.catalog.attention_kernels import FAMILIES, shape
 from gpuwise.catalog.devices import default_profile
 from gpuwise.catalog.gpus import get_gpu

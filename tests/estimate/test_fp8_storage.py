@@ -43,7 +43,7 @@ def test_full_fp8_training_on_blackwell_caches_no_transpose():
 
 def test_fp8_input_store_halves_the_swiglu_input_and_fp8_attention_its_tensors():
     spec = load_model("llama-3.1-8b").spec
-    i, h = spec.intermediate_size, spec.hidden_size
+    i = spec.intermediate_size
     q, kv = spec.num_heads * spec.head_dim, spec.num_kv_heads * spec.head_dim
     base = layer_terms(spec, 0, framework="megatron", fp8=True)
     act = layer_terms(spec, 0, framework="megatron", fp8=True, fp8_saved=frozenset({"activation"}))

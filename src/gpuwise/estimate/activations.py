@@ -31,7 +31,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import InvalidArgument
 from ..memo import remember
 from ..model.spec import ModelSpec
 from .job import TrainJob

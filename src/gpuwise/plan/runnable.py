@@ -230,7 +230,6 @@ def _largest_context(fits, lo: int, hi: int, engine: str) -> int:
 
 def _row(model: LoadedModel, req: FitRequest, w: WeightFormat, *, detail: bool, speed: bool) -> Runnable:
     """One model's row; its largest context and decode speed only where `detail` (the rows shown)."""
-    from .fit import _largest
     from ..estimate.inference_memory import inference_memory
 
     spec = model.spec
