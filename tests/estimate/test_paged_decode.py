@@ -73,3 +73,25 @@ def test_a_latent_cache_keeps_flashmla_at_copy_bandwidth():
     job = dict(num_gpus=8, gpu="h200", weights="fp8", kv_dtype="bf16", batch=64, prompt_tokens=2000,
                output_tokens=100)
     assert _kv_read("deepseek-v3", "vllm", **job) == pytest.approx(_kv_read("deepseek-v3", "trtllm", **job))
+
+
+def test_vllm_waits_for_its_host_per_running_request_and_sglang_does_not():
+    """vLLM without --async-scheduling prepares step n + 1 after step n: PR #23914's sync/async throughputs on A100
+    (1014/1025 tps at batch 32, 4039/4258 at batch 256) put the hidden host time at 0.34 and 3.26 ms per step,
+    13 us per running request; SGLang's overlap scheduler runs it beside the GPU."""
+    vllm, sglang = engine_perf("vllm"), engine_perf("sglang")
+    slope = (256 / 4039 - 256 / 4258 - (32 / 1014 - 32 / 1025)) / (256 - 32)
+    assert vllm.step_overhead_s_per_request == pytest.approx(slope, rel=0.03)
+    assert sglang.step_overhead_s_per_request == 0.0
+    req, ks = _setup("qwen3-8b", "vllm", batch=1)
+    from gpuwise.estimate.infer_time import forward_pass_s
+
+    def overhead(seqs: int) -> float:
+        return forward_pass_s(req.model.spec, profile=ks.profile, topo=ks.topo, engine=vllm, dtype=ks.dtype,
+                              weight_bytes_per_param=2.0, kv_bytes_per_element=2.0, rows=seqs, sequences=seqs,
+                              context=1000, num_gpus=1, decode=True, logits_rows=seqs).overhead_s
+
+    assert overhead(256) - overhead(1) == pytest.approx(255 * vllm.step_overhead_s_per_request)
+    cost, *_ = serving_model(dataclasses.replace(req, request_rate=float("inf"), num_prompts=4), ks)
+    assert cost.seconds(64, 64, 0, 0, 200) - cost.seconds(64, 64, 0, 0, 0) == pytest.approx(
+        200 * vllm.step_overhead_s_per_request)

@@ -52,6 +52,8 @@ class EnginePerf:
     """Serving over HTTP: the server process's CPU time to take in one request."""
     frontend_token_s: float = 0.0
     """Serving over HTTP: the server process's CPU time to stream one output token."""
+    step_overhead_s_per_request: float = 0.0
+    """Host time per running request per decode step that the GPU waits for (synchronous scheduling)."""
     paged_decode: bool = False
     """Decode attention runs FlashAttention's paged-KV kernels (vLLM, SGLang): the cache streams at the profile's
     `paged_decode_bandwidth`."""
@@ -69,7 +71,8 @@ def engine_perf(name: str) -> EnginePerf:
                       float(r["hopper_mma_factor"]), float(r["quantized_gemm_factor"]), int(r["prefill_chunk"]),
                       r["source"], float(r.get("metal_gemm_efficiency", 0.0)),
                       float(r.get("frontend_latency_ms", 0.0)) * 1e-3, float(r.get("frontend_request_ms", 0.0)) * 1e-3,
-                      float(r.get("frontend_token_us", 0.0)) * 1e-6, bool(r.get("paged_decode", False)))
+                      float(r.get("frontend_token_us", 0.0)) * 1e-6,
+                      float(r.get("step_overhead_us_per_request", 0.0)) * 1e-6, bool(r.get("paged_decode", False)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,7 +209,7 @@ def forward_pass_s(spec: ModelSpec, *, profile: DeviceProfile, topo: Topology, e
     host = 0.0 if graphed else kernels * engine.host_s_per_kernel
     gaps = 0.0 if graphed else kernels * engine.launch_gap_s
     gpu = gemm + attn + stream + comm + gaps
-    overhead = engine.step_overhead_s if decode else 0.0
+    overhead = engine.step_overhead_s + sequences * engine.step_overhead_s_per_request if decode else 0.0
     peak = profile.matmul_flops(dtype) or 1.0
     if host > gpu:
         bound = "host"

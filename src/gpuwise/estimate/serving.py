@@ -57,10 +57,15 @@ class StepCost:
     """Prefill attention: seconds per (query, key) pair, all layers, at the flash kernel's rate."""
     step_overhead_s: float
     """The engine's time per step outside the kernels (scheduling, sampling, detokenizing)."""
+    step_overhead_s_per_request: float = 0.0
+    """Host time per running request per step (scheduling it, preparing its inputs, processing its output) that
+    the GPU waits for: engines that schedule step n + 1 only after step n (vLLM without --async-scheduling)."""
 
-    def seconds(self, rows: int, logits_rows: int, kv_tokens: float, attention_pairs: float) -> float:
+    def seconds(self, rows: int, logits_rows: int, kv_tokens: float, attention_pairs: float,
+                requests: int = 0) -> float:
         return (self.rows_time(rows) + self.head_time(logits_rows) + kv_tokens * self.kv_read_s_per_token
-                + attention_pairs * self.prefill_attention_s_per_pair + self.step_overhead_s)
+                + attention_pairs * self.prefill_attention_s_per_pair + self.step_overhead_s
+                + requests * self.step_overhead_s_per_request)
 
     def rows_time(self, rows: int) -> float:
         return _interp(self.rows_grid, self.rows_s, rows)
@@ -285,13 +290,15 @@ class _Memo:
     """A StepCost whose interpolations are remembered by row count (a simulation asks for the same few counts
     again and again)."""
 
-    __slots__ = ("cost", "rows", "head", "kv_read_s_per_token", "prefill_attention_s_per_pair", "step_overhead_s")
+    __slots__ = ("cost", "rows", "head", "kv_read_s_per_token", "prefill_attention_s_per_pair", "step_overhead_s",
+                 "per_request_s")
 
     def __init__(self, cost: StepCost) -> None:
         self.cost, self.rows, self.head = cost, {}, {}
         self.kv_read_s_per_token = cost.kv_read_s_per_token
         self.prefill_attention_s_per_pair = cost.prefill_attention_s_per_pair
         self.step_overhead_s = cost.step_overhead_s
+        self.per_request_s = cost.step_overhead_s_per_request
 
     def rows_time(self, n: int) -> float:
         t = self.rows.get(n)
@@ -305,9 +312,11 @@ class _Memo:
             t = self.head[n] = self.cost.head_time(n)
         return t
 
-    def seconds(self, rows: int, logits_rows: int, kv_tokens: float, attention_pairs: float) -> float:
+    def seconds(self, rows: int, logits_rows: int, kv_tokens: float, attention_pairs: float,
+                requests: int = 0) -> float:
         return (self.rows_time(rows) + self.head_time(logits_rows) + kv_tokens * self.kv_read_s_per_token
-                + attention_pairs * self.prefill_attention_s_per_pair + self.step_overhead_s)
+                + attention_pairs * self.prefill_attention_s_per_pair + self.step_overhead_s
+                + requests * self.per_request_s)
 
 
 class _Req:
@@ -491,7 +500,7 @@ def simulate(cost: StepCost, workload: Workload, limits: EngineLimits, *, specul
         if n_dec and not waiting and not prefilling and not ingest:
             # decode-only stretch: the same requests step together until one finishes, one arrives or the pool
             # fills; each step's time is linear in the cached tokens, so run it in a tight loop
-            fixed = cost.seconds(n_dec * spec_rows, n_dec * spec_rows, 0, 0.0) + draft_s(n_dec)
+            fixed = cost.seconds(n_dec * spec_rows, n_dec * spec_rows, 0, 0.0, n_dec) + draft_s(n_dec)
             per_kv = cost.kv_read_s_per_token
             while finish_heap and (finish_heap[0][1] not in decoding
                                    or reqs[finish_heap[0][1]].dec0 + steps_for(reqs[finish_heap[0][1]].out
@@ -586,7 +595,7 @@ def simulate(cost: StepCost, workload: Workload, limits: EngineLimits, *, specul
                 raise RuntimeError("the scheduler made no progress")
             continue
         # the decoding requests read their whole cached context this step
-        dt = cost.seconds(rows, n_dec * spec_rows + len(emitting), dec_ctx_sum, pairs) + draft_s(n_dec)
+        dt = cost.seconds(rows, n_dec * spec_rows + len(emitting), dec_ctx_sum, pairs, running) + draft_s(n_dec)
         now += dt
         steps += 1
         cur_step = steps

@@ -153,7 +153,8 @@ def step_cost(step, *, spec, profile, engine, kv_bytes_per_element: float, tp: i
     return StepCost(rows_grid=tuple(grid), rows_s=tuple(rows_s), head_grid=tuple(head_grid), head_s=tuple(head_s),
                     kv_read_s_per_token=kv_bytes / (profile.paged_decode_bandwidth if paged else profile.bandwidth),
                     prefill_attention_s_per_pair=flops_per_pair * s_per_flop,
-                    step_overhead_s=engine.step_overhead_s)
+                    step_overhead_s=engine.step_overhead_s,
+                    step_overhead_s_per_request=engine.step_overhead_s_per_request)
 
 
 def run(cost: StepCost, load: LoadSpec) -> ServingResult:
