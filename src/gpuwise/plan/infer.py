@@ -426,7 +426,11 @@ def _frontend_note(fe: serve.Frontend | None, engine: str, offline: bool) -> str
 def _assumptions(req: InferRequest, eng: EnginePerf, mem: FitResult) -> tuple[str, ...]:
     out = [f"weights {mem.weights.name}, KV cache {mem.kv.name} (as `gpuwise fit` resolves them)",
            f"engine {eng.name}: {'CUDA graphs' if eng.cuda_graphs else 'eager launches'}, "
-           f"{eng.multi_gpu} across GPUs, {eng.step_overhead_s * 1e3:.1f} ms per decode step outside the kernels",
+           f"{eng.multi_gpu} across GPUs, {eng.step_overhead_s * 1e3:.1f} ms per decode step outside the kernels"
+           + (f" plus {eng.step_overhead_s_per_request * 1e6:.0f} us of host time per running request (synchronous "
+              "scheduling)" if eng.step_overhead_s_per_request else "")
+           + ("; decode attention streams its paged KV cache at the paged kernel's measured bandwidth where one "
+              "is known (Hopper: 55% of HBM peak)" if eng.paged_decode else ""),
            "static batch: every sequence has the same prompt and output length; tpot averages the growing context"]
     if (req.prompt_tokens, req.output_tokens) == (DEFAULT_PROMPT, DEFAULT_OUTPUT):
         from .roofline import DEFAULT_SEQ
