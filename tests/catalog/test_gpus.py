@@ -137,3 +137,16 @@ def test_a_vendor_word_lists_that_vendor_s_gpus(query: str, vendor: str) -> None
 
     found = search_gpus(query)
     assert found and {g.vendor for g in found} == {vendor}
+
+
+def test_a_mig_slice_runs_at_its_cards_measured_fractions() -> None:
+    """A slice has pro-rata peaks and bandwidth (catalog/mig.py); the fractions of them its kernels reach are its
+    card's measurements, not the architecture's generic defaults."""
+    from gpuwise.catalog.devices import default_profile
+    from gpuwise.catalog.mig import resolve_gpu
+
+    for card, slice_ in (("h100-sxm", "3g.40gb"), ("a100-sxm-80gb", "1g.10gb")):
+        whole, part = default_profile(get_gpu(card)), default_profile(resolve_gpu(f"{card}:{slice_}"))
+        assert part.matmul_efficiency == whole.matmul_efficiency
+        assert part.memory_efficiency == whole.memory_efficiency
+        assert part.matmul_flops("bf16") < whole.matmul_flops("bf16")  # the slice's share of the peak

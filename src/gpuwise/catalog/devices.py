@@ -132,9 +132,13 @@ def _default_profile(gpu: GPU) -> DeviceProfile:
     own = dict(data.get("gpu", {}).get(gpu.id) or {})
     measured_at_w = gpu.tdp_w  # the board power its own measurements ran at
     sibling = own.pop("same_die_as", None)
+    parent = gpu.extra.get("mig_parent")  # a MIG slice: its card's measured fractions of its pro-rata peaks
     if sibling:
         measured_at_w = get_gpu(sibling).tdp_w
         _merge(values, data["gpu"][sibling], f"{sibling} measurement", sources)
+    elif parent and parent in data.get("gpu", {}):
+        parent_row = {k: v for k, v in data["gpu"][parent].items() if k != "same_die_as"}
+        _merge(values, parent_row, f"{parent} measurement", sources)
     if own:
         _merge(values, own, f"{gpu.id} measurement", sources)
     profile = _build(gpu, values, sources)
