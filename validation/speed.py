@@ -214,13 +214,12 @@ def bands_toml(scored: list[Scored]) -> str:
         return "[" + ", ".join(f'"{v}"' for v in sorted({c[key] for c in cover})) + "]"
 
     degrees = {d: max(c["degrees"][d] for c in cover) for d in ("tp", "pp", "cp", "ep")}
+    limits = sorted({(c["gpu"], c["power_limit_w"]) for c in cover if c["power_limit_w"]})
     out.extend(["[covered]", f"gpus = {strings('gpu')}", f"precisions = {strings('precision')}",
                 f"frameworks = {strings('framework')}", f"finetunes = {strings('finetune')}",
                 f"max_gpus = {max(c['num_gpus'] for c in cover)}",
                 f"max_seq = {max(c['seq'] for c in cover)}",
-                "power_limits = [" + ", ".join(f'"{c["gpu"]} at {c["power_limit_w"]:g} W"' for c in sorted(
-                    {(c["gpu"], c["power_limit_w"]): c for c in cover if c["power_limit_w"]}.values(),
-                    key=lambda c: (c["gpu"], c["power_limit_w"]))) + "]",
+                "power_limits = [" + ", ".join(f'"{g} at {w:g} W"' for g, w in limits) + "]",
                 "max_degree = { " + ", ".join(f"{d} = {v}" for d, v in degrees.items()) + " }", ""])
     return "\n".join(out)
 

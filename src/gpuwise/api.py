@@ -19,13 +19,14 @@ def _model(model: str | LoadedModel) -> LoadedModel:
     return model if isinstance(model, LoadedModel) else load_model(model)
 
 
-def _gpu(gpu: str | GPU, power_limit: float | str | None = None) -> GPU:
-    """A GPU object, a catalog name, or one of its MIG slices as 'GPU:PROFILE' (as `pick --gpus` takes them); with
-    `power_limit` (watts), run under that board power limit (`--power-limit`)."""
+def _gpu(gpu: str | GPU, options: dict | None = None) -> GPU:
+    """A GPU object, a catalog name, or one of its MIG slices as 'GPU:PROFILE' (as `pick --gpus` takes them); a
+    `power_limit` (watts) taken out of `options` runs it under that board power limit (`--power-limit`)."""
     if not isinstance(gpu, GPU):
         from .catalog.mig import resolve_gpu
 
         gpu = resolve_gpu(gpu)
+    power_limit = options.pop("power_limit", None) if options is not None else None
     if power_limit is None:
         return gpu
     from .catalog.power import with_power_limit
@@ -38,7 +39,7 @@ def fit(model: str | LoadedModel, *, gpu: str | GPU, **options):
     from .plan.fit import FitRequest
     from .plan.fit import fit as _fit
 
-    return _fit(FitRequest(model=_model(model), gpu=_gpu(gpu, options.pop("power_limit", None)), **options))
+    return _fit(FitRequest(model=_model(model), gpu=_gpu(gpu, options), **options))
 
 
 def train(model: str | LoadedModel, *, gpu: str | GPU, **options):
@@ -47,7 +48,7 @@ def train(model: str | LoadedModel, *, gpu: str | GPU, **options):
     from .plan.train import TrainRequest
     from .plan.train import train as _train
 
-    return _train(TrainRequest(model=_model(model), gpu=_gpu(gpu, options.pop("power_limit", None)), **options))
+    return _train(TrainRequest(model=_model(model), gpu=_gpu(gpu, options), **options))
 
 
 def infer(model: str | LoadedModel, *, gpu: str | GPU, plot: str | None = None, **options):
@@ -58,7 +59,7 @@ def infer(model: str | LoadedModel, *, gpu: str | GPU, plot: str | None = None, 
     from .plan.infer import InferRequest
     from .plan.infer import infer as _infer
 
-    req = InferRequest(model=_model(model), gpu=_gpu(gpu, options.pop("power_limit", None)), **options)
+    req = InferRequest(model=_model(model), gpu=_gpu(gpu, options), **options)
     result = _infer(req)
     if plot:
         from dataclasses import replace
@@ -80,7 +81,7 @@ def roofline(model: str | LoadedModel, *, gpu: str | GPU, plot: str | None = Non
     from .plan.roofline import RooflineRequest
     from .plan.roofline import roofline as _roofline
 
-    result = _roofline(RooflineRequest(model=_model(model), gpu=_gpu(gpu, options.pop("power_limit", None)), **options))
+    result = _roofline(RooflineRequest(model=_model(model), gpu=_gpu(gpu, options), **options))
     if plot:
         from dataclasses import replace
 
@@ -96,7 +97,7 @@ def plan(model: str | LoadedModel, *, gpu: str | GPU, **options):
     from .plan.planner import PlanRequest
     from .plan.planner import plan as _plan
 
-    return _plan(PlanRequest(model=_model(model), gpu=_gpu(gpu, options.pop("power_limit", None)), **options))
+    return _plan(PlanRequest(model=_model(model), gpu=_gpu(gpu, options), **options))
 
 
 def doctor(model: str | LoadedModel, *, gpu: str | GPU, **options):

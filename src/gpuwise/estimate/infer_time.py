@@ -75,6 +75,12 @@ def engine_perf(name: str) -> EnginePerf:
                       float(r.get("step_overhead_us_per_request", 0.0)) * 1e-6, bool(r.get("paged_decode", False)))
 
 
+def decode_kv_bandwidth(profile: DeviceProfile, engine: EnginePerf, spec: ModelSpec) -> float:
+    """Bytes/s at which a decode step streams the KV cache: the paged kernel's (`DeviceProfile.paged_decode_bandwidth`)
+    for engines that run one, except an MLA latent cache, which they stream with FlashMLA at copy bandwidth."""
+    return profile.paged_decode_bandwidth if engine.paged_decode and spec.mla is None else profile.bandwidth
+
+
 @dataclass(frozen=True, slots=True)
 class PassTime:
     """One forward pass (a prefill chunk or a decode step) of all blocks and the head."""
@@ -182,9 +188,8 @@ def forward_pass_s(spec: ModelSpec, *, profile: DeviceProfile, topo: Topology, e
             # prefill: a flash kernel over the prompt (or the sliding window); decode reads the cache, memory-bound
             window = spec.sliding_window if (spec.sliding_window and sig[1] == "sliding") else None
             kernel_seq = None if decode else min(context, window or context)
-            paged = decode and engine.paged_decode and not (mla is not None and engine.name != "hf")
             a = attention_s(profile, attn_flops, attn_bytes, backward=False, seq=kernel_seq,
-                            bandwidth=profile.paged_decode_bandwidth if paged else None)
+                            bandwidth=decode_kv_bandwidth(profile, engine, spec) if decode else None)
             s = memory_s(profile, ops.stream_bytes) + (ops.kernels - len(ops.gemms) - 1) * profile.kernel_overhead_s
             hit = cache[key] = (g, a, s, f + attn_flops, b + attn_bytes + ops.stream_bytes)
         gemm += hit[0]

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ..errors import InvalidArgument
 from ..estimate import engines
-from ..estimate.infer_time import PassTime, engine_perf
+from ..estimate.infer_time import PassTime, decode_kv_bandwidth, engine_perf
 from ..estimate.kernels import attention_s
 from ..estimate.kv_cache import kv_cache_bytes
 from ..estimate.layer_ops import block_ops
@@ -140,8 +140,7 @@ def step_cost(step, *, spec, profile, engine, kv_bytes_per_element: float, tp: i
     head_s = [max(step(1, 1, 1, True, m).seconds - base, 0.0) for m in head_grid]
     # decode attention streams each request's cached K/V once per step (memory-bound): bytes per cached token at
     # the workload's mean context (sliding-window layers hold at most their window), at the paged decode kernel's
-    # bandwidth where the engine runs one (an MLA latent cache goes through FlashMLA at copy bandwidth instead)
-    paged = engine.paged_decode and spec.mla is None
+    # bandwidth where the engine runs one (`decode_kv_bandwidth`)
     ctx = max(1, int(mean_context))
     kv_bytes = kv_cache_bytes(spec, context=ctx, batch=1, bytes_per_element=kv_bytes_per_element,
                               engine="vllm", tp=tp) / ctx
@@ -151,7 +150,7 @@ def step_cost(step, *, spec, profile, engine, kv_bytes_per_element: float, tp: i
     s_per_flop = (attention_s(profile, probe, 0.0, backward=False, seq=max(1.0, mean_prompt))
                   - profile.kernel_overhead_s) / probe
     return StepCost(rows_grid=tuple(grid), rows_s=tuple(rows_s), head_grid=tuple(head_grid), head_s=tuple(head_s),
-                    kv_read_s_per_token=kv_bytes / (profile.paged_decode_bandwidth if paged else profile.bandwidth),
+                    kv_read_s_per_token=kv_bytes / decode_kv_bandwidth(profile, engine, spec),
                     prefill_attention_s_per_pair=flops_per_pair * s_per_flop,
                     step_overhead_s=engine.step_overhead_s,
                     step_overhead_s_per_request=engine.step_overhead_s_per_request)
