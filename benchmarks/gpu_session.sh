@@ -2,13 +2,14 @@
 # The measurements to take whenever a GPU is lent (issue 6, item 6), in one batch:
 #   calibrate (device profile), bench train on four models/layouts that fit one GPU (with the calibrated profile
 #   and without), and gpuwise infer next to a real transformers decode loop at several batch sizes.
-# Usage: bash benchmarks/gpu_session.sh OUTDIR [calibrate|train|decode|all]   (then commit OUTDIR as
+# Usage: bash benchmarks/gpu_session.sh OUTDIR [calibrate|train|ac|decode|all]   (then commit OUTDIR as
 #        benchmarks/results/<gpu>/). Each stage fits in one 10-minute call of the device tool; train and decode
 #        read OUTDIR/profile.json from calibrate.
 # Needs: torch (CUDA build), transformers, nvidia-ml-py, and this package installed (pip install -e ".[measure]").
 set -uo pipefail
 out="${1:?usage: gpu_session.sh OUTDIR [calibrate|train|decode|all]}"
 stage="${2:-all}"
+dtypes="${GPUWISE_CAL_DTYPES:-}"  # e.g. bf16,fp8 for a shorter calibration
 mkdir -p "$out"
 want() { [ "$stage" = all ] || [ "$stage" = "$1" ]; }
 log() { echo "+ $*" | tee -a "$out/commands.txt" >&2; }  # stderr: stdout is the JSON
@@ -16,7 +17,7 @@ run() { log "$@"; "$@"; }
 
 if want calibrate; then
 run nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv | tee "$out/nvidia-smi.csv"
-run gpuwise calibrate --save "$out/profile.json" --json > "$out/calibrate.json"
+run gpuwise calibrate ${dtypes:+--dtypes "$dtypes"} --save "$out/profile.json" --json > "$out/calibrate.json"
 python3 - "$out/calibrate.json" <<'PY' | tee "$out/calibrate.txt"
 import json, sys
 d = json.load(open(sys.argv[1]))
@@ -44,6 +45,24 @@ train llama-3.1-8b-8layers-s4096-mb1 llama-3.1-8b --layers 8 --seq 4096 --micro-
 # one micro-batch per step against two: gradients absent at the start of the first backward, present from the second
 train llama-3.1-8b-8layers-s8192-mb1 llama-3.1-8b --layers 8 --seq 8192 --micro-batch 1
 train llama-3.1-8b-8layers-s8192-mb1-acc2 llama-3.1-8b --layers 8 --seq 8192 --micro-batch 1 --global-batch 2
+fi
+
+# torchtitan's activation checkpointing modes (issue 17: peak memory per mode; issue 18: the recompute's cost) on
+# one model and batch, then op-level SAC on deeper models and other families. Sized for a 141 GB H200; on an 80 GB
+# H100 the 16-layer and mb2 runs exceed the card (gpuwise train predicts 72-107 GiB allocated for them).
+ac() {  # NAME ARGS...: one run, no profiled twin (bench_vs_model.py re-predicts with --profile)
+  local name="$1"; shift
+  run timeout 120 gpuwise bench train "$@" --steps 8 --warmup-steps 3 --json > "$out/train-$name.json" \
+    2> "$out/train-$name.log"
+}
+if want ac; then
+for mode in none op layer:2 full; do
+  ac "llama-3.1-8b-8layers-s8192-mb2-ac-${mode/:/}" llama-3.1-8b --layers 8 --seq 8192 --micro-batch 2 --recompute "$mode"
+done
+ac llama-3.1-8b-16layers-s8192-mb1-ac-op llama-3.1-8b --layers 16 --seq 8192 --micro-batch 1 --recompute op
+ac llama-3.1-8b-16layers-s8192-mb2-ac-op llama-3.1-8b --layers 16 --seq 8192 --micro-batch 2 --recompute op
+ac qwen3-8b-8layers-s8192-mb2-ac-op qwen3-8b --layers 8 --seq 8192 --micro-batch 2 --recompute op
+ac llama-3.2-3b-s8192-mb2-ac-op llama-3.2-3b --seq 8192 --micro-batch 2 --recompute op
 fi
 
 if want decode; then

@@ -9,7 +9,9 @@ torch = pytest.importorskip("torch")
 
 from gpuwise.catalog.models import load_model, search_models
 from gpuwise.errors import InvalidArgument
-from gpuwise.measure.torch_model import build, check_supported
+from gpuwise.estimate.recompute import _mms
+from gpuwise.measure import torch_model
+from gpuwise.measure.torch_model import build, check_supported, set_recompute
 from gpuwise.model.params import param_counts
 
 FIXTURE = "tests/fixtures/configs/tiny-llama.json"
@@ -62,3 +64,57 @@ def test_tiny_model_is_causal_and_trains() -> None:
         loss.backward()
         opt.step()
     assert loss.item() < first * 0.8
+
+
+def _grads(net, tokens) -> list:
+    net.zero_grad()
+    loss = torch.nn.functional.cross_entropy(net(tokens[:, :-1]).flatten(0, 1), tokens[:, 1:].flatten())
+    loss.backward()
+    return [p.grad.clone() for p in net.parameters()]
+
+
+@pytest.mark.parametrize("mode", ["full", "op", "layer:2"])
+def test_checkpointing_modes_compute_the_same_gradients(mode: str) -> None:
+    spec = load_model(FIXTURE).spec
+    torch.manual_seed(0)
+    net = build(spec)
+    tokens = torch.randint(0, spec.vocab_size, (2, 16))
+    plain = _grads(net, tokens)
+    set_recompute(net, mode)
+    for a, b in zip(_grads(net, tokens), plain):
+        assert torch.allclose(a, b, atol=1e-6)
+
+
+def test_layer_n_checkpoints_every_nth_block_counting_from_one() -> None:
+    net = build(load_model("llama-3.2-1b").spec, device="meta")  # 16 blocks
+    set_recompute(net, "layer:3")  # torchtitan: blocks 3, 6, 9, 12, 15 (1-based)
+    assert [i for i, b in enumerate(net.blocks) if b.recompute == "full"] == [2, 5, 8, 11, 14]
+    set_recompute(net, "op")
+    assert {b.recompute for b in net.blocks} == {"op"}
+
+
+def test_op_policy_keeps_the_odd_matmuls_gpuwise_counts(monkeypatch) -> None:
+    """The per-op policy run on the bench model's real aten ops keeps the outputs of the matmuls estimate/recompute.py
+    says it keeps (q, v, gate, down in a Llama block: the odd-numbered aten.mm)."""
+    spec = load_model(FIXTURE).spec
+    kept: list[tuple[bool, int]] = []
+    make = torch_model.op_sac_policy
+
+    def recording(torch_):
+        policy = make(torch_)
+
+        def wrapped(ctx, func, *args, **kwargs):
+            decision = policy(ctx, func, *args, **kwargs)
+            if func == torch.ops.aten.mm.default and decision.name == "MUST_SAVE":
+                kept.append((ctx.is_recompute, args[1].shape[-1]))  # the mm's output width
+            return decision
+
+        return wrapped
+
+    monkeypatch.setattr(torch_model, "op_sac_policy", recording)
+    torch.manual_seed(0)
+    net = build(spec)
+    set_recompute(net, "op")
+    _grads(net, torch.randint(0, spec.vocab_size, (2, 16)))
+    want = [m.out for i, m in enumerate(_mms(spec, 0), start=1) if i % 2]
+    assert [w for r, w in kept if not r] == want * spec.num_layers

@@ -52,7 +52,9 @@ def _bench_options(p: argparse.ArgumentParser) -> None:
     bt.add_argument("--fsdp", choices=["full", "grad-op"],
                     help="FSDP2 fully_shard (full: reshard after forward; grad-op: keep params until backward)")
     bt.add_argument("--zero", type=int, choices=[0, 3], help="0 = DDP, 3 = FSDP2 full shard")
-    bt.add_argument("--recompute", choices=["none", "full"], default="none", help="activation checkpointing")
+    bt.add_argument("--recompute", default="none",
+                    help="activation checkpointing per block, torchtitan's modes: none, full, op (selective per-op "
+                         "policy) or layer:N (every N-th block in full)")
     bt.add_argument("--precision", choices=["fp32", "bf16", "bf16-pure"], default="bf16",
                     help="bf16: mixed precision with fp32 master weights (default); fp32 runs GEMMs in TF32")
     bt.add_argument("--optimizer", choices=["adamw", "sgd"], default="adamw")

@@ -233,7 +233,7 @@ class Activations:
 
 
 def logits_bytes_per_element(framework: str, e: float, chunks: int = 1, fused: bool = False,
-                             compiled: bool = False) -> tuple[float, float]:
+                             compiled: bool = False, loss_parallel: bool = False) -> tuple[float, float]:
     """(saved, peak) bytes per logit element on the last stage.
 
     All keep the fp32 log-softmax for the backward (4 B). At the start of the backward: transformers also holds
@@ -242,7 +242,10 @@ def logits_bytes_per_element(framework: str, e: float, chunks: int = 1, fused: b
     cross-entropy writes the gradient into its saved fp32 buffer and hands back a 16-bit one. A loss over `chunks`
     chunks (torchtune's CEWithChunkedOutputLoss) holds the backward's temporaries of one chunk at a time. A fused
     loss keeps none: one chunk's 16-bit logits, fp32 copy and fp32 gradient (2 + 4 + 4 B, and the 16-bit gradient's
-    2) live at a time.
+    2) live at a time. torchtitan's loss parallel (TP > 1: cross-entropy on the vocabulary-sharded DTensor logits,
+    torch/distributed/tensor/parallel/loss.py) runs the nll and log-softmax backward as plain tensor ops,
+    `(grad_input + exp(x)) * grad_output` next to the saved log-probabilities: two fp32 temporaries more at its peak
+    (16 B) than the fused CUDA kernels.
     """
     if fused:
         return 0.0, 12.0 / (chunks if chunks > 1 else 8)
@@ -255,7 +258,7 @@ def logits_bytes_per_element(framework: str, e: float, chunks: int = 1, fused: b
     if framework == "megatron":
         saved, peak = 4.0, 4.0 + e
     elif framework in ("torchtitan", "fsdp", "torchtune"):
-        saved, peak = 4.0, 12.0
+        saved, peak = 4.0, 16.0 if loss_parallel and framework == "torchtitan" else 12.0
     else:
         saved, peak = 4.0, 4.0 + 8.0 + e
     return saved, saved + (peak - saved) / chunks
@@ -429,7 +432,8 @@ def stage_activation_terms(spec: ModelSpec, layout: Layout, stage: int, job: Tra
         dropout_mask=stage == 0 and spec.hidden_dropout > 0,
         rope_dim=spec.head_dim if spec.position == "rope" else 0,
         head_per_token=(_norm_bytes(spec, h, se, framework) + se * h) if last else 0.0,
-        logit_bytes=logits_bytes_per_element(framework, e, job.loss_chunks, job.fused_loss, job.compile) if last else None,
+        logit_bytes=logits_bytes_per_element(framework, e, job.loss_chunks, job.fused_loss, job.compile,
+                                             loss_parallel=tp > 1) if last else None,
         score_grad_per_token=0.0 if flash else score_grad_bytes(framework, e) * spec.num_heads * keys / tp,
         hidden=h,
         vocab=spec.vocab_size), spec)

@@ -286,6 +286,12 @@ class ModelStates:
     transient_params: float
     """Part of `params` that lives only through forward and backward (autocast's cached casts, FSDP's
     unsharded copies kept between them): absent at the optimizer step."""
+    block_casts: float = 0.0
+    """Part of `transient_params`: autocast's 16-bit copies of the blocks' weights (fp32 parameters, unsharded).
+    A matmul saves the copy it read for its backward, so a block keeps them only when it is not checkpointed."""
+    head_params: float = 0.0
+    """Trainable parameters of the output layer (and its final norm's) on this rank, before sharding: the first
+    gradients a backward makes."""
 
     @property
     def total(self) -> float:
@@ -330,7 +336,8 @@ def _model_states(spec: ModelSpec, layout: Layout, stage: int, job: TrainJob) ->
         frozen_bits = {t: b * 8 / t.numel for t, b in tensor_bytes(get_weight_format("nf4-dq"), spec)}
     frozen_working = job.element_bytes
 
-    acc = dict(params=0.0, master=0.0, grads=0.0, optimizer=0.0, cpu=0.0, transient=0.0)
+    acc = dict(params=0.0, master=0.0, grads=0.0, optimizer=0.0, cpu=0.0, transient=0.0, casts=0.0)
+    block_casts = 0.0
     trainable = 0.0
     fused_seen: set[tuple[str, int]] = set()
     for rt in held.groups:
@@ -366,6 +373,8 @@ def _model_states(spec: ModelSpec, layout: Layout, stage: int, job: TrainJob) ->
         trainable += count * n
         for k, v in parts.items():
             acc[k] += count * v
+        if t.layer is not None:
+            block_casts += count * parts["casts"]
     if job.optimizer_in_backward and held.params:
         # Each gradient is stepped and freed as soon as it is ready: about one block's gradients live at a time.
         acc["grads"] *= min(1.0, held.largest_layer / held.params)
@@ -380,7 +389,8 @@ def _model_states(spec: ModelSpec, layout: Layout, stage: int, job: TrainJob) ->
                        working_bytes_per_param=(1.0 if fp8_params else lay.working) if finetune == "full"
                        else frozen_working,
                        grad_bytes_per_param=lay.grad if finetune == "full" else adapter_lay.grad,
-                       transient_params=acc["transient"])
+                       transient_params=acc["transient"], block_casts=block_casts,
+                       head_params=held.head if finetune == "full" else 0.0)
 
 
 def _fp8_matrix(t: Tensor) -> bool:
@@ -390,7 +400,8 @@ def _fp8_matrix(t: Tensor) -> bool:
 
 def _tensor_states(lay: PrecisionLayout, optimizer: str, t: Tensor, n: float, shard: int, sh,
                    offload: frozenset[str]) -> dict[str, float]:
-    """Bytes of params, master, grads, optimizer, cpu and transient (part of params) for `n` trainable elements."""
+    """Bytes of params, master, grads, optimizer, cpu, transient (part of params) and casts (autocast's cached
+    16-bit copies, part of transient) for `n` trainable elements."""
     opt_n = shard if sh.optimizer else 1
     grad_n = shard if sh.grads else 1
     states = 0.0 if optimizer == "none" else optimizer_state_bytes(optimizer, t, n, lay.state) + lay.grad_copy * n
@@ -408,8 +419,9 @@ def _tensor_states(lay: PrecisionLayout, optimizer: str, t: Tensor, n: float, sh
     else:
         at_rest = 0.0 if own_weights else lay.working * n
         transient = lay.working * n if own_weights else 0.0  # autocast's cached casts
+    casts = 0.0 if sh.params else transient
     out = dict(params=at_rest + transient, master=master / master_n, grads=lay.grad * n / grad_n,
-               optimizer=states / opt_n, cpu=0.0, transient=transient)
+               optimizer=states / opt_n, cpu=0.0, transient=transient, casts=casts)
     if "optimizer" in offload:
         out["cpu"] += out["optimizer"] + (out["master"] if not own_weights else 0.0)
         out["optimizer"] = 0.0

@@ -65,6 +65,11 @@ class RecomputePlan:
             return min(self.n, blocks)
         return 0
 
+    def checkpointed_share(self, blocks: int) -> float:
+        """Share of a stage's blocks run under a checkpoint (whole, or per-op under `op`): they save no 16-bit
+        weight copies (autocast's casts are made again in the recompute)."""
+        return 1.0 if self.kind == "op" else self.full_fraction(blocks)
+
     def full_fraction(self, blocks: int) -> float:
         """Share of a stage's blocks whose forward runs again in the backward."""
         return self.full_blocks(blocks) / blocks if blocks else 0.0

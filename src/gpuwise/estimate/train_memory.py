@@ -201,6 +201,11 @@ class _Stage:
     states_total_end: float
     """The model states at the end of a backward that started without gradients: all of them, less the transient
     16-bit weight copies (freed with the activations they were saved with)."""
+    block_cast: float
+    """autocast's 16-bit copies of the largest block's weights (ModelStates.block_casts): made again when a
+    checkpointed block is rebuilt."""
+    head_grads: float
+    """The output layer's gradients: the first a backward makes, alive when the first block is rebuilt."""
     activations: StageActivationTerms
     state_buffers: dict[str, float]
     state_buffer_bytes: float
@@ -248,20 +253,20 @@ class LayoutMemory:
         if st.activations.logit_bytes is not None:
             saved_logits = tokens * st.activations.vocab * st.activations.logit_bytes[0] * act.in_flight / self.layout.tp
         grads_live = gradients_live_at_backward(self.job.framework, num_microbatches)
-        held, activations, logits, part = _backward_parts(st, grads_live, act.layers + act.outside_layers,
-                                                          act.recompute_working, act.logits)
+        checkpointed = recompute_plan(recompute).checkpointed_share(st.activations.num_layers)
+        held, activations, logits, part, not_held, grads = _backward_parts(
+            st, grads_live, act.layers + act.outside_layers, act.recompute_working, act.logits, checkpointed)
         backward_peak = held + activations + logits + buffers
         end_of_forward = (st.states_total if grads_live else st.states_total_no_grads) + act.total \
-            - act.recompute_working + saved_logits + buffers
+            - act.recompute_working + saved_logits + buffers - st.states.block_casts * checkpointed
         moments = {"end_of_forward": end_of_forward, "backward_peak": backward_peak,
                    "optimizer_step": st.step_allocated}
         common = dict(runtime=self.runtime, stage=st.index, cpu=states.cpu, states=states, buffer_parts=parts,
                       activation_in_flight=act.in_flight,
                       activations_per_microbatch=one.layers + one.outside_layers, moments=moments)
         if allocator is not None:
-            return TrainMemory(params=states.params - (states.transient_params if part == "end" else 0.0),
-                               master_weights=states.master_weights,
-                               grads=0.0 if part == "start" else states.grads, optimizer=states.optimizer,
+            return TrainMemory(params=states.params - not_held, master_weights=states.master_weights,
+                               grads=grads, optimizer=states.optimizer,
                                activations=activations, logits=logits, buffers=buffers,
                                allocator=allocator, moment="backward", **common)
         return TrainMemory(params=states.params - states.transient_params, master_weights=states.master_weights,
@@ -284,16 +289,18 @@ class LayoutMemory:
         best: tuple[float, _Stage, float | None] | None = None
         grads_live = gradients_live_at_backward(self.job.framework, num_microbatches)
         side_stream = _grads_on_side_stream(self.layout, self.job.framework)
+        plan = recompute_plan(recompute)
         for st in self.stages:
             in_flight = in_flight_microbatches(self.layout, st.index, num_microbatches)
             layers, outside, working, logits, _, _ = st.activations.parts(micro_batch, in_flight, recompute,
                                                                           self.offload_activations)
             buffers = sum(token_buffers, st.state_buffer_bytes)  # sum(buffer_parts.values()), in its order
-            held, activations, logits, part = _backward_parts(st, grads_live, layers + outside, working, logits)
+            held, activations, logits, part, _, _ = _backward_parts(
+                st, grads_live, layers + outside, working, logits, plan.checkpointed_share(st.activations.num_layers))
             backward = held + activations + logits + buffers
             if backward >= st.step_allocated:
                 allocator = ALLOCATOR_FRACTION * backward
-                if side_stream and part == "start":
+                if side_stream and part in ("start", "rebuild"):
                     allocator += st.states.grads
                 total = held + activations + logits + buffers + self.runtime + allocator
                 if best is None or total > best[0]:
@@ -304,22 +311,39 @@ class LayoutMemory:
         return best
 
 
-def _backward_parts(st: _Stage, grads_live: bool, saved: float, working: float,
-                    logits: float) -> tuple[float, float, float, str]:
-    """(model states, activations, logits, which moment: all | start | end) allocated at a backward's peak, from
-    the saved activations, one block's recompute working set and the loss's logits and gradients.
+def _backward_parts(st: _Stage, grads_live: bool, saved: float, working: float, logits: float,
+                    checkpointed: float) -> tuple[float, float, float, str, float, float]:
+    """(model states, activations, logits, moment, 16-bit weight copies not held, gradients held) at a backward's
+    peak, from the saved activations, one block's recompute working set, the loss's logits and gradients, and the
+    share of the stage's blocks that are checkpointed (`RecomputePlan.checkpointed_share`).
 
-    With the gradients live from the start (`gradients_live_at_backward`), everything at once ("all"). Without, the
-    larger of the backward's start (no gradients) and its end (every gradient and the first block's working set; the
-    saved activations, and the 16-bit weight copies saved with them, freed): between them each block frees its
-    activations as its gradients appear. Measured on an H100: benchmarks/results/h100-sxm
+    A checkpointed block saves no 16-bit weight copies (autocast's casts are made again when it is rebuilt). The
+    loss's backward (the logits' gradients) comes first and is freed before the first block is rebuilt: the
+    backward's start is the larger of the loss moment ("start": saved activations + logits) and the first rebuild
+    ("rebuild": saved activations + one block's working set, that block's copies and the output layer's
+    gradients). With the gradients live from the start (`gradients_live_at_backward`), every gradient is held at
+    both ("all"). Without, the end is the other candidate ("end": every gradient and the first block's working set;
+    the saved activations, and the 16-bit weight copies saved with them, freed): between them each block frees its
+    activations as its gradients appear. Measured on an H100 and an H200: benchmarks/results/h100-sxm, h200-sxm
     (docs/training-memory.md)."""
-    acts = saved + working
+    states = st.states
+    dropped = states.block_casts * checkpointed
+    recast = st.block_cast if checkpointed else 0.0
+    grads = states.grads if grads_live else 0.0
+    head = 0.0 if grads_live else st.head_grads
+    # each sum in TrainMemory.total's order (params, master, grads, optimizer), so that `at` and `peak` agree exactly
+    loss = states.params - dropped + states.master_weights + grads + states.optimizer
+    rebuild = states.params - (dropped - recast) + states.master_weights + (grads + head) + states.optimizer
+    if rebuild + working > loss + logits:
+        held, acts, logit_part, part, not_held, grads = rebuild, saved + working, 0.0, "rebuild", dropped - recast, \
+            grads + head
+    else:
+        held, acts, logit_part, part, not_held = loss, saved, logits, "start", dropped
     if grads_live:
-        return st.states_total, acts, logits, "all"
-    if st.states_total_end + working > st.states_total_no_grads + acts + logits:
-        return st.states_total_end, working, 0.0, "end"
-    return st.states_total_no_grads, acts, logits, "start"
+        return held, acts, logit_part, "all", not_held, grads
+    if st.states_total_end + working > held + acts + logit_part:
+        return st.states_total_end, working, 0.0, "end", states.transient_params, states.grads
+    return held, acts, logit_part, part, not_held, grads
 
 
 def _grads_on_side_stream(layout: Layout, framework: str) -> bool:
@@ -404,6 +428,10 @@ def _stage(spec: ModelSpec, layout: Layout, stage: int, job: TrainJob) -> _Stage
                   states_total_no_grads=states.params + states.master_weights + 0.0 + states.optimizer,
                   states_total_end=states.params - states.transient_params + states.master_weights + states.grads
                   + states.optimizer,
+                  block_cast=states.block_casts * states.layer_params / max(held.params - held.embedding - held.head,
+                                                                            states.layer_params, 1.0),
+                  head_grads=states.grads * states.head_params / states.trainable_params
+                  if states.trainable_params else 0.0,
                   activations=terms, state_buffers=parts,
                   state_buffer_bytes=sum(parts.values()), step_buffers=temp + ddp, step_allocated=step,
                   step_total=step_total)

@@ -115,7 +115,7 @@ def build(spec: ModelSpec, *, device=None, dtype=None):
             if n >= 4:  # Gemma 2/3 sandwich: a norm after each sub-block too
                 self.attn_post_norm, self.mlp_post_norm = norm(spec.hidden_size), norm(spec.hidden_size)
             self.attn, self.mlp = Attention(), MLP()
-            self.recompute = False
+            self.recompute = "none"
 
         def _forward(self, x):
             n = spec.norms_per_layer
@@ -128,9 +128,11 @@ def build(spec: ModelSpec, *, device=None, dtype=None):
             return x + (self.mlp_post_norm(m) if n >= 4 else m)
 
         def forward(self, x):
-            if self.recompute and torch.is_grad_enabled():
+            if self.recompute != "none" and torch.is_grad_enabled():
                 from torch.utils.checkpoint import checkpoint
 
+                if self.recompute == "op":
+                    return checkpoint(self._forward, x, use_reentrant=False, context_fn=op_sac_context(torch))
                 return checkpoint(self._forward, x, use_reentrant=False)
             return self._forward(x)
 
@@ -165,10 +167,57 @@ def build(spec: ModelSpec, *, device=None, dtype=None):
     return Decoder()
 
 
-def set_recompute(model, on: bool) -> None:
-    """Full activation checkpointing per block (each block's input is saved, its inside recomputed)."""
-    for block in model.blocks:
-        block.recompute = on
+RECOMPUTE_MODES = "none, full, op or layer:N"
+"""The activation checkpointing bench train runs, in torchtitan's terms (`activation_checkpoint.mode` full, or
+selective with `selective_ac_option` op or N)."""
+
+
+def set_recompute(model, mode: str) -> None:
+    """Activation checkpointing per block, as torchtitan applies it (torchtitan/distributed/activation_checkpoint.py):
+    `full` checkpoints every block (its input saved, its inside recomputed); `op` checkpoints every block under the
+    per-op policy (op_sac_context); `layer:N` checkpoints every N-th block in full, counting from 1 (blocks N, 2N, ...),
+    and leaves the others alone; `none` nothing."""
+    kind, _, n = mode.partition(":")
+    for i, block in enumerate(model.blocks):
+        if kind == "layer":
+            block.recompute = "full" if (i + 1) % int(n) == 0 else "none"
+        else:
+            block.recompute = mode
+
+
+def op_sac_context(torch):
+    """torchtitan's per-op selective checkpointing (`selective_ac_option = "op"`) as the `context_fn` of
+    torch.utils.checkpoint: a fresh mm count for each block's forward and recompute (op_sac_policy)."""
+    from torch.utils.checkpoint import create_selective_checkpoint_contexts
+
+    return lambda: create_selective_checkpoint_contexts(op_sac_policy(torch))
+
+
+def op_sac_policy(torch):
+    """torchtitan's per-op policy (models/llama3/infra/parallelize.py `_op_sac_save_list`,
+    distributed/activation_checkpoint.py `_apply_op_sac`): the outputs of matmuls (aten.mm), the SDPA kernels,
+    reduce-scatter and max are saved, except every second mm counted from the block's start (separately in the
+    forward and in the recompute); everything else is recomputed. One policy per checkpointed call."""
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    ops = torch.ops.aten
+    save = {ops.mm.default, ops.max.default}
+    for name in ("_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
+                 "_scaled_dot_product_cudnn_attention"):
+        if hasattr(ops, name):
+            save.add(getattr(ops, name).default)
+    c10d = getattr(torch.ops, "_c10d_functional", None)
+    if c10d is not None and hasattr(c10d, "reduce_scatter_tensor"):
+        save.add(c10d.reduce_scatter_tensor.default)
+    mms = {False: 0, True: 0}
+
+    def policy(ctx, func, *args, **kwargs):
+        if func == ops.mm.default:
+            mms[ctx.is_recompute] += 1
+        keep = func in save and not (func == ops.mm.default and mms[ctx.is_recompute] % 2 == 0)
+        return CheckpointPolicy.MUST_SAVE if keep else CheckpointPolicy.PREFER_RECOMPUTE
+
+    return policy
 
 
 def _rope(torch, q, k):

@@ -2,7 +2,7 @@
 checked before any GPU work (every rank checks alike).
 
 The model is the plain decoder of torch_model.py built from the spec, optionally shrunk to `--layers`; the layout
-is data parallelism (DDP or FSDP2), tensor parallelism (+ sequence parallelism) and per-block checkpointing. A
+is data parallelism (DDP or FSDP2), tensor parallelism (+ sequence parallelism) and per-block checkpointing (none, full, op, layer:N). A
 `gpuwise plan --json` file gives its first plan's layout; what bench train cannot run (PP, CP, EP, offload) is refused.
 """
 
@@ -13,9 +13,10 @@ from dataclasses import dataclass, replace
 from ..catalog.models import LoadedModel, load_model
 from ..errors import InvalidArgument, require_positive_int
 from ..estimate.parallel import sp_splits, tp_conflict
+from ..estimate.recompute import framework_mode, recompute_plan
 from ..jsonfile import read_json_object
 from .dist import DistEnv
-from .torch_model import check_supported
+from .torch_model import RECOMPUTE_MODES, check_supported
 
 
 DEFAULT_SEQ = 2048
@@ -103,6 +104,14 @@ def _from_plan(path: str) -> dict:
                 micro_batch=p.get("micro_batch", 1), recompute=p.get("recompute", "none"))
 
 
+def _recompute(mode: str) -> str:
+    """The checkpointing mode, in gpuwise's spelling of torchtitan's (torchtitan's `selective` is its per-op policy)."""
+    kind = recompute_plan(framework_mode(mode, "torchtitan")).kind
+    if kind not in ("none", "full", "op", "layer"):
+        raise InvalidArgument(f"recompute '{mode}': bench train runs {RECOMPUTE_MODES} (torchtitan's modes)")
+    return framework_mode(mode, "torchtitan")
+
+
 def _sharding(args, dp: int) -> str:
     if args.fsdp and args.zero == 0:
         raise InvalidArgument("--fsdp and --zero 0 conflict (FSDP shards, ZeRO-0 is plain DDP)")
@@ -135,9 +144,7 @@ def configure(args, env: DistEnv) -> BenchConfig:
     if env.world_size == 1 and sharding.startswith("fsdp"):
         raise InvalidArgument("FSDP shards over ranks: run under torchrun with 2 or more (e.g. torchrun "
                               "--nproc-per-node 2 -m gpuwise bench train ...), or drop --fsdp")
-    recompute = plan["recompute"] if plan else args.recompute
-    if recompute not in ("none", "full"):
-        raise InvalidArgument(f"recompute '{recompute}': bench train runs none or full (per-block) checkpointing")
+    recompute = _recompute(plan["recompute"] if plan else args.recompute)
     sp = plan["sp"] if plan else args.sp
     if sp and tp == 1:
         raise InvalidArgument("--sp needs --tp 2 or more (sequence parallelism splits the TP group's work)")

@@ -1,6 +1,6 @@
 """`gpuwise bench train`'s layout applied with PyTorch's own APIs: a (dp, tp) DeviceMesh, tensor parallelism
 (`parallelize_module`: column/row-wise linears, vocab-parallel embedding, SequenceParallel norms with --sp), FSDP2
-`fully_shard` per block and at the root with a bf16 `MixedPrecisionPolicy`, and per-block activation checkpointing.
+`fully_shard` per block and at the root with a bf16 `MixedPrecisionPolicy`, and per-block activation checkpointing (torchtitan's full, op and layer:N).
 DDP wraps the model later (train_loop.py), after the weights exist. torch imported lazily.
 """
 
@@ -19,7 +19,7 @@ def parallelize(torch, model, cfg: BenchConfig, dev) -> None:
         mesh = init_device_mesh(dev.type, (cfg.dp, cfg.tp), mesh_dim_names=("dp", "tp"))
     if cfg.tp > 1:
         _tensor_parallel(torch, model, mesh["tp"], cfg)
-    set_recompute(model, cfg.recompute == "full")
+    set_recompute(model, cfg.recompute)
     if cfg.sharding.startswith("fsdp"):
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
