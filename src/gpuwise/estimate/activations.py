@@ -236,9 +236,13 @@ def logits_bytes_per_element(framework: str, e: float, chunks: int = 1, fused: b
                              compiled: bool = False, loss_parallel: bool = False) -> tuple[float, float]:
     """(saved, peak) bytes per logit element on the last stage.
 
-    All keep the fp32 log-softmax for the backward (4 B). At the start of the backward: transformers also holds
-    the returned 16-bit logits (CausalLMOutput.logits) and the fp32 gradients of the log-probabilities and of the
-    logits (4 + 4 B); torchtitan deletes `pred` before `loss.backward()`; Megatron's fused vocab-parallel
+    All keep the fp32 log-softmax for the backward (4 B). At the start of the backward, the fp32 gradients of the
+    log-probabilities and of the logits (4 + 4 B): 12 B under torchtitan, which deletes `pred` before
+    `loss.backward()`. `hf`/`deepspeed`: 14 B, the forward's peak in the transformers releases of the published runs
+    (before 4.45 the model upcast its logits to fp32 and the loss copied the shifted ones: 2 + 4 + 4 + 4 B). Today's
+    releases (the loss function upcasts, Trainer.compute_loss drops the outputs before the backward) peak at 12 B,
+    measured on an H200 with transformers 5.17 (benchmarks/results/h200-sxm: hf-lora-*.json 1.5-9.5% over with 14,
+    loss-memory-*.json); kept at 14 B until a run of today's releases is published. Megatron's fused vocab-parallel
     cross-entropy writes the gradient into its saved fp32 buffer and hands back a 16-bit one. A loss over `chunks`
     chunks (torchtune's CEWithChunkedOutputLoss) holds the backward's temporaries of one chunk at a time. A fused
     loss keeps none: one chunk's 16-bit logits, fp32 copy and fp32 gradient (2 + 4 + 4 B, and the 16-bit gradient's
