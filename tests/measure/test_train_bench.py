@@ -35,6 +35,7 @@ def _doc(proc: subprocess.CompletedProcess) -> dict:
 
 
 @pytest.mark.parametrize("layout", [["--fsdp", "full", "--recompute", "full", "--global-batch", "4"],
+                                    ["--fsdp", "full", "--recompute", "op", "--global-batch", "4"],
                                     ["--tp", "2", "--sp", "--fsdp", "full", "--optimizer-impl", "foreach"]])
 def test_torchrun_two_ranks_with_gloo_reports_numbers(layout: list[str]) -> None:
     doc = _doc(_torchrun(FIXTURE, "--device", "cpu", "--steps", "2", "--warmup-steps", "1", "--seq", "64",
@@ -91,6 +92,8 @@ def test_configuration_maps_to_the_prediction_options() -> None:
     (["--global-batch", "3"], 2),                    # not a multiple of dp x micro-batch
     (["--layers", "99"], 1),                         # more layers than the model has
     (["--fsdp", "full", "--zero", "0"], 2),          # conflicting
+    (["--recompute", "block:2"], 2),                 # Megatron's mode: not one bench train runs
+    (["--recompute", "layer:0"], 2),                 # N >= 1
 ])
 def test_bad_configurations_are_invalid_arguments(argv: list[str], world: int) -> None:
     with pytest.raises(InvalidArgument):
