@@ -15,6 +15,8 @@ import argparse
 import json
 import math
 
+from kernel_floor import graph_time  # benchmarks/ is on the path when this file runs as a script
+
 
 def shapes(model: str, tp: int = 1) -> list[tuple[str, int, int]]:
     """(name, k, n) of the block's matmuls with q/k/v and gate/up fused, as vLLM runs them, and the LM head, on one
@@ -60,32 +62,13 @@ def main() -> None:
         for m in rows:
             x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
             reps = max(copies, 64 // copies * copies)
-            for w in ws:  # warm up cuBLAS (handle, workspace, heuristics) outside the capture
-                x @ w
-            torch.cuda.synchronize()
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                for i in range(reps):
-                    y = x @ ws[i % copies]
-            graph.replay()
-            torch.cuda.synchronize()
-            times = []
-            for _ in range(7):
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                graph.replay()
-                end.record()
-                torch.cuda.synchronize()
-                times.append(start.elapsed_time(end) / 1e3 / reps)
-            t = sorted(times)[len(times) // 2]
+            t = graph_time(torch, lambda i: x @ ws[i % copies], reps, warmup=copies, replays=7)
             nbytes = (k * n + m * k + m * n) * 2
             pred = matmul_s(profile, m, n, k, "bf16", 2.0)
             results.append(dict(matmul=name, m=m, k=k, n=n, measured_s=t, predicted_s=pred, bytes=nbytes,
                                 achieved_gb_s=nbytes / t / 1e9))
             print(f"{name:8} {m:4d} {f'{k}x{n}':>14} {t * 1e6:8.1f} {pred * 1e6:8.1f} {pred / t - 1:+7.1%} "
                   f"{nbytes / t / 1e9:6.0f}")
-            del y, graph
-        del ws
         torch.cuda.empty_cache()
     if args.json:
         with open(args.json, "w") as f:

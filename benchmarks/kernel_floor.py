@@ -13,9 +13,10 @@ import json
 import math
 
 
-def _graph_time(torch, fn, reps: int) -> float:
-    """Median seconds per call of `fn(i)` replayed `reps` times in one CUDA graph."""
-    for i in range(min(reps, 8)):
+def graph_time(torch, fn, reps: int, *, warmup: int = 8, replays: int = 9) -> float:
+    """Median over `replays` of the seconds per call of `fn(i)`, i < `reps`, captured in one CUDA graph; `warmup`
+    eager calls first (cuBLAS handles, workspaces and heuristics stay out of the capture)."""
+    for i in range(min(reps, warmup)):
         fn(i)
     torch.cuda.synchronize()
     g = torch.cuda.CUDAGraph()
@@ -25,7 +26,7 @@ def _graph_time(torch, fn, reps: int) -> float:
     g.replay()
     torch.cuda.synchronize()
     times = []
-    for _ in range(9):
+    for _ in range(replays):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         a.record()
         g.replay()
@@ -56,7 +57,7 @@ def main() -> None:
     out: dict = {"device": torch.cuda.get_device_name(dev), "torch": torch.__version__, "l2_bytes": l2}
 
     tiny = [torch.zeros(1, device=dev) for _ in range(4)]
-    out["one_element_kernel_s"] = _graph_time(torch, lambda i: tiny[i % 4].add_(1.0), 512)
+    out["one_element_kernel_s"] = graph_time(torch, lambda i: tiny[i % 4].add_(1.0), 512)
 
     copies = []
     for mb in (1, 2, 4, 8, 16, 32, 64, 128, 256):
@@ -64,7 +65,7 @@ def main() -> None:
         count = max(2, math.ceil(4 * l2 / (n * 2)))
         src = [torch.randn(n, device=dev, dtype=torch.bfloat16) for _ in range(count)]
         dst = [torch.empty_like(s) for s in src]
-        t = _graph_time(torch, lambda i: dst[i % count].copy_(src[i % count]), max(count, 32))
+        t = graph_time(torch, lambda i: dst[i % count].copy_(src[i % count]), max(count, 32))
         copies.append({"bytes": 2 * n * 2, "s": t})
     gemms = []
     for k, n in ((1024, 1024), (2048, 2048), (4096, 2048), (4096, 4096), (4096, 8192), (8192, 8192),
@@ -72,7 +73,7 @@ def main() -> None:
         count = max(2, math.ceil(4 * l2 / (k * n * 2)))
         ws = [torch.randn(k, n, device=dev, dtype=torch.bfloat16) for _ in range(count)]
         x = torch.randn(1, k, device=dev, dtype=torch.bfloat16)
-        t = _graph_time(torch, lambda i: x @ ws[i % count], max(count, 32))
+        t = graph_time(torch, lambda i: x @ ws[i % count], max(count, 32))
         gemms.append({"k": k, "n": n, "bytes": (k * n + k + n) * 2, "s": t})
     torch.cuda.empty_cache()
     for name, pts in (("copy", copies), ("gemm_m1", gemms)):
