@@ -9,7 +9,7 @@ torch = pytest.importorskip("torch")
 
 from gpuwise.catalog.models import load_model, search_models
 from gpuwise.errors import InvalidArgument
-from gpuwise.estimate.recompute import _mms
+from gpuwise.estimate.recompute import block_matmuls
 from gpuwise.measure import torch_model
 from gpuwise.measure.torch_model import build, check_supported, set_recompute
 from gpuwise.model.params import param_counts
@@ -116,5 +116,6 @@ def test_op_policy_keeps_the_odd_matmuls_gpuwise_counts(monkeypatch) -> None:
     net = build(spec)
     set_recompute(net, "op")
     _grads(net, torch.randint(0, spec.vocab_size, (2, 16)))
-    want = [m.out for i, m in enumerate(_mms(spec, 0), start=1) if i % 2]
+    mms = [m for m in block_matmuls(spec, 0) if not m.bias]  # aten.mm: the linears without a bias
+    want = [m.out for i, m in enumerate(mms, start=1) if i % 2]
     assert [w for r, w in kept if not r] == want * spec.num_layers

@@ -290,8 +290,8 @@ class ModelStates:
     """Part of `transient_params`: autocast's 16-bit copies of the blocks' weights (fp32 parameters, unsharded).
     A matmul saves the copy it read for its backward, so a block keeps them only when it is not checkpointed."""
     head_params: float = 0.0
-    """Trainable parameters of the output layer (and its final norm's) on this rank, before sharding: the first
-    gradients a backward makes."""
+    """Trainable parameters of the output layer on this rank, before sharding (0 with tied embeddings, whose
+    gradient is the embedding's): the first gradients a backward makes."""
 
     @property
     def total(self) -> float:

@@ -13,6 +13,7 @@ windows are run as full causal attention (the same kernel and, below the window,
 from __future__ import annotations
 
 from ..errors import InvalidArgument
+from ..estimate.recompute import recompute_plan
 from ..model.spec import ModelSpec
 from ._deps import require_torch
 
@@ -177,12 +178,12 @@ def set_recompute(model, mode: str) -> None:
     `full` checkpoints every block (its input saved, its inside recomputed); `op` checkpoints every block under the
     per-op policy (op_sac_context); `layer:N` checkpoints every N-th block in full, counting from 1 (blocks N, 2N, ...),
     and leaves the others alone; `none` nothing."""
-    kind, _, n = mode.partition(":")
+    plan = recompute_plan(mode)
     for i, block in enumerate(model.blocks):
-        if kind == "layer":
-            block.recompute = "full" if (i + 1) % int(n) == 0 else "none"
+        if plan.kind == "layer":
+            block.recompute = "full" if (i + 1) % plan.n == 0 else "none"
         else:
-            block.recompute = mode
+            block.recompute = plan.kind
 
 
 def op_sac_context(torch):

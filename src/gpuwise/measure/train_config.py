@@ -2,8 +2,8 @@
 checked before any GPU work (every rank checks alike).
 
 The model is the plain decoder of torch_model.py built from the spec, optionally shrunk to `--layers`; the layout
-is data parallelism (DDP or FSDP2), tensor parallelism (+ sequence parallelism) and per-block checkpointing (none, full, op, layer:N). A
-`gpuwise plan --json` file gives its first plan's layout; what bench train cannot run (PP, CP, EP, offload) is refused.
+is data parallelism (DDP or FSDP2), tensor parallelism (+ sequence parallelism) and per-block checkpointing
+(none, full, op, layer:N). A `gpuwise plan --json` file gives its first plan's layout; what bench train cannot run (PP, CP, EP, offload) is refused.
 """
 
 from __future__ import annotations
@@ -106,10 +106,10 @@ def _from_plan(path: str) -> dict:
 
 def _recompute(mode: str) -> str:
     """The checkpointing mode, in gpuwise's spelling of torchtitan's (torchtitan's `selective` is its per-op policy)."""
-    kind = recompute_plan(framework_mode(mode, "torchtitan")).kind
-    if kind not in ("none", "full", "op", "layer"):
+    mode = framework_mode(mode, "torchtitan")
+    if recompute_plan(mode).kind not in ("none", "full", "op", "layer"):
         raise InvalidArgument(f"recompute '{mode}': bench train runs {RECOMPUTE_MODES} (torchtitan's modes)")
-    return framework_mode(mode, "torchtitan")
+    return mode
 
 
 def _sharding(args, dp: int) -> str:

@@ -1,7 +1,7 @@
 """`gpuwise bench train`'s layout applied with PyTorch's own APIs: a (dp, tp) DeviceMesh, tensor parallelism
 (`parallelize_module`: column/row-wise linears, vocab-parallel embedding, SequenceParallel norms with --sp), FSDP2
-`fully_shard` per block and at the root with a bf16 `MixedPrecisionPolicy`, and per-block activation checkpointing (torchtitan's full, op and layer:N).
-DDP wraps the model later (train_loop.py), after the weights exist. torch imported lazily.
+`fully_shard` per block and at the root with a bf16 `MixedPrecisionPolicy`, and per-block activation checkpointing
+(torchtitan's full, op and layer:N). DDP wraps the model later (train_loop.py), after the weights exist. torch imported lazily.
 """
 
 from __future__ import annotations
