@@ -92,3 +92,19 @@ def test_latency_never_falls_as_the_rate_rises_behind_a_frontend(fe):
 def test_a_frontend_refuses_impossible_numbers(bad):
     with pytest.raises(ValueError):
         Frontend(**bad)
+
+
+def test_a_slow_run_far_into_the_clock_ends_and_every_request_meets_an_idle_server():
+    """At 0.001 requests/s, 300 requests arrive over ~3e5 s: the frontend's small jobs (a step's tokens) fall below
+    the clock's resolution there and must still end (this run used to loop forever)."""
+    fe = Frontend(latency_s=0.05, request_s=0.004, token_s=100e-6)
+    lone = simulate(_cost(), _wl(n=1, out=10), LIMITS, frontend=fe)
+    slow = simulate(_cost(), _wl(n=300, out=10, request_rate=1e-3, seed=2), LIMITS, frontend=fe)
+    assert slow.completed == 300
+    assert slow.ttft_s.p99 == pytest.approx(lone.ttft_s.mean, rel=1e-6)
+    assert slow.e2e_s.mean == pytest.approx(lone.e2e_s.mean, rel=1e-6)
+
+
+def test_a_rate_beyond_the_clock_is_refused():
+    with pytest.raises(ValueError, match="clock"):
+        _wl(n=10, request_rate=1e-20)

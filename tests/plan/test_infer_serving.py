@@ -51,6 +51,7 @@ def test_inf_rate_and_closed_loop(capsys) -> None:
 @pytest.mark.parametrize(("extra", "needle"), [
     (["--request-rate", "0"], "must be a positive number or inf"),
     (["--request-rate", "nan"], "must be a positive number or inf"),
+    (["--request-rate", "1e-20"], "beyond the 1e+08 s"),
     (["--max-concurrency", "0"], "at least 1"),
     (["--slo-ttft-ms", "100"], "add --request-rate or --max-concurrency"),
     (["--request-rate", "2", "--engine", "hf"], "continuous batching"),

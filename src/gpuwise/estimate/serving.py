@@ -105,6 +105,11 @@ class EngineLimits:
     admit on the prompt alone and preempt when the pool runs out (False)."""
 
 
+MAX_SPAN_S = 1e8
+"""Longest expected arrival span (requests / rate) a run may have: the clock is a float in seconds, resolving
+1e8 s to ~15 ns; far beyond, the time of a step is lost in the clock's rounding."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Workload:
     """The requests: lengths and send times, as a benchmark client produces them."""
@@ -132,6 +137,11 @@ class Workload:
             raise ValueError(f"the prefix-cache hit rate must be in [0, 1), got {self.prefix_hit_rate}")
         if self.arrival_times is not None and len(self.arrival_times) != len(self.prompt_tokens):
             raise ValueError("one arrival time per request")
+        if not math.isinf(self.request_rate) and len(self.prompt_tokens) / self.request_rate > MAX_SPAN_S:
+            raise ValueError(f"{len(self.prompt_tokens):,} requests at {self.request_rate:g} per second arrive over "
+                             f"~{len(self.prompt_tokens) / self.request_rate:.3g} s, beyond the {MAX_SPAN_S:.0e} s "
+                             "(~3 years) the simulation's clock resolves to the microsecond; at such a rate every "
+                             "request meets an idle server: use --max-concurrency 1 for its latencies")
 
 
     def arrivals(self) -> list[float]:
@@ -432,7 +442,9 @@ def simulate(cost: StepCost, workload: Workload, limits: EngineLimits, *, specul
             si = (0.5 if outq else 1.0) if ingest else 0.0
             so = 1.0 - si if outq else 0.0
             need = min(ingest[0][1] / si if ingest else math.inf, outq[0][1] / so if outq else math.inf)
-            dt = min(need, max(to - fe_t, 0.0))
+            # a job whose rest is below the clock's resolution at this time (far into a slow run) ends now;
+            # otherwise it would never end, the clock adding nothing
+            dt = need if fe_t + need <= fe_t else min(need, max(to - fe_t, 0.0))
             fe_t += dt
             if ingest:
                 ingest[0][1] -= dt * si

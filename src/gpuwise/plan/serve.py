@@ -222,8 +222,11 @@ def load_spec(req, *, gpu_memory_bytes: int, gpu_id: str, kv_pool_bytes: float |
         rate = rate / dp
         conc = max(1, math.ceil(conc / dp)) if conc else None
         source += f"; every {dp}th of them on the simulated DP rank"
-    workload = Workload(prompt_tokens=prompts, output_tokens=outputs, request_rate=rate,
-                        max_concurrency=conc, prefix_hit_rate=req.prefix_cache_hit_rate or 0.0)
+    try:
+        workload = Workload(prompt_tokens=prompts, output_tokens=outputs, request_rate=rate,
+                            max_concurrency=conc, prefix_hit_rate=req.prefix_cache_hit_rate or 0.0)
+    except ValueError as exc:
+        raise InvalidArgument(f"--request-rate: {exc}") from None
     speculation = (Speculation(num_tokens=req.num_speculative_tokens, acceptance_rate=req.acceptance_rate,
                                draft_layers_fraction=1 / req.model.spec.num_layers)
                    if req.num_speculative_tokens else None)
