@@ -49,6 +49,18 @@ RECOMPUTE: tuple[str, ...] = ("none", "selective", "full")
 relies on the order). Where the framework has per-op selective checkpointing (torchtitan), "selective" is it."""
 PYTORCH_NATIVE: tuple[str, ...] = ("torchtitan", "fsdp", "torchtune")
 """Frameworks built on FSDP2 / DDP and eager PyTorch modules: fp32 sharded masters, torchao float8."""
+
+
+def pipeline_keeps_unsharded(framework: str, pp: int, sharded_params: bool) -> bool:
+    """FSDP2 under torch.distributed.pipelining (the PyTorch-native frameworks with --pp > 1) keeps each stage's
+    parameters unsharded through the step's micro-batches and syncs gradients once: torchtitan applies
+    fully_shard(reshard_after_forward=False) when pipelining ("to avoid per-microbatch all-gathers, which can be
+    expensive and non-overlapped", torchtitan/parallelisms/parallelize_llama.py apply_fsdp @9dec370), and the
+    schedule calls set_requires_gradient_sync only on the last backward. One gather and one reduce-scatter per step;
+    the memory model holds the unsharded stage and its accumulated gradients."""
+    return sharded_params and pp > 1 and framework in PYTORCH_NATIVE
+
+
 FSDP2_OFFLOAD_ALL: tuple[str, ...] = ("torchtitan", "fsdp")
 """Frameworks whose only offload is FSDP2's CPUOffloadPolicy: parameters, their gradients and the optimizer step on
 the host together, no optimizer-only variant (torch.distributed.fsdp.CPUOffloadPolicy)."""

@@ -101,6 +101,53 @@ def pp_splits(layers: int, pp: int) -> list[tuple[int | None, int | None]]:
     return []
 
 
+def torchtitan_split(num_stages: int, num_layers: int, input_weight: int, output_weight: int) -> tuple[int, ...] | None:
+    """Transformer layers per stage as torchtitan 0.2.2 splits them (generate_llm_fqn_per_model_part in
+    torchtitan/distributed/pipeline_parallel.py): the embedding counts as `input_weight` layers and the norm + output
+    as `output_weight`, the effective layers go out evenly with the remainder on the first stages. None where
+    torchtitan raises."""
+    if num_stages == 1:
+        return (num_layers,)
+    effective = num_layers + input_weight + output_weight
+    if num_stages > effective:
+        return None
+    per, extra = divmod(effective, num_stages)
+    if per == 0 or input_weight > per or output_weight > per:
+        return None
+    out, used = [], 0
+    for s in range(num_stages):
+        n = per + (1 if s < extra else 0)
+        if s == 0:
+            n -= input_weight
+        elif s == num_stages - 1:
+            n -= output_weight
+        n = max(0, min(n, num_layers - used))
+        out.append(n)
+        used += n
+    return tuple(out) if used == num_layers else None
+
+
+def torchtitan_default_ends(num_layers: int, pp: int, vpp: int = 1) -> tuple[int, int] | None:
+    """(first, last) pipeline-rank layer counts torchtitan gives a model whose layers do not divide over its pp x vpp
+    stages when no split is configured (`torchtitan_split` with the embedding and the head weighed as one layer
+    each, its defaults; rank r holds stages r, r + pp, ...), or None: the layers divide (the even split, which
+    `stage_layers` makes), or the split leaves middle ranks unequal (not a layout `stage_layers` can hold).
+
+    For Llama 3.1 405B (126 layers) on PP 8 this is 15, 16 x 6, 15 with one stage per rank and 7, 8 x 14, 7 with
+    two; torchtitan 2024-12's rule (parallelisms/pipelining_utils.py generate_split_points @9dec370: L // S for the
+    first stage, one more for the middle ones while the remainder lasts, the rest for the last) cuts it the same."""
+    stages = pp * vpp
+    if pp < 2 or stages > num_layers or num_layers % stages == 0:
+        return None
+    sizes = torchtitan_split(stages, num_layers, 1, 1)
+    if sizes is None:
+        return None
+    ranks = [sum(sizes[r + c * pp] for c in range(vpp)) for r in range(pp)]
+    if len(set(ranks[1:-1])) > 1 or min(ranks) < 1:
+        return None
+    return ranks[0], ranks[-1]
+
+
 _STAGE_BLOCKS: dict = {}
 
 

@@ -38,7 +38,7 @@ from ..model.spec import SLIDING, ModelSpec
 from ..units import GB
 from .comm import Topology
 from .flops import gemm_dtype
-from .job import TrainJob
+from .job import TrainJob, pipeline_keeps_unsharded
 from .kernels import attention_s, matmul_s, memory_s
 from .layer_ops import block_ops, block_signature, head_gemm, keys_per_query, unfused_attention
 from .layout import Layout
@@ -404,11 +404,10 @@ def step_time(spec: ModelSpec, layout: Layout, job: TrainJob, *, profile: Device
         if sh.params:  # ZeRO-3 / FSDP / HSDP: gather each block's weights per micro-batch, reduce-scatter grads
             gather = topo.collective_s("all_gather", params_on_rank * working_bytes, group, stride)
             rs = topo.collective_s("reduce_scatter", grad_msg, group, stride)
-            if sh.keep_unsharded:
-                # grad-op / no-reshard: gathered in the first forward and kept unsharded (with unsharded gradients)
-                # through the step's micro-batches, as torch.distributed.pipelining does for FSDP2 modules
-                # (set_reshard_after_backward / set_requires_gradient_sync only on the last backward); the memory
-                # model holds that copy at the peak.
+            if sh.keep_unsharded or pipeline_keeps_unsharded(framework, pp, sh.params):
+                # grad-op / no-reshard, and FSDP2 under torch.distributed.pipelining: gathered in the first forward
+                # and kept unsharded (with unsharded gradients) through the step's micro-batches; the memory model
+                # holds that copy at the peak.
                 gathers = _exposed(gather, fwd_window) + gather / blocks
                 reduces = _exposed(rs, bwd_window)
             else:

@@ -21,7 +21,7 @@ from ..model.spec import ModelSpec
 from ..units import MiB
 from .activations import StageActivationTerms, stage_activation_terms
 from .engines import CUBLAS_WORKSPACE_BYTES, CUDA_CONTEXT_BYTES
-from .job import HF_TRAINERS, PYTORCH_NATIVE, TrainJob
+from .job import HF_TRAINERS, PYTORCH_NATIVE, TrainJob, pipeline_keeps_unsharded
 from .recompute import recompute_plan
 from .layout import Layout
 from .model_states import ModelStates, model_states, stage_tensors
@@ -155,11 +155,9 @@ def _state_buffers(layout: Layout, states: ModelStates, *, framework: str, unit_
         if framework == "deepspeed":
             out["param_gather"] = 2 * min(unit_params, DEEPSPEED_PREFETCH_BUCKET) * w + unit_params * w
             out["reduce_bucket"] = min(DEEPSPEED_REDUCE_BUCKET, unit_params) * grad_bytes
-        elif framework in PYTORCH_NATIVE and layout.pp > 1 and not sh.keep_unsharded:
-            # torchtitan with pipeline parallelism: fully_shard(reshard_after_forward=False) for every stage (no
-            # all-gather per micro-batch), and gradient sync deferred to the last micro-batch (the schedule's
-            # set_requires_gradient_sync): the stage's parameters stay unsharded, and its unsharded gradients
-            # accumulate in the reduce dtype (FSDP2's unsharded_accumulated_grad, fp32).
+        elif pipeline_keeps_unsharded(framework, layout.pp, sh.params) and not sh.keep_unsharded:
+            # the stage's parameters stay unsharded through the micro-batches, and its unsharded gradients
+            # accumulate in the reduce dtype (FSDP2's unsharded_accumulated_grad, fp32)
             out["param_gather"] = states.params_on_rank * w
             if not frozen_units:
                 out["grad_accumulation"] = states.trainable_params * grad_bytes

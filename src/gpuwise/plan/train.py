@@ -22,6 +22,7 @@ from ..estimate.job import (FSDP2_OFFLOAD_ALL, Attention, CpCommType, Finetune, 
 from ..estimate.layout import PARAM_OFFLOAD_SHARDINGS, Layout, Schedule, divisors
 from ..estimate.model_states import adapter_input_bytes, lora_targets
 from ..estimate.parallel import validate_layout
+from ..estimate.pipeline import torchtitan_default_ends
 from ..estimate.recompute import framework_mode, recompute_plan
 from ..estimate.step_time import StepTime, step_time
 from ..estimate.train_memory import FRAGMENTATION_RISK, TrainMemory, layout_memory, required_bytes
@@ -195,6 +196,8 @@ class TrainRequest:
         if self.fsdp is not None and self.fsdp not in FSDP_MODES:
             raise InvalidArgument(f"--fsdp: unknown mode '{self.fsdp}'; valid: {', '.join(FSDP_MODES)}")
         framework, why = choose_framework(self)
+        if framework == "torchtitan" and self.pp > 1:
+            self._torchtitan_pipeline_defaults()
         if self.fsdp is not None and framework in FSDP2_OFFLOAD_ALL and "params" in self.offload \
                 and "optimizer" not in self.offload:  # CPUOffloadPolicy: the step runs on the host too
             object.__setattr__(self, "offload", (*self.offload, "optimizer"))
@@ -254,6 +257,18 @@ class TrainRequest:
                                   f"learned positions")
         object.__setattr__(self, "_job", job)
         object.__setattr__(self, "_framework_reason", why)
+
+    def _torchtitan_pipeline_defaults(self) -> None:
+        """What torchtitan does with pipeline options left unset: two stages per rank for a multi-stage schedule
+        (Interleaved1F1B: `stages_per_rank = 1 if is_single_stage_schedule else 2`), and its generated split where
+        the layers do not divide over the stages (`estimate.pipeline.torchtitan_default_ends`)."""
+        if self.schedule == "interleaved" and self.vpp == 1:
+            object.__setattr__(self, "vpp", 2)
+        if self.pp_first_layers is None and self.pp_last_layers is None:
+            split = torchtitan_default_ends(self.model.spec.num_layers, self.pp, self.vpp)
+            if split is not None:
+                object.__setattr__(self, "pp_first_layers", split[0])
+                object.__setattr__(self, "pp_last_layers", split[1])
 
     @property
     def job(self) -> TrainJob:

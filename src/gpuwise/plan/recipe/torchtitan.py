@@ -5,36 +5,10 @@ from __future__ import annotations
 import json
 import math
 
-from ...estimate.pipeline import virtual_stage_layers
+from ...estimate.pipeline import torchtitan_split, virtual_stage_layers
 from ..planner import describe
 from .common import (TORCHTITAN_FLAVORS, TORCHTITAN_SOURCE, TORCHTITAN_VERSION, Unsupported, _commented, _differs_block,
                      _header, _Job)
-
-
-def torchtitan_split(num_stages: int, num_layers: int, input_weight: int, output_weight: int) -> tuple[int, ...] | None:
-    """Transformer layers per stage as torchtitan 0.2.2 splits them (generate_llm_fqn_per_model_part in
-    torchtitan/distributed/pipeline_parallel.py): the embedding counts as `input_weight` layers and the norm + output
-    as `output_weight`, the effective layers go out evenly with the remainder on the first stages. None where
-    torchtitan raises."""
-    if num_stages == 1:
-        return (num_layers,)
-    effective = num_layers + input_weight + output_weight
-    if num_stages > effective:
-        return None
-    per, extra = divmod(effective, num_stages)
-    if per == 0 or input_weight > per or output_weight > per:
-        return None
-    out, used = [], 0
-    for s in range(num_stages):
-        n = per + (1 if s < extra else 0)
-        if s == 0:
-            n -= input_weight
-        elif s == num_stages - 1:
-            n -= output_weight
-        n = max(0, min(n, num_layers - used))
-        out.append(n)
-        used += n
-    return tuple(out) if used == num_layers else None
 
 
 def _titan_pipeline(job: _Job) -> tuple[dict, list[str]]:
@@ -94,6 +68,10 @@ def _titan_data_parallel(job: _Job) -> tuple[dict, list[str]]:
     if lay.ep > 1 and (shard * cp) % lay.ep:
         raise Unsupported(f"EP {lay.ep} does not divide data_parallel_shard_degree x context_parallel_degree = "
                           f"{shard * cp} (torchtitan borrows expert-parallel ranks from the FSDP group)")
+    if reshard == "always" and lay.pp > 1:
+        # torchtitan's "default" does not reshard under pipelining (distributed/fsdp.py: `return not pp_enabled`),
+        # which is what the plan's time and memory assume (estimate.job.pipeline_keeps_unsharded)
+        reshard = "default"
     return {"data_parallel_replicate_degree": replicate, "data_parallel_shard_degree": shard,
             "fsdp_reshard_after_forward": reshard}, differs
 
