@@ -81,6 +81,7 @@ MODEL_REFS = {
     "meta-llama/Llama-3.1-8B-Instruct": "llama-3.1-8b", "nvidia/Llama-3.1-8B-Instruct-FP8": "llama-3.1-8b",
     "meta-llama/Llama-3.1-70B-Instruct": "llama-3.1-70b", "nvidia/Llama-3.3-70B-Instruct-FP8": "llama-3.3-70b",
     "microsoft/Phi-4-mini-instruct": "phi-4-mini", "openai/gpt-oss-120b": "gpt-oss-120b",
+    "zai-org/GLM-4.5-Air": "glm-4.5-air", "MiniMax-M2.7": "minimax-m2.7",
 }
 GPU_IDS = (("H100", "h100-sxm"), ("H200", "h200-sxm"), ("A100", "a100-sxm-80gb"), ("RTX 4090", "rtx-4090"),
            ("B200", "b200"), ("MI300X", "mi300x"))
