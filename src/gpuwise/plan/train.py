@@ -22,7 +22,7 @@ from ..estimate.job import (FSDP2_OFFLOAD_ALL, Attention, CpCommType, Finetune, 
 from ..estimate.layout import PARAM_OFFLOAD_SHARDINGS, Layout, Schedule, divisors
 from ..estimate.model_states import adapter_input_bytes, lora_targets
 from ..estimate.parallel import validate_layout
-from ..estimate.pipeline import torchtitan_default_ends
+from ..estimate.pipeline import stage_layers, torchtitan_default_ends
 from ..estimate.recompute import framework_mode, recompute_plan
 from ..estimate.step_time import StepTime, step_time
 from ..estimate.train_memory import FRAGMENTATION_RISK, TrainMemory, layout_memory, required_bytes
@@ -514,6 +514,12 @@ def _assumptions(req: TrainRequest, framework: str, layout: Layout, mem: TrainMe
     if "attention" in req.job.fp8_saved:
         out.append("--fp8-dot-product-attention: q, k, v and the output saved in fp8; attention time is still the "
                    "16-bit kernel's (no fp8 attention curve in the catalog)")
+    if framework == "torchtitan" and layout.pp > 1:
+        per = stage_layers(layout, req.model.spec.num_layers)
+        out.append(f"torchtitan pipeline: {layout.pp} ranks x {layout.vpp} stage(s) each, layers per rank "
+                   f"{', '.join(map(str, per))}" + ("; FSDP2 keeps each stage unsharded through the micro-batches "
+                   "(reshard_after_forward=False under pipelining) and reduce-scatters once per step"
+                   if layout.sharding_spec.params else ""))
     if req.compile:
         out.append("torch.compile: the blocks keep matmul and attention tensors; pointwise ops are recomputed")
     if req.job.loss_chunks > 1:
