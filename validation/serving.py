@@ -81,10 +81,15 @@ MODEL_REFS = {
     "meta-llama/Llama-3.1-8B-Instruct": "llama-3.1-8b", "nvidia/Llama-3.1-8B-Instruct-FP8": "llama-3.1-8b",
     "meta-llama/Llama-3.1-70B-Instruct": "llama-3.1-70b", "nvidia/Llama-3.3-70B-Instruct-FP8": "llama-3.3-70b",
     "microsoft/Phi-4-mini-instruct": "phi-4-mini", "openai/gpt-oss-120b": "gpt-oss-120b",
-    "zai-org/GLM-4.5-Air": "glm-4.5-air", "MiniMax-M2.7": "minimax-m2.7",
+    "zai-org/GLM-4.5-Air": "glm-4.5-air", "MiniMax-M2.7": "minimax-m2.7", "MiniMaxAI/MiniMax-M2.7": "minimax-m2.7",
+    "MiniMaxAI/MiniMax-M2.5": "minimax-m2.5", "meta-llama/Llama-3.1-70B": "llama-3.1-70b",
+    "deepseek-ai/DeepSeek-V3.1": "deepseek-v3.1", "meta-llama/Llama-4-Scout-17B-16E-Instruct": "llama-4-scout",
+    "Qwen/Qwen3-Next-80B-A3B-Instruct": "qwen3-next-80b-a3b-thinking",
+    "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16": "nemotron-3-nano-30b-a3b",
+    "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-FP8": "nemotron-3-nano-30b-a3b",
 }
 GPU_IDS = (("H100", "h100-sxm"), ("H200", "h200-sxm"), ("A100", "a100-sxm-80gb"), ("RTX 4090", "rtx-4090"),
-           ("B200", "b200"), ("MI300X", "mi300x"))
+           ("GB300", "gb300"), ("GB200", "gb200"), ("B200", "b200"), ("MI300X", "mi300x"), ("MI355X", "mi355x"))
 """A row's GPU text -> catalog id, by the first name it contains (H100 without a form factor is the SXM part, as
 every source's node description is an 8-GPU HGX server)."""
 ENGINE_MODELS = {"vllm": "vllm", "trtllm": "trtllm", "sglang": "sglang", "llamacpp": "llamacpp"}
@@ -121,12 +126,39 @@ def _chat_file(n: int, mean_prompt: int, mean_output: int) -> str:
     return str(path)
 
 
+def _uniform_file(n: int, row: dict, mean_prompt: int, mean_output: int) -> str:
+    """A JSONL lengths file of `n` requests drawn as SGLang's `bench_serving --dataset-name random` draws them
+    (sample_random_requests: each length uniform in [max(int(L x ratio), 1), L]), seeded, then scaled to the means
+    of the totals the benchmark printed (the source's own draw is not known, its sums are)."""
+    import json
+    import random
+    import tempfile
+
+    ratio = float(row["random_range_ratio"])
+    lens_in, lens_out = int(row["random_input_len"]), int(row["random_output_len"])
+    path = Path(tempfile.gettempdir()) / f"gpuwise-uniform-{n}-{lens_in}-{lens_out}-{ratio:g}-{mean_prompt}-{mean_output}.jsonl"
+    if not path.exists():
+        rng = random.Random(0)
+        draws = [(rng.randint(max(int(lens_in * ratio), 1), lens_in), rng.randint(max(int(lens_out * ratio), 1), lens_out))
+                 for _ in range(n)]
+
+        def scaled(values: list[int], mean: int) -> list[int]:
+            k = mean * len(values) / max(1, sum(values))
+            return [max(1, round(v * k)) for v in values]
+
+        prompts = scaled([a for a, _ in draws], mean_prompt)
+        outputs = scaled([b for _, b in draws], mean_output)
+        path.write_text("".join(json.dumps({"prompt_tokens": p, "output_tokens": o}) + "\n"
+                                for p, o in zip(prompts, outputs)))
+    return str(path)
+
+
 def resolve(row: dict) -> tuple[str, str, dict] | str:
     """(model, gpu id, `gpuwise infer` options) for a row, or why it is not scored (README states the rules)."""
     model = MODEL_REFS.get(row["model"])
     if model is None:
         return f"model {row['model']!r} has no catalog config"
-    gpu = next((gid for key, gid in GPU_IDS if key in row["gpu"]), None)
+    gpu = next((gid for key, gid in GPU_IDS if key.lower() in row["gpu"].lower()), None)
     if gpu is None:
         return f"GPU {row['gpu']!r} not mapped"
     w = WEIGHTS.get(str(row.get("weights", "")).lower())
@@ -144,6 +176,11 @@ def resolve(row: dict) -> tuple[str, str, dict] | str:
         prompt, output = means
     elif str(row.get("dataset", "random")).startswith("random") and "prompt_tokens" in row:
         prompt, output = int(row["prompt_tokens"]), int(row["output_tokens"])
+    elif row.get("dataset") == "random" and "random_range_ratio" in row:
+        means = _sharegpt_means(row)  # the printed totals, as for ShareGPT
+        if means is None:
+            return "random run with drawn lengths whose token totals are not printed"
+        prompt, output = means
     else:
         return f"dataset {row.get('dataset')!r} without fixed lengths"
     opts = {"engine": ENGINE_MODELS[row["engine"]], "num_gpus": int(row.get("tp", 1)), "prompt_tokens": prompt,
@@ -156,6 +193,8 @@ def resolve(row: dict) -> tuple[str, str, dict] | str:
         opts["enable_expert_parallel"] = True
     if row.get("dataset") == "sharegpt":
         opts["dataset_path"] = _chat_file(opts["num_prompts"], prompt, output)
+    elif "random_range_ratio" in row and "prompt_tokens" not in row:
+        opts["dataset_path"] = _uniform_file(opts["num_prompts"], row, prompt, output)
     if str(row.get("kv_dtype", "auto")).lower() in ("fp8", "fp8_e4m3", "fp8_e5m2"):
         opts["kv_dtype"] = "fp8"  # otherwise the engine's default ("auto", or not stated): the model's dtype
     rate = row.get("request_rate")
