@@ -170,6 +170,22 @@ def test_serving_rows_keep_their_fixed_split_and_get_a_prediction_or_a_reason():
     assert len({s.name for s in scored}) >= 20
 
 
+def test_drawn_random_lengths_follow_sglangs_draw_and_the_printed_totals():
+    """A `sglang.bench_serving` random run without --random-range-ratio draws each length uniformly from [1, L]
+    (sample_random_requests); the validation draws the same shape and scales it to the totals the run printed."""
+    import json
+
+    serving = _module("serving")
+    row = {"random_input_len": 1000, "random_output_len": 1000, "random_range_ratio": 0.0}
+    path = serving._uniform_file(80, row, 496, 478)
+    lines = [json.loads(x) for x in Path(path).read_text().splitlines()]
+    prompts = [x["prompt_tokens"] for x in lines]
+    outputs = [x["output_tokens"] for x in lines]
+    assert len(lines) == 80 and min(prompts + outputs) >= 1
+    assert statistics.mean(prompts) == pytest.approx(496, abs=1) and statistics.mean(outputs) == pytest.approx(478, abs=1)
+    assert max(prompts) > 5 * min(prompts)  # spread over the range, not one fixed length
+
+
 def test_the_vllm_pool_matches_its_startup_logs():
     """Issue 19: the KV pool as vLLM sizes it, against its own logs: within 5% (median) on the held-out rows and every
     start and KV refusal predicted as such."""
