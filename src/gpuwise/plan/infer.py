@@ -442,6 +442,10 @@ def _assumptions(req: InferRequest, eng: EnginePerf, mem: FitResult) -> tuple[st
         out.append("TensorRT-LLM memory modelled as vLLM's (paged KV pool pre-allocated)")
     if eng.multi_gpu == "layer-split" and req.num_gpus > 1:
         out.append("layer split: one token visits the GPUs in turn, so decode is no faster than on one GPU")
+    if req.model.spec.moe is not None and req.num_gpus > 1 and (req.enable_expert_parallel or req.enable_dp_attention):
+        out.append("expert parallelism: routing taken as uniform; a decode step waits for the GPU whose experts the "
+                   "batch touches most (the expected maximum over the GPUs), so small batches read more than an "
+                   "even share")
     if not mem.fits:
         out.append("the configuration does NOT fit in memory (see `gpuwise fit`); times are what it would take")
     return tuple(out)
