@@ -177,10 +177,11 @@ def resolve(row: dict) -> tuple[str, str, dict] | str:
     elif str(row.get("dataset", "random")).startswith("random") and "prompt_tokens" in row:
         prompt, output = int(row["prompt_tokens"]), int(row["output_tokens"])
     elif row.get("dataset") == "random" and "random_range_ratio" in row:
-        means = _sharegpt_means(row)  # the printed totals, as for ShareGPT
-        if means is None:
-            return "random run with drawn lengths whose token totals are not printed"
-        prompt, output = means
+        # the printed totals, as for ShareGPT; else the means of the draw (uniform on [max(int(L r), 1), L])
+        ratio = float(row["random_range_ratio"])
+        lens_in, lens_out = int(row["random_input_len"]), int(row["random_output_len"])
+        prompt, output = _sharegpt_means(row) or (round((max(int(lens_in * ratio), 1) + lens_in) / 2),
+                                                  round((max(int(lens_out * ratio), 1) + lens_out) / 2))
     else:
         return f"dataset {row.get('dataset')!r} without fixed lengths"
     opts = {"engine": ENGINE_MODELS[row["engine"]], "num_gpus": int(row.get("tp", 1)), "prompt_tokens": prompt,
