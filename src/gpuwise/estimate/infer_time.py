@@ -14,6 +14,8 @@ contiguous blocks that one token visits in turn (no speed-up for one sequence) a
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
@@ -119,12 +121,10 @@ def _active_experts(spec: ModelSpec, rows: int, ep: int = 1) -> float | None:
     n = max(1, e // ep)
     if p >= 1.0:
         return float(n)
-    pmf = [(1 - p) ** n]
-    for x in range(1, n + 1):  # Binomial(n, p) pmf by the ratio of consecutive terms
-        pmf.append(pmf[-1] * (n - x + 1) / x * p / (1 - p))
+    lp, lq, lfn = math.log(p), math.log1p(-p), math.lgamma(n + 1)
     expected, cdf = 0.0, 0.0
-    for x in range(1, n + 1):
-        cdf += pmf[x - 1]
+    for x in range(n):  # Binomial(n, p) pmf in logs: (1 - p)^n underflows for large batches and EP groups
+        cdf += math.exp(lfn - math.lgamma(x + 1) - math.lgamma(n - x + 1) + x * lp + (n - x) * lq)
         expected += 1 - min(1.0, cdf) ** ep
     return expected
 

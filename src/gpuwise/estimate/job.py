@@ -168,13 +168,6 @@ class TrainJob:
     """Megatron --fp8-dot-product-attention (Transformer Engine's fp8 fused attention, NVTE_FP8_DPA): under fp8
     attention reads and writes fp8 q, k, v and output, which it saves (1 B each). Time stays at the 16-bit
     attention rate: no fp8 attention kernel curve is in the catalog yet."""
-    fp8_weight_cache: bool = False
-    """fp8 weights (and their transposes) are made once per optimizer step and reused by every micro-batch:
-    Megatron-Core passes is_first_microbatch to Transformer Engine's layers, which quantize each weight on the first
-    micro-batch and cache it, and fp8 parameters (--fp8-param-gather) are quantized once, at the optimizer step
-    (--disable-parameter-transpose-cache, which gpuwise takes with fp8 parameters only, rebuilds the transposes in
-    each backward: `fp8_transpose_cache`). torchao's float8 (torchtitan) quantizes them in every forward and
-    backward. Set from the framework, not an option."""
     fp8_transpose_cache: bool = True
     """Transformer Engine keeps a transposed fp8 copy beside each fp8 weight: Hopper's fp8 tensor cores take only
     K-major (TN) operands. False on Blackwell, whose fp8 GEMMs take either layout (TE's non_tn_fp8_gemm_supported):
@@ -247,6 +240,16 @@ class TrainJob:
         return self.finetune != "full"
 
     @property
+    def fp8_weight_cache(self) -> bool:
+        """fp8 weights (and their transposes) are made once per optimizer step and reused by every micro-batch:
+        Megatron-Core passes is_first_microbatch to Transformer Engine's layers, which quantize each weight on the
+        first micro-batch and cache it, and fp8 parameters (--fp8-param-gather) are quantized once, at the optimizer
+        step (--disable-parameter-transpose-cache, which gpuwise takes with fp8 parameters only, rebuilds the
+        transposes in each backward: `fp8_transpose_cache`). torchao's float8 (torchtitan) quantizes them in every
+        forward and backward."""
+        return self.framework == "megatron"
+
+    @property
     def te_fp8(self) -> bool:
         """fp8 training as Transformer Engine does it (cached fp8 weights, fp8 saved linear inputs); torchao's float8
         (torchtitan, FSDP2, torchtune) keeps bf16 weights and saves bf16 inputs."""
@@ -288,7 +291,13 @@ def fp8_transpose_cached(architecture: str | None, *, disabled: bool = False) ->
     """Whether Transformer Engine keeps a transposed fp8 copy of each fp8 weight on this GPU (`TrainJob.
     fp8_transpose_cache`): not on Blackwell (fp8 GEMMs in either layout), nor where Megatron's
     --disable-parameter-transpose-cache builds it in the backward instead."""
-    return not disabled and not (architecture or "").startswith("Blackwell")
+    return not disabled and fp8_gemm_needs_transpose(architecture)
+
+
+def fp8_gemm_needs_transpose(architecture: str | None) -> bool:
+    """Hopper's fp8 tensor cores take only K-major (TN) operands, so the backward needs each weight transposed;
+    Blackwell's fp8 GEMMs take either layout (Transformer Engine's non_tn_fp8_gemm_supported)."""
+    return not (architecture or "").startswith("Blackwell")
 
 
 def job_default(name: str) -> object:

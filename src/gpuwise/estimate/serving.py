@@ -183,6 +183,7 @@ class Speculation:
         a, k = self.acceptance_rate, self.num_tokens
         return (1 - a ** (k + 1)) / (1 - a)
 
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Frontend:
     """The server process between the benchmark client and the engine (vLLM's API server, SGLang's tokenizer

@@ -38,7 +38,7 @@ from ..model.spec import SLIDING, ModelSpec
 from ..units import GB
 from .comm import Topology
 from .flops import gemm_dtype
-from .job import TrainJob, pipeline_keeps_unsharded
+from .job import TrainJob, fp8_gemm_needs_transpose, pipeline_keeps_unsharded
 from .kernels import attention_s, matmul_s, memory_s
 from .layer_ops import block_ops, block_signature, head_gemm, keys_per_query, unfused_attention
 from .layout import Layout
@@ -238,12 +238,6 @@ def _time_block(profile: DeviceProfile, spec: ModelSpec, layer: int, tokens: int
     return _BlockTime(forward, backward, rec, attn_f, attn_b, fwd_gemm, bwd_gemm, weight_cast)
 
 
-def _blackwell(profile: DeviceProfile) -> bool:
-    """Blackwell's fp8 GEMMs take either operand layout: no transposed weight to rebuild (`TrainJob.fp8_transpose_cache`
-    is False there for memory, while its quantized copies are cached like Hopper's transposes)."""
-    return (profile.gpu.architecture or "").startswith("Blackwell")
-
-
 def _exposed(comm: float, window: float) -> float:
     """Time a collective adds to compute it overlaps: what exceeds the window, or, when it hides, the slowdown its
     NCCL kernels cause by taking SMs and memory bandwidth from the compute they run beside (OVERLAP_SLOWDOWN)."""
@@ -345,7 +339,8 @@ def step_time(spec: ModelSpec, layout: Layout, job: TrainJob, *, profile: Device
                              attention=attention, compile=job.compile, etp=layout.expert_tp,
                              whole_sequence=cp_type == "a2a", sdpa_flash=job.sdpa_runs_flash,
                              weight_cached=job.fp8_weight_cache,
-                             transpose_cached=job.fp8_transpose_cache or _blackwell(profile))
+                             transpose_cached=job.fp8_transpose_cache
+                             or not fp8_gemm_needs_transpose(profile.gpu.architecture))
             parts["forward"] += reps * bt.forward
             weight_casts[stage] = weight_casts.get(stage, 0.0) + reps * bt.weight_cast
             parts["backward"] += reps * bt.backward

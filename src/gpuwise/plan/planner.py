@@ -175,7 +175,7 @@ class PlanRequest:
         return TrainJob(framework=self.framework, precision=self.precision, optimizer=self.optimizer, seq=self.seq,
                         recompute=framework_mode(recompute, self.framework), offload=frozenset(offload),
                         fp8_transpose_cache=fp8_transpose_cached(self.gpu.architecture),
-                        fp8_weight_cache=self.framework == "megatron", sdpa_backend=self.sdpa_backend)
+                        sdpa_backend=self.sdpa_backend)
 
 
 @dataclass(frozen=True, slots=True)

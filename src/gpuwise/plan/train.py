@@ -228,8 +228,7 @@ class TrainRequest:
                        activation_func_fp8_input_store=self.activation_func_fp8_input_store,
                        fp8_dot_product_attention=self.fp8_dot_product_attention,
                        fp8_transpose_cache=fp8_transpose_cached(self.gpu.architecture,
-                                                                disabled=self.disable_parameter_transpose_cache),
-                       fp8_weight_cache=framework == "megatron")
+                                                                disabled=self.disable_parameter_transpose_cache))
         for name in MEGATRON_OPTIONS:
             problem = megatron_option_problem(name, framework, self.precision, self.fp8_param_gather)
             if getattr(self, name) and problem:
