@@ -111,6 +111,9 @@ def run() -> tuple[list[Scored], list[tuple[str, str, str]]]:
         if row["model"].startswith("custom:") or row["gpu"].startswith("custom:"):
             unscored.append((row["category"], row["name"], "model or GPU not in the catalog yet"))
             continue
+        if row.get("not_modelled"):  # a framework gpuwise has no model of (listed with the reason, never hidden)
+            unscored.append((row["category"], row["name"], row["not_modelled"]))
+            continue
         try:
             scored.append(score(row))
         except (GpuwiseError, KeyError) as exc:

@@ -34,6 +34,23 @@ def test_fp8_parameters_store_a_frozen_base_in_one_byte_plus_hoppers_transpose()
     assert no_cache == pytest.approx(fp8_b200)
 
 
+def test_rocm_no_fp8_weight_transpose_cache_keeps_the_fp8_weight_and_drops_its_transpose():
+    """ROCm Megatron-LM's --no-fp8-weight-transpose-cache (TE for ROCm's keep_fp8_weight_transpose_cache=False):
+    without fp8 parameters the 1 B fp8 weight copy stays cached, the 1 B transpose goes, and each backward
+    builds the transpose again."""
+    from gpuwise.model.params import tensor_inventory
+
+    spec = load_model("llama-3.1-8b").spec
+    matrices = sum(t.numel for t in tensor_inventory(spec)
+                   if t.is_matrix and t.role not in ("token_embd", "pos_embd", "output"))
+    kw = dict(num_gpus=8, seq=4096, global_batch=16, micro_batch=1, precision="fp8", framework="megatron", tp=1,
+              fsdp="full")
+    cached = gpuwise.train("llama-3.1-8b", gpu="mi325x", **kw)
+    rocm = gpuwise.train("llama-3.1-8b", gpu="mi325x", no_fp8_weight_transpose_cache=True, **kw)
+    assert cached.memory.params - rocm.memory.params == pytest.approx(matrices)
+    assert rocm.perf.step.breakdown["backward"] > cached.perf.step.breakdown["backward"]
+
+
 def test_full_fp8_training_on_blackwell_caches_no_transpose():
     kw = dict(num_gpus=8, seq=4096, global_batch=8, micro_batch=1, precision="fp8", framework="megatron", tp=1)
     h100 = gpuwise.train("llama-3.1-8b", gpu="h100-sxm", **kw).memory.params
@@ -68,6 +85,8 @@ def test_the_stores_reach_the_memory_answer_and_its_caches():
     ("fp8_dot_product_attention", dict(precision="bf16", framework="megatron"), "needs --precision fp8"),
     ("fp8_dot_product_attention", dict(precision="fp8", framework="torchtitan"), "needs --framework megatron"),
     ("disable_parameter_transpose_cache", dict(precision="fp8", framework="megatron"), "add --fp8-param-gather"),
+    ("no_fp8_weight_transpose_cache", dict(precision="bf16", framework="megatron"), "needs --precision fp8"),
+    ("no_fp8_weight_transpose_cache", dict(precision="fp8", framework="torchtitan"), "needs --framework megatron"),
 ])
 def test_megatron_options_say_what_they_need(flag, other, why):
     with pytest.raises(InvalidArgument, match=why):

@@ -42,7 +42,7 @@ LIMITS = {"num_gpus": 1 << 20, "seq": 1 << 24, "micro_batch": 1 << 24, "tp": 1 <
 
 
 MEGATRON_OPTIONS = ("activation_func_fp8_input_store", "fp8_dot_product_attention",
-                    "disable_parameter_transpose_cache")
+                    "disable_parameter_transpose_cache", "no_fp8_weight_transpose_cache")
 """Megatron-LM options gpuwise models; each needs Megatron, and some its fp8 training (`megatron_option_problem`)."""
 
 
@@ -128,6 +128,11 @@ class TrainRequest:
     disable_parameter_transpose_cache: bool = False
     """Megatron's --disable-parameter-transpose-cache (TransformerConfig disable_parameter_transpose_cache): fp8
     weights keep no cached transpose; it is built in each backward (Blackwell needs none either way)."""
+    no_fp8_weight_transpose_cache: bool = False
+    """ROCm Megatron-LM and Primus's --no-fp8-weight-transpose-cache (Transformer Engine for ROCm's
+    keep_fp8_weight_transpose_cache=False; ROCm/Megatron-LM examples/llama/train_llama3.sh sets it with
+    FP8_WEIGHT_TRANSPOSE_CACHE=0 under FSDP): the fp8 weight stays cached across micro-batches, its transpose is
+    built in each backward instead of kept."""
     grad_reduce_in_fp32: bool = job_default("grad_reduce_in_fp32")
     optimizer_in_backward: bool = job_default("optimizer_in_backward")
     optimizer_impl: OptimizerImpl | None = None
@@ -228,7 +233,8 @@ class TrainRequest:
                        activation_func_fp8_input_store=self.activation_func_fp8_input_store,
                        fp8_dot_product_attention=self.fp8_dot_product_attention,
                        fp8_transpose_cache=fp8_transpose_cached(self.gpu.architecture,
-                                                                disabled=self.disable_parameter_transpose_cache))
+                                                                disabled=self.disable_parameter_transpose_cache
+                                                                or self.no_fp8_weight_transpose_cache))
         for name in MEGATRON_OPTIONS:
             problem = megatron_option_problem(name, framework, self.precision, self.fp8_param_gather)
             if getattr(self, name) and problem:
