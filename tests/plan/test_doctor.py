@@ -176,3 +176,20 @@ def test_an_untimed_model_gets_remedies_by_memory_with_speed_unknown(capsys):
     assert doc["tpot_s"] is None and doc["remedies"][0]["time_s"] is None
     assert main(["doctor", "qwen3.5-27b", "--gpu", "rtx-4090", "--task", "infer"]) == 0
     assert "unknown" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("gpu", "flags"), [
+    ("mi325x", {"no_fp8_weight_transpose_cache": True}),
+    ("h100-sxm", {"fp8_param_gather": True, "disable_parameter_transpose_cache": True}),
+])
+def test_megatron_fp8_is_offered_its_transpose_cache_back(gpu, flags):
+    """Transformer Engine's cached fp8 transposes are a remedy of their own (ROCm Megatron-LM's flag on AMD,
+    fp8 parameters without the cache on NVIDIA), priced as `gpuwise train` prices the job with the flags."""
+    job = dict(num_gpus=16, seq=4096, global_batch=640, micro_batch=10, fsdp="full", precision="fp8",
+               framework="megatron", recompute="full")
+    d = doctor("llama-2-70b", gpu=gpu, **job)
+    x = next(r for r in d.remedies if r.name == "fp8-cache")
+    assert x.options == flags
+    r = gpuwise.train("llama-2-70b", gpu=gpu, **job, **flags)
+    assert x.memory_bytes == pytest.approx(r.memory.total)
+    assert r.memory.total < d.base.memory.total

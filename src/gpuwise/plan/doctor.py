@@ -31,10 +31,15 @@ HEADROOM_NOTE = FRAGMENTATION_RISK  # GMLake (ASPLOS 2024): 15% average fragment
 SAME_TIME = 0.02
 """Step times within 2% of each other count as a tie: far below the speed model's own error (14-19% median on the
 held-out runs, docs/validation.md), so the tie goes to the more common remedy rather than to noise."""
-COMMONNESS = ("micro_batch", "recompute", "fsdp", "zero", "optimizer", "offload")
+COMMONNESS = ("micro_batch", "recompute", "fsdp", "zero", "optimizer", "fp8_transpose_cache", "offload")
 """Same-job knobs from the most to the least used: gradient accumulation and activation checkpointing are on in the
 default recipes of torchtitan, Megatron-LM, PEFT/TRL and torchtune; FSDP/ZeRO sharding next; an 8-bit optimizer
-(bitsandbytes) is a fine-tuning habit rarely seen in pre-training recipes; CPU offload is the last resort."""
+(bitsandbytes) is a fine-tuning habit rarely seen in pre-training recipes; dropping Transformer Engine's fp8
+transpose cache is a memory flag of AMD's and NVIDIA's own recipes for large models; CPU offload is the last
+resort."""
+KNOB_OF = {"no_fp8_weight_transpose_cache": "fp8_transpose_cache", "disable_parameter_transpose_cache":
+           "fp8_transpose_cache", "fp8_param_gather": "fp8_transpose_cache"}
+"""Options that together make one knob of COMMONNESS."""
 
 
 Task = Literal["train", "infer"]
@@ -209,6 +214,9 @@ def _single_changes(req: TrainRequest, base: TrainResult, remedy):
                      note="changes numerics: validate loss curves")
     if req.optimizer == "adamw" and req.finetune == "full":
         yield remedy("optimizer", "AdamW -> 8-bit AdamW (bitsandbytes)", optimizer="adamw-8bit")
+    fp8_cache = _fp8_transpose_drop(req)
+    if fp8_cache is not None:
+        yield remedy("fp8-cache", fp8_cache.pop("_label"), **fp8_cache)
     for sharding in _stronger_shardings(req, lay):
         yield remedy("sharding", sharding.pop("_label"), **sharding)
     yield from _offloads(req, base, remedy)
@@ -233,12 +241,27 @@ def _single_changes(req: TrainRequest, base: TrainResult, remedy):
     yield from _bigger_gpu(req, remedy)
 
 
+def _fp8_transpose_drop(req: TrainRequest) -> dict | None:
+    """Transformer Engine caches each fp8 weight's transpose (1 B per block-matrix element) on GPUs whose fp8 GEMMs
+    need K-major operands; ROCm Megatron-LM can rebuild it in each backward (--no-fp8-weight-transpose-cache),
+    Megatron-LM with fp8 parameters too (--fp8-param-gather --disable-parameter-transpose-cache)."""
+    job = req.job
+    if not (job.te_fp8 and job.framework == "megatron" and job.fp8_transpose_cache):
+        return None
+    if req.gpu.vendor == "amd":
+        return dict(no_fp8_weight_transpose_cache=True, _label="fp8 weight transposes rebuilt in each backward "
+                    "(ROCm Megatron-LM --no-fp8-weight-transpose-cache)")
+    return dict(fp8_param_gather=True, disable_parameter_transpose_cache=True, _label="fp8 parameters, transposes "
+                "rebuilt in each backward (--fp8-param-gather --disable-parameter-transpose-cache)")
+
+
 def _changed(req: TrainRequest, **options) -> TrainRequest:
     """`req` with a remedy's changes, leaving behind the Megatron options the changed job cannot take (a remedy that
     moves to another framework, leaves it to be chosen, or changes the precision)."""
     changed = replace(req, **{k: False for k in MEGATRON_OPTIONS}, **{k: v for k, v in options.items()
                                                                          if k not in MEGATRON_OPTIONS})
-    keep = {k: getattr(req, k) for k in MEGATRON_OPTIONS if getattr(req, k) and not megatron_option_problem(
+    wanted = {k: getattr(req, k) for k in MEGATRON_OPTIONS} | {k: v for k, v in options.items() if k in MEGATRON_OPTIONS}
+    keep = {k: True for k, on in wanted.items() if on and not megatron_option_problem(
         k, changed.framework, changed.precision, changed.fp8_param_gather)}
     return replace(changed, **keep) if keep else changed
 
@@ -340,7 +363,8 @@ def _combination(req: TrainRequest, base: TrainResult, remedy) -> tuple[Remedy |
 
 def _rarity(options: dict) -> int:
     """How uncommon a mix of knobs is: the sum of each changed knob's place in COMMONNESS (1 = most common)."""
-    return sum(COMMONNESS.index(k) + 1 for k in options if k in COMMONNESS)
+    knobs = {KNOB_OF.get(k, k) for k in options}
+    return sum(COMMONNESS.index(k) + 1 for k in knobs if k in COMMONNESS)
 
 
 def _fastest(found: list[Remedy]) -> Remedy:
@@ -371,11 +395,15 @@ def _knob_search(req: TrainRequest, base: TrainResult, remedy, hardware: dict, c
     offloads = [req.offload]
     if "optimizer" not in req.offload and req.optimizer != "none":
         offloads.append(req.offload + ("optimizer",))
+    drop = _fp8_transpose_drop(req)
+    fp8_caches = [dict()] + ([{k: v for k, v in drop.items() if k != "_label"}] if drop else [])
     found = []
-    for mb, rc, sh, opt, off in itertools.product(reversed(mbs), rcs, shardings, optimizers, offloads):
+    for mb, rc, sh, opt, off, fc in itertools.product(reversed(mbs), rcs, shardings, optimizers, offloads,
+                                                      fp8_caches):
         changes = {k: v for k, v in dict(micro_batch=mb, recompute=rc, optimizer=opt, offload=off).items()
                    if (req.job.recompute if k == "recompute" else getattr(req, k)) != v}
         changes.update(sh)
+        changes.update(fc)
         if not changes and not hardware:
             continue
         r = remedy("combination", _describe(original, {**hardware, **changes}), changes_job, **{**hardware, **changes})
@@ -402,6 +430,8 @@ def _describe(req: TrainRequest, changes: dict) -> str:
         elif k in ("zero", "fsdp", "framework"):
             if v is not None:
                 words.append(f"{k} {v}")
+        elif v is True:  # a flag turned on
+            words.append("--" + k.replace("_", "-"))
         else:
             words.append(f"{k.replace('_', '-')} {current(k)} -> {v}")
     return "; ".join(words)
