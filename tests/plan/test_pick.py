@@ -193,3 +193,28 @@ def test_serve_bad_options_are_one_line(capsys, argv, needle):
         code = exc.code
     out, err = capsys.readouterr()
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and needle in err, err
+
+
+def test_serve_search_skips_only_what_cannot_rank():
+    """The best-first search on cost floors gives the ranking of a full search (top large enough that nothing is
+    skipped), and the candidates it skips carry the cost rule with a floor above the last ranked cost."""
+    from gpuwise.catalog.gpus import get_gpu
+    from gpuwise.catalog.models import load_model
+    from gpuwise.plan.pick import pick
+    from gpuwise.plan.pick_request import PickRequest
+
+    gpus = tuple(get_gpu(g) for g in ("h100-sxm", "l4", "a10g", "rtx-4090", "a100-sxm-80gb", "l40s"))
+    kw = dict(model=load_model("llama-3.1-8b"), task="serve", gpus=gpus, mig=False, max_gpus=4, request_rate=8.0,
+              prompt_tokens=1000, output_tokens=200, slo_ttft_ms=2000, slo_tpot_ms=60)
+    full = pick(PickRequest(**kw, top=1000))
+    short = pick(PickRequest(**kw, top=3))
+    assert not any(c.rule == "cost" for c in full.rejected)
+    skipped = [c for c in short.rejected if c.rule == "cost"]
+    assert skipped  # the bound did prune something, so the comparison below is not vacuous
+    assert [(c.gpu.id, c.count, c.usd_per_hour) for c in short.ranked] == \
+           [(c.gpu.id, c.count, c.usd_per_hour) for c in full.ranked[:3]]
+    worst_ranked = short.ranked[-1].usd_per_hour
+    for c in skipped:
+        assert "not searched further" in c.reason and c.reason.startswith("at least $")
+        floor = float(c.reason.split("$")[1].split("/h")[0].replace(",", ""))
+        assert floor > worst_ranked

@@ -17,6 +17,7 @@ The rest are ranked by cost per million tokens (objective cost; unknown prices l
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import replace
 
@@ -69,6 +70,8 @@ def _counts(req: PickRequest, gpu: GPU) -> list[int]:
 
 def pick(req: PickRequest) -> PickResult:
     t0 = time.perf_counter()
+    if req.task == "serve":
+        return _finish(req, *_pick_serve(req), t0)
     candidates: list[Candidate] = []
     errors: list[GpuwiseError] = []
     evaluated = 0
@@ -76,34 +79,114 @@ def pick(req: PickRequest) -> PickResult:
         price, source = _price(req, gpu)
         missing = speed_figures_missing(gpu)
         if missing:  # nothing to rank it by: said, not left out
-            candidates.append(Candidate(gpu=gpu, count=1, fits=False, memory_bytes=None, tokens_per_s=None,
-                                        usd_per_hour=price, usd_per_million_tokens=None, kwh_per_million_tokens=None,
-                                        setup="", interconnect="", price_source=source, rule="unknown",
-                                        reason=f"its {missing} not in the catalog: no speed to rank it by"))
+            candidates.append(_unknown(gpu, price, source, f"its {missing} not in the catalog: no speed to rank it by"))
             continue
         kind: list[Candidate] = []
         kind_errors: list[GpuwiseError] = []
-        cheapest: float | None = None  # serve: the lowest $/h of an accepted deployment of this kind so far
         for n in _counts(req, gpu):
-            if req.task == "serve" and cheapest is not None and price is not None and n * price >= cheapest:
-                break  # a deployment of n-GPU replicas costs at least n x price: it cannot beat this kind's best
             c = _evaluate(req, gpu, n, price, source)
             if isinstance(c, GpuwiseError):
                 kind_errors.append(c)
                 continue
             if c is not None:
                 kind.append(c)
-                if req.task == "serve" and c.tokens_per_s and c.usd_per_hour is not None and (
-                        req.budget_usd_per_hour is None or c.usd_per_hour <= req.budget_usd_per_hour):
-                    cheapest = c.usd_per_hour if cheapest is None else min(cheapest, c.usd_per_hour)
         errors += kind_errors
         if not kind and kind_errors:  # no count of this kind could be costed: said, with the model's reason
-            candidates.append(Candidate(gpu=gpu, count=1, fits=False, memory_bytes=None, tokens_per_s=None,
-                                        usd_per_hour=price, usd_per_million_tokens=None, kwh_per_million_tokens=None,
-                                        setup="", interconnect="", price_source=source, rule="unknown",
-                                        reason=f"not costed: {kind_errors[0]}"))
+            candidates.append(_unknown(gpu, price, source, f"not costed: {kind_errors[0]}"))
         evaluated += len(kind)
-        candidates.extend(_judge_serve(req, kind) if req.task == "serve" else _judge(req, kind))
+        candidates.extend(_judge(req, kind))
+    return _finish(req, candidates, errors, evaluated, t0)
+
+
+def _unknown(gpu: GPU, price: float | None, source: str, reason: str) -> Candidate:
+    return Candidate(gpu=gpu, count=1, fits=False, memory_bytes=None, tokens_per_s=None, usd_per_hour=price,
+                     usd_per_million_tokens=None, kwh_per_million_tokens=None, setup="", interconnect="",
+                     price_source=source, rule="unknown", reason=reason)
+
+
+def _pick_serve(req: PickRequest) -> tuple[list[Candidate], list[GpuwiseError], int]:
+    """--task serve as a best-first search on what each deployment costs at least: a kind and replica size of n
+    GPUs costs at least n x its price per hour; after its first simulation (the memory check and one replica's
+    saturation rate) at least its replicas at their saturation rate, each n GPUs; the rate search within the targets
+    (about eight simulations) gives the cost itself. The candidate with the lowest floor is always taken next; once
+    `top` deployments are accepted, the ones whose floor is above the top-th best's cost cannot enter the ranking
+    and are rejected by the cost rule, with that floor, unsimulated. The ranking is the one a full search gives."""
+    import heapq
+
+    from .pick_setups import ServeProbe, serve_probe, serve_search
+
+    candidates: list[Candidate] = []
+    errors: list[GpuwiseError] = []
+    heap: list[tuple[float, str, int, int, object]] = []  # (floor, gpu id, count, stage, item): stable order
+
+    kinds: dict[str, list] = {}  # gpu id -> [gpu, price, source, costed, errors, pruned]
+    for gpu in _kinds(req):
+        price, source = _price(req, gpu)
+        missing = speed_figures_missing(gpu)
+        if missing:  # nothing to rank it by: said, not left out
+            candidates.append(_unknown(gpu, price, source, f"its {missing} not in the catalog: no speed to rank it by"))
+            continue
+        kinds[gpu.id] = [gpu, price, source, 0, [], 0]
+        for n in _counts(req, gpu):
+            heapq.heappush(heap, (price * n if price is not None else math.inf, gpu.id, n, 0, (gpu.id, n)))
+    rate = req.request_rate
+    bounded = req.objective == "cost"
+    best: list[float] = []  # $/h of the accepted deployments so far, cheapest first
+    evaluated = 0
+    while heap:
+        floor, _, _, _, item = heapq.heappop(heap)
+        if bounded and len(best) >= req.top and floor > best[req.top - 1]:
+            candidates.append(_over_budget_floor(req, item, floor, best[req.top - 1], kinds))
+            continue
+        if isinstance(item, ServeProbe):
+            c = _judge_serve(req, [serve_search(req, item)])[0]
+            candidates.append(c)
+            if c.rule is None and c.usd_per_hour is not None:
+                best.append(c.usd_per_hour)
+                best.sort()
+            continue
+        kind = kinds[item[0]]
+        gpu, price, source = kind[0], kind[1], kind[2]
+        try:
+            p = serve_probe(req, gpu, item[1], price, source)
+        except GpuwiseError as exc:
+            kind[4].append(exc)
+            continue
+        kind[3] += 1
+        evaluated += 1
+        if isinstance(p, Candidate):
+            candidates.extend(_judge_serve(req, [p]))
+        else:
+            key = p.floor_usd_per_hour(rate)
+            heapq.heappush(heap, (key if key is not None else math.inf, gpu.id, item[1], 1, p))
+    for gpu, price, source, costed, kind_errors, pruned in kinds.values():
+        errors += kind_errors
+        if not costed and not pruned and kind_errors:  # no count of this kind could be costed: said, with the reason
+            candidates.append(_unknown(gpu, price, source, f"not costed: {kind_errors[0]}"))
+    return candidates, errors, evaluated
+
+
+def _over_budget_floor(req: PickRequest, item, floor: float, kth: float, kinds: dict) -> Candidate:
+    """The cost rule: a deployment whose floor is above the top-th best's cost, with what that floor rests on."""
+    from .pick_setups import ServeProbe
+
+    if isinstance(item, ServeProbe):
+        gpu, n, source, memory, setup = item.gpu, item.n, item.source, item.ks.mem.estimate.memory.total, item.setup
+        why = f"with every replica at its saturation rate ({item.saturation:.3g} requests/s)"
+    else:
+        kind = kinds[item[0]]
+        kind[5] += 1
+        gpu, n, source, memory, setup = kind[0], item[1], kind[2], None, ""
+        why = "for a single replica"
+    head = (f"price unknown: ranked after the {req.top} priced deployments found" if floor == math.inf else
+            f"at least ${floor:,.2f}/h {why}, above the #{req.top} deployment's ${kth:,.2f}/h")
+    return Candidate(gpu=gpu, count=n, fits=True, memory_bytes=memory, tokens_per_s=None, usd_per_hour=None,
+                     usd_per_million_tokens=None, kwh_per_million_tokens=None, setup=setup, interconnect="",
+                     price_source=source, rule="cost", reason=f"{head}: not searched further")
+
+
+def _finish(req: PickRequest, candidates: list[Candidate], errors: list[GpuwiseError], evaluated: int,
+            t0: float) -> PickResult:
     if not evaluated and errors and all(type(e) is type(errors[0]) and str(e) == str(errors[0]) for e in errors):
         raise errors[0]  # the request itself, not a GPU: no GPU could take it, for the same reason
     accepted = [c for c in candidates if c.rule is None]

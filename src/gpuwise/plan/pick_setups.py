@@ -7,6 +7,8 @@ data parallel, the fastest recompute mode and micro-batch that fit.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ..catalog.gpus import GPU
 from ..errors import GpuwiseError, InvalidArgument
 from ..estimate.comm import topology
@@ -167,11 +169,39 @@ SERVE_BISECTIONS = 6
 """Most trials of the rate search (regula falsi on latency / target, stopped when the bracket is within 3%)."""
 
 
+@dataclass(frozen=True)
+class ServeProbe:
+    """A serving candidate after its first simulation (one replica's saturation rate), before the rate search:
+    enough to bound what the deployment costs (`floor_usd_per_hour`)."""
+    gpu: GPU
+    n: int
+    price: float | None
+    source: str
+    ireq: object
+    ks: object
+    cost: object
+    load: object
+    setup: str
+    saturation: float
+    """Requests/s one replica finishes with every request queued at once (no latency target)."""
+
+    def floor_usd_per_hour(self, rate: float) -> float | None:
+        """The least this deployment can cost: the replicas the rate needs at the saturation rate, each n GPUs."""
+        import math
+
+        return None if self.price is None else self.price * self.n * math.ceil(rate / self.saturation)
+
+
 def _serve(req: PickRequest, gpu: GPU, n: int, price: float | None, source: str) -> Candidate:
     """Replicas of `n` GPUs (tensor parallel; llama.cpp on one GPU): the highest rate one replica sustains within
     the SLOs at the percentile (simulated), then as many replicas as the requested rate needs."""
-    import math
+    probe = serve_probe(req, gpu, n, price, source)
+    return probe if isinstance(probe, Candidate) else serve_search(req, probe)
 
+
+def serve_probe(req: PickRequest, gpu: GPU, n: int, price: float | None, source: str) -> Candidate | ServeProbe:
+    """The candidate's memory check and one replica's saturation rate; a Candidate when that already decides it
+    (does not fit, or needs more than SERVE_MAX_REPLICAS replicas)."""
     from ..estimate.serving import Workload, simulate
     from .infer import InferRequest, kernel_setup, serving_model
 
@@ -189,6 +219,28 @@ def _serve(req: PickRequest, gpu: GPU, n: int, price: float | None, source: str)
                          interconnect="", price_source=source)
     cost, load, _, _ = serving_model(ireq, ks)
     wl, lim = load.workload, load.limits
+    saturation = simulate(cost, Workload(prompt_tokens=wl.prompt_tokens, output_tokens=wl.output_tokens,
+                                         request_rate=float("inf")), lim).request_throughput
+    if req.request_rate / saturation > SERVE_MAX_REPLICAS:
+        return Candidate(gpu=gpu, count=n, fits=True, memory_bytes=ks.mem.estimate.memory.total, tokens_per_s=None,
+                         usd_per_hour=None, usd_per_million_tokens=None, kwh_per_million_tokens=None, setup=setup,
+                         interconnect="", price_source=source, rule="scale", reason=(
+                             f"one replica saturates at {saturation:.3g} requests/s: {req.request_rate:g}/s would "
+                             f"need more than {SERVE_MAX_REPLICAS} replicas"))
+    return ServeProbe(gpu, n, price, source, ireq, ks, cost, load, setup, saturation)
+
+
+def serve_search(req: PickRequest, probe: ServeProbe) -> Candidate:
+    """The highest rate one replica sustains within the SLOs at the percentile (simulated), then as many replicas as
+    the requested rate needs."""
+    import math
+
+    from ..estimate.serving import Workload, simulate
+
+    gpu, n, price, source, ks, cost, setup = probe.gpu, probe.n, probe.price, probe.source, probe.ks, probe.cost, \
+        probe.setup
+    wl, lim = probe.load.workload, probe.load.limits
+    saturation = probe.saturation
     pct = req.slo_percentile
 
     def trial(rate: float):
@@ -204,13 +256,6 @@ def _serve(req: PickRequest, gpu: GPU, n: int, price: float | None, source: str)
     def meets(res) -> bool:
         return ratio(res) <= 1.0
 
-    saturation = trial(math.inf).request_throughput
-    if req.request_rate / saturation > SERVE_MAX_REPLICAS:
-        return Candidate(gpu=gpu, count=n, fits=True, memory_bytes=ks.mem.estimate.memory.total, tokens_per_s=None,
-                         usd_per_hour=None, usd_per_million_tokens=None, kwh_per_million_tokens=None, setup=setup,
-                         interconnect="", price_source=source, rule="scale", reason=(
-                             f"one replica saturates at {saturation:.3g} requests/s: {req.request_rate:g}/s would "
-                             f"need more than {SERVE_MAX_REPLICAS} replicas"))
     # the latency floor: one request alone (no queue, no batch)
     low = simulate(cost, Workload(prompt_tokens=wl.prompt_tokens[:1], output_tokens=wl.output_tokens[:1]), lim)
     if not meets(low):
