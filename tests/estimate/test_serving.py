@@ -133,3 +133,26 @@ def test_speculative_decoding_trades_rows_for_tokens():
     assert useless.tpot_s.mean >= base.tpot_s.mean  # nothing accepted: the drafts only cost
     assert good.tpot_s.mean < 0.6 * base.tpot_s.mean  # ~2.95 tokens a step at a memory-bound batch of one
     assert good.completed == base.completed == 4
+
+
+@pytest.mark.parametrize(("cost", "limits", "prompts", "outs"), [
+    (_cost(), LIMITS, (500,), (100,)),
+    (_cost(per_row_s=80e-6, fixed_s=2e-3), LIMITS, (200, 1500, 800), (50, 400, 10)),
+    (_cost(kv_s=1e-7), EngineLimits(max_num_seqs=1024, max_num_batched_tokens=8192, kv_capacity_tokens=30_000),
+     (900, 300), (300, 120)),  # a small pool: few requests decode at once
+    (_cost(overhead_s=5e-3), EngineLimits(max_num_seqs=16, max_num_batched_tokens=512, kv_capacity_tokens=1_000_000),
+     (4000,), (20,)),  # long prompts, chunked prefill dominates
+    (_cost(), EngineLimits(max_num_seqs=64, max_num_batched_tokens=2048, kv_capacity_tokens=200_000,
+                           reserve_full_length=True), (1000,), (1000,)),
+])
+def test_no_simulated_saturation_exceeds_the_analytic_ceiling(cost, limits, prompts, outs):
+    """`saturation_ceiling` is an upper bound `gpuwise pick --task serve` uses to reject, without simulating, a
+    replica that would need more than 64 copies: the simulated engine with every request queued at once never
+    finishes more requests per second."""
+    from gpuwise.estimate.serving import saturation_ceiling
+
+    n = 240
+    wl = Workload(prompt_tokens=tuple(prompts[i % len(prompts)] for i in range(n)),
+                  output_tokens=tuple(outs[i % len(outs)] for i in range(n)), request_rate=math.inf)
+    ceiling = saturation_ceiling(cost, wl, limits)
+    assert simulate(cost, wl, limits).request_throughput <= ceiling

@@ -218,3 +218,23 @@ def test_serve_search_skips_only_what_cannot_rank():
         assert "not searched further" in c.reason and c.reason.startswith("at least $")
         floor = float(c.reason.split("$")[1].split("/h")[0].replace(",", ""))
         assert floor > worst_ranked
+
+
+@pytest.mark.parametrize(("model", "gpu", "n"), [("llama-3.1-8b", "l4", 1), ("llama-3.1-8b", "h100-sxm", 1),
+                                                 ("llama-3.1-70b", "a100-sxm-80gb", 4), ("qwen3-30b-a3b", "h100-sxm", 2)])
+def test_serve_probe_saturation_stays_under_the_ceiling_it_screens_with(model, gpu, n):
+    """The scale rule's screen (no simulation) may only reject what the simulation would: a real engine model's
+    simulated saturation is below the analytic ceiling."""
+    from gpuwise.catalog.gpus import get_gpu
+    from gpuwise.catalog.models import load_model
+    from gpuwise.estimate.serving import Workload, saturation_ceiling
+    from gpuwise.plan.pick_request import PickRequest
+    from gpuwise.plan.pick_setups import ServeProbe, serve_probe
+
+    req = PickRequest(model=load_model(model), task="serve", gpus=(get_gpu(gpu),), request_rate=1.0,
+                      prompt_tokens=2000, output_tokens=300, slo_ttft_ms=1000, slo_tpot_ms=50)
+    p = serve_probe(req, get_gpu(gpu), n, 2.0, "as given")
+    assert isinstance(p, ServeProbe)
+    wl = p.load.workload
+    at_once = Workload(prompt_tokens=wl.prompt_tokens, output_tokens=wl.output_tokens, request_rate=float("inf"))
+    assert p.saturation <= saturation_ceiling(p.cost, at_once, p.load.limits)

@@ -349,6 +349,25 @@ class _Req:
         self.last_step = -1        # the step that emitted its last token
 
 
+def saturation_ceiling(cost: StepCost, workload: Workload, limits: EngineLimits) -> float:
+    """Requests per second the engine cannot exceed, without a simulation (no speculation, no frontend): a running
+    request holds at least its prompt's blocks, so at most min(max_num_seqs, pool blocks / the shortest prompt's
+    blocks) decode at once; a step that decodes n of them takes at least its decode-only time at the shortest
+    prompt's context, and every request but its first token (the prefill's) needs a decode row. t(n) is piecewise
+    linear between the cost grids' points, so n / t(n) is monotone on each piece and its largest value at n <= the
+    cap lies on a grid point or the cap. `simulate`'s throughput at an infinite rate never exceeds it
+    (tests/estimate/test_serving.py)."""
+    bs = limits.block_size
+    shortest = min(workload.prompt_tokens)
+    decode_tokens = sum(workload.output_tokens) / len(workload.output_tokens) - 1
+    if decode_tokens <= 0:
+        return math.inf
+    most = max(1, min(limits.max_num_seqs, (limits.kv_capacity_tokens // bs) // max(1, math.ceil(shortest / bs))))
+    points = {1, most} | {g for g in (*cost.rows_grid, *cost.head_grid) if 1 <= g <= most}
+    best = max(n / cost.seconds(n, n, n * shortest, 0.0, n) for n in points)
+    return best / decode_tokens
+
+
 def simulate(cost: StepCost, workload: Workload, limits: EngineLimits, *, speculation: Speculation | None = None,
              frontend: Frontend | None = None, timeline_points: int = 200) -> ServingResult:
     """Run the engine over the workload until every request has finished (and, with a `frontend`, until the client

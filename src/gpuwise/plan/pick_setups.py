@@ -202,7 +202,7 @@ def _serve(req: PickRequest, gpu: GPU, n: int, price: float | None, source: str)
 def serve_probe(req: PickRequest, gpu: GPU, n: int, price: float | None, source: str) -> Candidate | ServeProbe:
     """The candidate's memory check and one replica's saturation rate; a Candidate when that already decides it
     (does not fit, or needs more than SERVE_MAX_REPLICAS replicas)."""
-    from ..estimate.serving import Workload, simulate
+    from ..estimate.serving import Workload, saturation_ceiling, simulate
     from .infer import InferRequest, kernel_setup, serving_model
 
     if req.engine == "llamacpp" and n > 1:
@@ -219,8 +219,15 @@ def serve_probe(req: PickRequest, gpu: GPU, n: int, price: float | None, source:
                          interconnect="", price_source=source)
     cost, load, _, _ = serving_model(ireq, ks)
     wl, lim = load.workload, load.limits
-    saturation = simulate(cost, Workload(prompt_tokens=wl.prompt_tokens, output_tokens=wl.output_tokens,
-                                         request_rate=float("inf")), lim).request_throughput
+    at_once = Workload(prompt_tokens=wl.prompt_tokens, output_tokens=wl.output_tokens, request_rate=float("inf"))
+    ceiling = saturation_ceiling(cost, at_once, lim)
+    if req.request_rate / ceiling > SERVE_MAX_REPLICAS:  # decided without simulating (tiny pools simulate slowest)
+        return Candidate(gpu=gpu, count=n, fits=True, memory_bytes=ks.mem.estimate.memory.total, tokens_per_s=None,
+                         usd_per_hour=None, usd_per_million_tokens=None, kwh_per_million_tokens=None, setup=setup,
+                         interconnect="", price_source=source, rule="scale", reason=(
+                             f"one replica finishes at most {ceiling:.3g} requests/s (its KV pool's largest decode "
+                             f"batch): {req.request_rate:g}/s would need more than {SERVE_MAX_REPLICAS} replicas"))
+    saturation = simulate(cost, at_once, lim).request_throughput
     if req.request_rate / saturation > SERVE_MAX_REPLICAS:
         return Candidate(gpu=gpu, count=n, fits=True, memory_bytes=ks.mem.estimate.memory.total, tokens_per_s=None,
                          usd_per_hour=None, usd_per_million_tokens=None, kwh_per_million_tokens=None, setup=setup,
