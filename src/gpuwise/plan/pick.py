@@ -75,12 +75,7 @@ def pick(req: PickRequest) -> PickResult:
     candidates: list[Candidate] = []
     errors: list[GpuwiseError] = []
     evaluated = 0
-    for gpu in _kinds(req):
-        price, source = _price(req, gpu)
-        missing = speed_figures_missing(gpu)
-        if missing:  # nothing to rank it by: said, not left out
-            candidates.append(_unknown(gpu, price, source, f"its {missing} not in the catalog: no speed to rank it by"))
-            continue
+    for gpu, price, source in _priced_kinds(req, candidates):
         kind: list[Candidate] = []
         kind_errors: list[GpuwiseError] = []
         for n in _counts(req, gpu):
@@ -96,6 +91,18 @@ def pick(req: PickRequest) -> PickResult:
         evaluated += len(kind)
         candidates.extend(_judge(req, kind))
     return _finish(req, candidates, errors, evaluated, t0)
+
+
+def _priced_kinds(req: PickRequest, candidates: list[Candidate]):
+    """(gpu, price per GPU-hour, its source) for each GPU kind to cost; a kind without the speed figures to rank it
+    by is added to `candidates` as unknown (said, not left out)."""
+    for gpu in _kinds(req):
+        price, source = _price(req, gpu)
+        missing = speed_figures_missing(gpu)
+        if missing:
+            candidates.append(_unknown(gpu, price, source, f"its {missing} not in the catalog: no speed to rank it by"))
+            continue
+        yield gpu, price, source
 
 
 def _unknown(gpu: GPU, price: float | None, source: str, reason: str) -> Candidate:
@@ -120,12 +127,7 @@ def _pick_serve(req: PickRequest) -> tuple[list[Candidate], list[GpuwiseError], 
     heap: list[tuple[float, str, int, int, object]] = []  # (floor, gpu id, count, stage, item): stable order
 
     kinds: dict[str, list] = {}  # gpu id -> [gpu, price, source, costed, errors, pruned]
-    for gpu in _kinds(req):
-        price, source = _price(req, gpu)
-        missing = speed_figures_missing(gpu)
-        if missing:  # nothing to rank it by: said, not left out
-            candidates.append(_unknown(gpu, price, source, f"its {missing} not in the catalog: no speed to rank it by"))
-            continue
+    for gpu, price, source in _priced_kinds(req, candidates):
         kinds[gpu.id] = [gpu, price, source, 0, [], 0]
         for n in _counts(req, gpu):
             heapq.heappush(heap, (price * n if price is not None else math.inf, gpu.id, n, 0, (gpu.id, n)))
