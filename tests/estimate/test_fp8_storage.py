@@ -93,6 +93,14 @@ def test_megatron_options_say_what_they_need(flag, other, why):
         gpuwise.train("llama-3.1-8b", gpu="h100-sxm", **other, **{flag: True})
 
 
+def test_the_rocm_transpose_flag_is_refused_on_nvidia_with_upstreams_spelling():
+    with pytest.raises(InvalidArgument, match="disable-parameter-transpose-cache"):
+        gpuwise.train("llama-3.1-8b", gpu="h100-sxm", num_gpus=8, precision="fp8", framework="megatron",
+                      no_fp8_weight_transpose_cache=True)
+    assert gpuwise.train("llama-3.1-8b", gpu="mi300x", num_gpus=8, precision="fp8", framework="megatron",
+                         no_fp8_weight_transpose_cache=True).fits
+
+
 def test_the_swiglu_fp8_store_works_in_bf16_too():
     """Megatron's fused bias-SwiGLU casts its saved input to fp8 whatever the training precision."""
     kw = dict(gpu="h100-sxm", num_gpus=8, seq=4096, global_batch=8, micro_batch=1, framework="megatron", tp=1)

@@ -290,13 +290,15 @@ class TrainJob:
 def fp8_transpose_cached(architecture: str | None, *, disabled: bool = False) -> bool:
     """Whether Transformer Engine keeps a transposed fp8 copy of each fp8 weight on this GPU (`TrainJob.
     fp8_transpose_cache`): not on Blackwell (fp8 GEMMs in either layout), nor where Megatron's
-    --disable-parameter-transpose-cache builds it in the backward instead."""
+    --disable-parameter-transpose-cache or ROCm Megatron-LM's --no-fp8-weight-transpose-cache (`disabled`) builds
+    it in the backward instead."""
     return not disabled and fp8_gemm_needs_transpose(architecture)
 
 
 def fp8_gemm_needs_transpose(architecture: str | None) -> bool:
-    """Hopper's fp8 tensor cores take only K-major (TN) operands, so the backward needs each weight transposed;
-    Blackwell's fp8 GEMMs take either layout (Transformer Engine's non_tn_fp8_gemm_supported)."""
+    """Hopper's fp8 tensor cores take only K-major (TN) operands, so the backward needs each weight transposed
+    (Transformer Engine for ROCm caches the transpose on CDNA likewise, keep_fp8_weight_transpose_cache=True by
+    default); Blackwell's fp8 GEMMs take either layout (Transformer Engine's non_tn_fp8_gemm_supported)."""
     return not (architecture or "").startswith("Blackwell")
 
 

@@ -262,7 +262,7 @@ def _changed(req: TrainRequest, **options) -> TrainRequest:
                                                                          if k not in MEGATRON_OPTIONS})
     wanted = {k: getattr(req, k) for k in MEGATRON_OPTIONS} | {k: v for k, v in options.items() if k in MEGATRON_OPTIONS}
     keep = {k: True for k, on in wanted.items() if on and not megatron_option_problem(
-        k, changed.framework, changed.precision, changed.fp8_param_gather)}
+        k, changed.framework, changed.precision, changed.fp8_param_gather, changed.gpu.vendor)}
     return replace(changed, **keep) if keep else changed
 
 

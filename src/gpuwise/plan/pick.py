@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 from ..catalog.devices import rental_price, speed_figures_missing
 from ..catalog.gpus import GPU, all_gpus
@@ -111,6 +111,18 @@ def _unknown(gpu: GPU, price: float | None, source: str, reason: str) -> Candida
                      price_source=source, rule="unknown", reason=reason)
 
 
+@dataclass
+class _Kind:
+    """A GPU kind in the serving search: its price, and how many of its counts were costed or skipped, with the
+    errors of those that could not be."""
+    gpu: GPU
+    price: float | None
+    source: str
+    costed: int = 0
+    skipped: int = 0
+    errors: list = field(default_factory=list)
+
+
 def _pick_serve(req: PickRequest) -> tuple[list[Candidate], list[GpuwiseError], int]:
     """--task serve as a best-first search on what each deployment costs at least: a kind and replica size of n
     GPUs costs at least n x its price per hour; after its first simulation (the memory check and one replica's
@@ -126,9 +138,9 @@ def _pick_serve(req: PickRequest) -> tuple[list[Candidate], list[GpuwiseError], 
     errors: list[GpuwiseError] = []
     heap: list[tuple[float, str, int, int, object]] = []  # (floor, gpu id, count, stage, item): stable order
 
-    kinds: dict[str, list] = {}  # gpu id -> [gpu, price, source, costed, errors, pruned]
+    kinds: dict[str, _Kind] = {}
     for gpu, price, source in _priced_kinds(req, candidates):
-        kinds[gpu.id] = [gpu, price, source, 0, [], 0]
+        kinds[gpu.id] = _Kind(gpu, price, source)
         for n in _counts(req, gpu):
             heapq.heappush(heap, (price * n if price is not None else math.inf, gpu.id, n, 0, (gpu.id, n)))
     rate = req.request_rate
@@ -138,7 +150,7 @@ def _pick_serve(req: PickRequest) -> tuple[list[Candidate], list[GpuwiseError], 
     while heap:
         floor, _, _, _, item = heapq.heappop(heap)
         if bounded and len(best) >= req.top and floor > best[req.top - 1]:
-            candidates.append(_over_budget_floor(req, item, floor, best[req.top - 1], kinds))
+            candidates.append(_cost_rejection(req, item, floor, best[req.top - 1], kinds))
             continue
         if isinstance(item, ServeProbe):
             c = _judge_serve(req, [serve_search(req, item)])[0]
@@ -148,27 +160,27 @@ def _pick_serve(req: PickRequest) -> tuple[list[Candidate], list[GpuwiseError], 
                 best.sort()
             continue
         kind = kinds[item[0]]
-        gpu, price, source = kind[0], kind[1], kind[2]
+        gpu = kind.gpu
         try:
-            p = serve_probe(req, gpu, item[1], price, source)
+            p = serve_probe(req, gpu, item[1], kind.price, kind.source)
         except GpuwiseError as exc:
-            kind[4].append(exc)
+            kind.errors.append(exc)
             continue
-        kind[3] += 1
+        kind.costed += 1
         evaluated += 1
         if isinstance(p, Candidate):
             candidates.extend(_judge_serve(req, [p]))
         else:
             key = p.floor_usd_per_hour(rate)
             heapq.heappush(heap, (key if key is not None else math.inf, gpu.id, item[1], 1, p))
-    for gpu, price, source, costed, kind_errors, pruned in kinds.values():
-        errors += kind_errors
-        if not costed and not pruned and kind_errors:  # no count of this kind could be costed: said, with the reason
-            candidates.append(_unknown(gpu, price, source, f"not costed: {kind_errors[0]}"))
+    for kind in kinds.values():
+        errors += kind.errors
+        if not kind.costed and not kind.skipped and kind.errors:  # no count could be costed: said, with the reason
+            candidates.append(_unknown(kind.gpu, kind.price, kind.source, f"not costed: {kind.errors[0]}"))
     return candidates, errors, evaluated
 
 
-def _over_budget_floor(req: PickRequest, item, floor: float, kth: float, kinds: dict) -> Candidate:
+def _cost_rejection(req: PickRequest, item, floor: float, kth: float, kinds: dict) -> Candidate:
     """The cost rule: a deployment whose floor is above the top-th best's cost, with what that floor rests on."""
     from .pick_setups import ServeProbe
 
@@ -177,8 +189,8 @@ def _over_budget_floor(req: PickRequest, item, floor: float, kth: float, kinds: 
         why = f"with every replica at its saturation rate ({item.saturation:.3g} requests/s)"
     else:
         kind = kinds[item[0]]
-        kind[5] += 1
-        gpu, n, source, memory, setup = kind[0], item[1], kind[2], None, ""
+        kind.skipped += 1
+        gpu, n, source, memory, setup = kind.gpu, item[1], kind.source, None, ""
         why = "for a single replica"
     head = (f"price unknown: ranked after the {req.top} priced deployments found" if floor == math.inf else
             f"at least ${floor:,.2f}/h {why}, above the #{req.top} deployment's ${kth:,.2f}/h")

@@ -46,7 +46,8 @@ MEGATRON_OPTIONS = ("activation_func_fp8_input_store", "fp8_dot_product_attentio
 """Megatron-LM options gpuwise models; each needs Megatron, and some its fp8 training (`megatron_option_problem`)."""
 
 
-def megatron_option_problem(name: str, framework: str | None, precision: str, fp8_param_gather: bool) -> str | None:
+def megatron_option_problem(name: str, framework: str | None, precision: str, fp8_param_gather: bool,
+                            vendor: str | None = None) -> str | None:
     """Why Megatron option `name` cannot apply to this job, or None. The SwiGLU's fp8 input store casts whatever
     the training precision; fp8 attention needs fp8 training; dropping the transpose cache is modelled for fp8
     parameters (without them Megatron's is_first_microbatch=None drops Transformer Engine's whole fp8 weight cache)."""
@@ -59,6 +60,9 @@ def megatron_option_problem(name: str, framework: str | None, precision: str, fp
         return f"{flag} needs --precision fp8 (got {precision})"
     if name == "disable_parameter_transpose_cache" and not fp8_param_gather:
         return f"{flag} is modelled with fp8 parameters: add --fp8-param-gather"
+    if name == "no_fp8_weight_transpose_cache" and vendor not in (None, "amd"):
+        return (f"{flag} is ROCm Megatron-LM's flag (AMD GPUs); upstream Megatron-LM drops the transposes with "
+                "--fp8-param-gather --disable-parameter-transpose-cache")
     return None
 
 
@@ -236,7 +240,8 @@ class TrainRequest:
                                                                 disabled=self.disable_parameter_transpose_cache
                                                                 or self.no_fp8_weight_transpose_cache))
         for name in MEGATRON_OPTIONS:
-            problem = megatron_option_problem(name, framework, self.precision, self.fp8_param_gather)
+            problem = megatron_option_problem(name, framework, self.precision, self.fp8_param_gather,
+                                              self.gpu.vendor)
             if getattr(self, name) and problem:
                 raise InvalidArgument(problem)
         if self.fsdp is not None and framework in FSDP2_OFFLOAD_ALL and "optimizer" in self.offload \
