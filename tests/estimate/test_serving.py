@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from gpuwise.estimate.serving import EngineLimits, StepCost, Workload, simulate, stats
+from gpuwise.estimate.serving import EngineLimits, OutputReservation, StepCost, Workload, simulate, stats
 
 
 def _cost(per_row_s=20e-6, fixed_s=5e-3, kv_s=2e-8, pair_s=1e-10, overhead_s=1e-3) -> StepCost:
@@ -144,6 +144,9 @@ def test_speculative_decoding_trades_rows_for_tokens():
      (4000,), (20,)),  # long prompts, chunked prefill dominates
     (_cost(), EngineLimits(max_num_seqs=64, max_num_batched_tokens=2048, kv_capacity_tokens=200_000,
                            reserve_full_length=True), (1000,), (1000,)),
+    (_cost(), EngineLimits(max_num_seqs=256, max_num_batched_tokens=2048, kv_capacity_tokens=40_000, block_size=1,
+                           prefill_first=True, output_reservation=OutputReservation()),
+     (200, 1500, 800), (50, 400, 10)),  # SGLang's scheduler
 ])
 def test_no_simulated_saturation_exceeds_the_analytic_ceiling(cost, limits, prompts, outs):
     """`saturation_ceiling` is an upper bound `gpuwise pick --task serve` uses to reject, without simulating, a

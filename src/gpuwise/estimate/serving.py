@@ -1,7 +1,7 @@
 """Serving under load: a continuous-batching engine simulated step by step over a stream of requests.
 
-The engine (vLLM's V1 scheduler; SGLang, TensorRT-LLM's in-flight batching and llama.cpp's server slots behave
-alike for this purpose) runs one forward pass per step over every running request:
+The engine (vLLM's V1 scheduler; TensorRT-LLM's in-flight batching and llama.cpp's server slots behave alike for
+this purpose; SGLang's order differs, below) runs one forward pass per step over every running request:
 
 1. Requests already running are scheduled first, in admission order: each decoding request gets one token and a
    request part-way through its prompt gets the next chunk, all within a token budget per step
@@ -14,6 +14,11 @@ alike for this purpose) runs one forward pass per step over every running reques
    allow; a prompt longer than the remaining budget is admitted with a chunk of it.
 4. The step's time is the forward pass over all those rows (`StepCost`); requests whose prompt completes emit their
    first token at its end (time to first token), decoding requests one more token (inter-token latency).
+
+SGLang orders its steps differently (`EngineLimits.prefill_first`, `OutputReservation`): prompt chunks run in steps of
+their own, ahead of the decodes, and a waiting request is admitted only while its prompt and whole output fit beside
+the outputs the running requests are still expected to produce. TensorRT-LLM reserves every started request's whole
+length and never preempts (`EngineLimits.reserve_full_length`).
 
 Arrivals are those of vLLM's `benchmark_serving` / `vllm bench serve`: all at once (`request_rate` inf) or a
 Poisson process of the given rate, and at most `max_concurrency` requests in flight when that is set (a closed
@@ -103,6 +108,42 @@ class EngineLimits:
     ones, and never preempt: TensorRT-LLM's default capacity policy, GUARANTEED_NO_EVICT ("guarantee that a started
     request is never paused", TensorRT-LLM docs, performance-tuning-guide/useful-runtime-flags.md). vLLM and SGLang
     admit on the prompt alone and preempt when the pool runs out (False)."""
+    prefill_first: bool = False
+    """A step runs either prompt chunks alone or one decode token for every running request, and the prompt chunks
+    go first whenever a waiting request can be admitted: SGLang's scheduler (`get_next_batch_to_run` tries
+    `get_new_batch_prefill` before the decode batch; the two mix only with --enable-mixed-chunk, off by default).
+    Decoding requests wait through those steps. vLLM, TensorRT-LLM and llama.cpp put the running requests' decode
+    tokens and the prompt chunks in one step (False)."""
+    output_reservation: OutputReservation | None = None
+    """SGLang's admission rule; None: a request is admitted when its prompt chunk fits in the free pool."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OutputReservation:
+    """SGLang's admission rule (python/sglang/srt/managers/schedule_policy.py, PrefillAdder): a waiting request is
+    admitted only while its prompt still to compute plus its whole expected output (max_new_tokens, clipped at
+    `clip_tokens`: SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION) fits in the free pool after reserving, for every decoding
+    request, `ratio` x its output still to come, and for every request admitted in the same step its chunk and its
+    whole output. The ratio (new_token_ratio) starts at `initial` (SGLANG_INIT_NEW_TOKEN_RATIO 0.7) and falls by
+    (initial - minimum) / `decay_steps` each decode step down to minimum = initial x `minimum_factor`
+    (SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR 0.14, SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS 600); when the pool runs out and
+    requests are retracted it restarts at (tokens decoded + `retract_steps` x requests) / their max_new_tokens, at
+    most 1 (ScheduleBatch.retract_decode, SGLANG_RETRACT_DECODE_STEPS 20). Benchmark clients send each request's
+    output length as its max_new_tokens, so the scheduler's estimate is the real length."""
+
+    initial: float = 0.7
+    minimum_factor: float = 0.14
+    decay_steps: int = 600
+    clip_tokens: int = 4096
+    retract_steps: int = 20
+
+    @property
+    def minimum(self) -> float:
+        return self.initial * self.minimum_factor
+
+    @property
+    def decay(self) -> float:
+        return (self.initial - self.minimum) / self.decay_steps
 
 
 MAX_SPAN_S = 1e8
@@ -332,7 +373,7 @@ class _Memo:
 
 class _Req:
     __slots__ = ("i", "prompt", "out", "sent", "computed", "target", "produced", "first", "dec0", "ctx0", "order",
-                 "alive", "done", "first_step", "last_step")
+                 "alive", "done", "first_step", "last_step", "res_a", "res_b", "prod0")
 
     def __init__(self, i: int, prompt: int, out: int, sent: float) -> None:
         self.i, self.prompt, self.out, self.sent = i, prompt, out, sent
@@ -347,6 +388,8 @@ class _Req:
         self.done = math.nan       # time of its last token
         self.first_step = -1       # the step that emitted its first token
         self.last_step = -1        # the step that emitted its last token
+        self.res_a = self.res_b = 0.0  # its output reservation while decoding: res_a - res_b x decode counter
+        self.prod0 = 0.0           # produced - dec0 x tokens per step, when it entered decode
 
 
 def saturation_ceiling(cost: StepCost, workload: Workload, limits: EngineLimits) -> float:
@@ -397,6 +440,13 @@ def simulate(cost: StepCost, workload: Workload, limits: EngineLimits, *, specul
     budget_max = limits.max_num_batched_tokens
     conc = workload.max_concurrency or len(reqs)
     no_evict = limits.reserve_full_length
+    res = limits.output_reservation
+    prefill_first = limits.prefill_first
+    ratio = res.initial if res is not None else 0.0   # SGLang's new_token_ratio
+    res_a = res_b = 0.0            # decoding requests' reserved output at decode counter c: res_a - res_b x c
+    dec_out_sum = dec_prod0 = 0.0  # their max_new_tokens, and sum of (produced - dec0 x per_step)
+    stall_s = 0.0                  # prefill-only seconds the decoding requests waited since their last token, summed
+    stall_n = 0                    # how many of them waited
     fe = frontend if (frontend is not None and not frontend.idle) else None
     fe_latency = frontend.latency_s if frontend is not None else 0.0
     ingest: deque[list] = deque()  # [request, frontend CPU seconds left], in arrival order
@@ -494,6 +544,7 @@ def simulate(cost: StepCost, workload: Workload, limits: EngineLimits, *, specul
             return False
         if cand.i in decoding:
             del decoding[cand.i]
+            res_leave(cand)
             produced_now = min(round((dec_counter - cand.dec0) * per_step), cand.out - cand.produced - 1)
             dec_ctx_sum -= cand.ctx0 + (dec_counter - cand.dec0) * per_step
             cand.produced += produced_now
@@ -505,6 +556,125 @@ def simulate(cost: StepCost, workload: Workload, limits: EngineLimits, *, specul
         waiting.appendleft(cand)
         preemptions += 1
         return True
+
+    def res_join(r: _Req) -> None:
+        """`r` enters decode at the current counter: reserve its output still to come (SGLang), linearly released
+        as it decodes (exact for outputs up to the clip)."""
+        nonlocal res_a, res_b, dec_out_sum, dec_prod0
+        if res is None:
+            return
+        rem = r.out - r.produced
+        clip = min(rem, res.clip_tokens)
+        r.res_b = clip / rem * per_step if rem > 0 else 0.0
+        r.res_a = clip + r.res_b * r.dec0 if rem > 0 else 0.0
+        r.prod0 = r.produced - r.dec0 * per_step
+        res_a += r.res_a
+        res_b += r.res_b
+        dec_out_sum += r.out
+        dec_prod0 += r.prod0
+
+    def res_leave(r: _Req) -> None:
+        nonlocal res_a, res_b, dec_out_sum, dec_prod0
+        if res is None:
+            return
+        if not decoding:  # keep float drift from accumulating
+            res_a = res_b = dec_out_sum = dec_prod0 = 0.0
+            return
+        res_a -= r.res_a
+        res_b -= r.res_b
+        dec_out_sum -= r.out
+        dec_prod0 -= r.prod0
+
+    def reserved_output() -> float:
+        """Tokens SGLang sets aside for the decoding requests' outputs still to come."""
+        return ratio * max(0.0, res_a - res_b * dec_counter) if decoding else 0.0
+
+    budget = budget_max
+    rows = 0
+    pairs = 0.0
+    emitting: list[_Req] = []
+    offset = 0.0  # SGLang: what the requests scheduled in this step reserve (chunk + whole output)
+    preempted = False
+
+    def run_chunk(r: _Req, chunk: int) -> None:
+        """`chunk` more prompt tokens of `r` in this step, attending to its cached ones (causal)."""
+        nonlocal pairs, budget, rows, pf_blocks, offset
+        pairs += chunk * (r.computed + (chunk + 1) / 2)
+        pf_blocks += math.ceil((r.computed + chunk) / bs) - math.ceil(r.computed / bs)
+        r.computed += chunk
+        budget -= chunk
+        rows += chunk
+        if r.computed >= r.target:
+            emitting.append(r)
+            if res is not None:
+                offset += min(max(r.out - r.produced, 0), res.clip_tokens)
+        if res is not None:
+            offset += chunk
+
+    def make_room() -> int:
+        """1. decoding requests: one token each, or their drafts to verify (first in vLLM's running list order);
+        the most recently admitted running requests are preempted until those tokens fit in the pool."""
+        nonlocal preempted, ratio
+        n = len(decoding)
+        while used_blocks() + n * per_step / bs > cap_blocks and (decoding or prefilling):
+            preempt_last()
+            preempted = True
+            n = len(decoding)
+        if preempted and res is not None and decoding:  # SGLang restarts its ratio from the retracted batch
+            decoded = dec_prod0 + n * dec_counter * per_step
+            ratio = min(1.0, (decoded + res.retract_steps * n) / (dec_out_sum + 1))
+        return n
+
+    def reservation_allows(r: _Req) -> bool:
+        """SGLang's PrefillAdder: the prompt still to compute plus the whole output fit beside what the running
+        requests and this step's admissions reserve (a server running nothing admits any request)."""
+        if res is None or not (decoding or prefilling or offset):
+            return True
+        free = (cap_blocks - used_blocks()) * bs
+        total = (r.target - r.computed) + min(max(r.out - r.produced, 0), res.clip_tokens) + bs
+        return total < free - reserved_output() - offset
+
+    def fill(running: int) -> int:
+        """2. requests part-way through their prompt get their next chunk; 3. waiting requests are admitted, first
+        come first served, while the budget, max_num_seqs and the pool allow (a prompt longer than the budget
+        left is admitted with a chunk of it). Returns the running count."""
+        nonlocal reserved, order
+        for r in list(prefilling):
+            if budget <= 0:
+                break
+            chunk = min(r.target - r.computed, budget)
+            extra = math.ceil((r.computed + chunk) / bs) - math.ceil(r.computed / bs)
+            if used_blocks() + extra > cap_blocks:
+                break
+            run_chunk(r, chunk)
+        while waiting and budget > 0 and running < limits.max_num_seqs:
+            r = waiting[0]
+            chunk = min(r.target - r.computed, budget)
+            if used_blocks() + math.ceil(chunk / bs) > cap_blocks:
+                break
+            if not reservation_allows(r):
+                break
+            if no_evict:
+                need = math.ceil((r.prompt + r.out) / bs)
+                if reserved + need > cap_blocks:
+                    break
+                reserved += need
+            if workload.prefilled and r.computed == 0:  # its KV arrived with it: allocate it, run the last row
+                if used_blocks() + math.ceil(r.target / bs) > cap_blocks:
+                    break
+                r.computed = r.target - 1
+                chunk = 1
+            waiting.popleft()
+            if hit and r.computed == 0:  # the cached prefix of its prompt is not computed again
+                r.computed = min(int(hit * r.prompt), r.target - 1)
+                chunk = min(r.target - r.computed, budget)
+            order += 1
+            r.order = order
+            r.alive = True
+            pf_join(r)
+            running += 1
+            run_chunk(r, chunk)
+        return running
 
     while pending or waiting or prefilling or decoding or ingest:
         # send what the client has sent by now (and the concurrency limit allows)
@@ -557,77 +727,51 @@ def simulate(cost: StepCost, workload: Workload, limits: EngineLimits, *, specul
                 steps += k
                 running_sum += k * n_dec
                 max_running = max(max_running, n_dec)
+                waited = min(stall_n, n_dec)
+                if waited:  # the first of these steps ends a gap that prefill-only steps lengthened
+                    itl_v.append(((now - t0) / k + stall_s / stall_n) / per_step)
+                    itl_w.append(waited * per_step)
                 itl_v.append((now - t0) / k / per_step)
-                itl_w.append(n_dec * k * per_step)
+                itl_w.append((n_dec * k - waited) * per_step)
+                stall_s, stall_n = 0.0, 0
+                if res is not None:
+                    ratio = max(ratio - k * res.decay, res.minimum)
                 usage = used_blocks() / cap_blocks
                 peak_kv = max(peak_kv, usage)
                 if len(timeline) < 20 * timeline_points:
                     timeline.append((now - first_send, usage))
                 continue
         budget = budget_max
-        # 1. decoding requests: one token each, or their drafts to verify (first in vLLM's running list order)
-        need_blocks = used_blocks() + n_dec * per_step / bs
-        while need_blocks > cap_blocks and (decoding or prefilling):
-            preempt_last()
-            n_dec = len(decoding)
-            need_blocks = used_blocks() + n_dec * per_step / bs
-        budget = budget_max - n_dec * spec_rows
-        rows = n_dec * spec_rows
+        rows = 0
         pairs = 0.0
         emitting: list[_Req] = []
+        offset = 0.0  # SGLang: what the requests scheduled in this step reserve (chunk + whole output)
+        preempted = False
 
-        def run_chunk(r: _Req, chunk: int) -> None:
-            """`chunk` more prompt tokens of `r` in this step, attending to its cached ones (causal)."""
-            nonlocal pairs, budget, rows, pf_blocks
-            pairs += chunk * (r.computed + (chunk + 1) / 2)
-            pf_blocks += math.ceil((r.computed + chunk) / bs) - math.ceil(r.computed / bs)
-            r.computed += chunk
-            budget -= chunk
-            rows += chunk
-            if r.computed >= r.target:
-                emitting.append(r)
-        # 2. requests part-way through their prompt: the next chunk
-        for r in list(prefilling):
-            if budget <= 0:
-                break
-            chunk = min(r.target - r.computed, budget)
-            extra = math.ceil((r.computed + chunk) / bs) - math.ceil(r.computed / bs)
-            if used_blocks() + extra > cap_blocks:
-                break
-            run_chunk(r, chunk)
-        # 3. admit waiting requests, first come first served
-        running = n_dec + len(prefilling)
-        while waiting and budget > 0 and running < limits.max_num_seqs:
-            r = waiting[0]
-            chunk = min(r.target - r.computed, budget)
-            if used_blocks() + math.ceil(chunk / bs) > cap_blocks:
-                break
-            if no_evict:
-                need = math.ceil((r.prompt + r.out) / bs)
-                if reserved + need > cap_blocks:
-                    break
-                reserved += need
-            if workload.prefilled and r.computed == 0:  # its KV arrived with it: allocate it, run the last row
-                if used_blocks() + math.ceil(r.target / bs) > cap_blocks:
-                    break
-                r.computed = r.target - 1
-                chunk = 1
-            waiting.popleft()
-            if hit and r.computed == 0:  # the cached prefix of its prompt is not computed again
-                r.computed = min(int(hit * r.prompt), r.target - 1)
-                chunk = min(r.target - r.computed, budget)
-            order += 1
-            r.order = order
-            r.alive = True
-            pf_join(r)
-            running += 1
-            run_chunk(r, chunk)
+        run_dec = 0  # decoding requests that take a step this time
+        running = 0
+        if prefill_first and (prefilling or waiting):
+            # SGLang: a prefill-only step whenever a prompt chunk can run; the decoding requests wait through it
+            running = fill(len(decoding) + len(prefilling))
+        if rows == 0:
+            n_dec = len(decoding)
+            if used_blocks() + n_dec * per_step / bs > cap_blocks:
+                n_dec = make_room()
+            run_dec = n_dec
+            budget = budget_max - n_dec * spec_rows
+            rows = n_dec * spec_rows
+            running = n_dec + len(prefilling)
+            if not prefill_first and (prefilling or waiting):  # mixed steps: prompt chunks beside the decodes
+                running = fill(running)
         if rows == 0:  # nothing could be scheduled: the pool is full of prefills that cannot grow
             if not preempt_last():
                 raise RuntimeError("the scheduler made no progress")
             continue
+        if not run_dec:  # the batch the engine runs: the prompt chunks alone
+            running -= len(decoding)
         # the decoding requests read their whole cached context this step
-        dt = cost.seconds(rows, n_dec * spec_rows + len(emitting), dec_ctx_sum, pairs, running) + draft_s(n_dec)
+        dt = (cost.seconds(rows, run_dec * spec_rows + len(emitting), dec_ctx_sum if run_dec else 0.0, pairs,
+                           running) + draft_s(run_dec))
         now += dt
         steps += 1
         cur_step = steps
@@ -635,28 +779,45 @@ def simulate(cost: StepCost, workload: Workload, limits: EngineLimits, *, specul
             delivered[cur_step] = now
         else:  # this step's tokens join the frontend's stream
             fe_advance(now)
-            outq.append([cur_step, fe.token_s * (n_dec * per_step + len(emitting))])
+            outq.append([cur_step, fe.token_s * (run_dec * per_step + len(emitting))])
         running_sum += running
         max_running = max(max_running, running)
         usage = used_blocks() / cap_blocks
         peak_kv = max(peak_kv, usage)
         if len(timeline) < 20 * timeline_points:
             timeline.append((now - first_send, usage))
-        # decoding requests produce their token (the counter advances every step; only they read it)
-        dec_counter += 1
-        dec_ctx_sum += n_dec * per_step
-        if n_dec:
-            itl_v.append(dt / per_step)
-            itl_w.append(n_dec * per_step)
+        if not run_dec and decoding:  # a prefill-only step: the decoding requests' next token waits
+            # every request decoding now waits through it (none leaves before the next decode step, so the last
+            # such step's count is how many waited; the joiners below wait from the next one)
+            stall_s += dt * len(decoding)
+            stall_n = len(decoding)
+        elif run_dec:
+            # decoding requests produce their token (the counter advances with every step they take; only they read
+            # it); those that waited through prefill-only steps saw a longer gap
+            dec_counter += 1
+            dec_ctx_sum += n_dec * per_step
+            waited = min(stall_n, n_dec)
+            if waited:  # at their mean wait
+                itl_v.append((dt + stall_s / stall_n) / per_step)
+                itl_w.append(waited * per_step)
+            if n_dec > waited:
+                itl_v.append(dt / per_step)
+                itl_w.append((n_dec - waited) * per_step)
+            stall_s, stall_n = 0.0, 0
+            if res is not None:
+                ratio = max(ratio - res.decay, res.minimum)
             while finish_heap and finish_heap[0][0] <= dec_counter:
                 _, i = heapq.heappop(finish_heap)
                 r = reqs[i]
                 if i not in decoding or r.dec0 + steps_for(r.out - r.produced) != dec_counter:
                     continue  # stale entry (the request was preempted)
                 del decoding[i]
+                res_leave(r)
                 dec_ctx_sum -= r.ctx0 + (dec_counter - r.dec0) * per_step
                 r.produced = r.out
                 finish(r)
+        else:
+            dec_counter += 1
         # requests whose prompt completed: first token (or the next token after a recompute)
         for r in emitting:
             pf_leave(r)
@@ -670,6 +831,7 @@ def simulate(cost: StepCost, workload: Workload, limits: EngineLimits, *, specul
             r.dec0 = dec_counter
             r.ctx0 = r.computed + 1
             decoding[r.i] = r
+            res_join(r)
             dec_ctx_sum += r.ctx0
             heapq.heappush(finish_heap, (dec_counter + steps_for(r.out - r.produced), r.i))
     if fe is not None:

@@ -22,7 +22,7 @@ from ..estimate.infer_time import PassTime, decode_kv_bandwidth, engine_perf
 from ..estimate.kernels import attention_s
 from ..estimate.kv_cache import kv_cache_bytes
 from ..estimate.layer_ops import block_ops
-from ..estimate.serving import (EngineLimits, Frontend, ServingResult, Speculation, StepCost, Workload, simulate,
+from ..estimate.serving import (EngineLimits, Frontend, OutputReservation, ServingResult, Speculation, StepCost, Workload, simulate,
                                 stats)
 
 MAX_LENGTHS_FILE_BYTES = 16 << 20
@@ -251,6 +251,9 @@ def load_spec(req, *, gpu_memory_bytes: int, gpu_id: str, kv_pool_bytes: float |
                   f"{SGLANG.max_running_requests}; chunked_prefill_size {tokens:,})")
         cap_reason = (f"SGLang's KV pool {pool / 2**30:.2f} GiB per GPU / {kv_bytes_per_token:,.0f} bytes per token "
                       "(token pages)")
+        reason += ("; prompt chunks run in steps of their own, before decodes, and a request is admitted only while "
+                   "its prompt and whole output fit beside the running requests' reserved outputs (new_token_ratio "
+                   "0.7, falling to 0.098 over 600 decode steps)")
         block = 1
     else:
         if req.engine == "trtllm":
@@ -268,8 +271,10 @@ def load_spec(req, *, gpu_memory_bytes: int, gpu_id: str, kv_pool_bytes: float |
     if capacity < block:
         raise InvalidArgument("under load: the weights leave no room for a KV cache on this GPU (see `gpuwise fit`); "
                               "use more GPUs, smaller weights or a larger GPU")
+    sglang = req.engine == "sglang"
     limits = EngineLimits(max_num_seqs=seqs, max_num_batched_tokens=tokens, kv_capacity_tokens=capacity,
-                          block_size=block, reserve_full_length=req.engine == "trtllm")
+                          block_size=block, reserve_full_length=req.engine == "trtllm", prefill_first=sglang,
+                          output_reservation=OutputReservation() if sglang else None)
     return (LoadSpec(workload=workload, limits=limits, limits_reason=reason, lengths_source=source,
                      speculation=speculation, frontend=None if req.offline else frontend_of(req.engine)),
             capacity, cap_reason)

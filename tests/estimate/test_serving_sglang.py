@@ -1,0 +1,77 @@
+"""SGLang's scheduler in the serving simulation (estimate/serving.py): prompt chunks run in steps of their own before
+the decodes (`prefill_first`), and admission reserves each request's output (`OutputReservation`, SGLang's
+new_token_ratio). Each test sets the same workload against the vLLM-like default, so it fails if the flag stops
+changing what it claims to change."""
+
+import pytest
+
+from gpuwise.estimate.serving import EngineLimits, OutputReservation, StepCost, Workload, simulate
+
+
+def _cost() -> StepCost:
+    """A memory-bound floor (the weights) until the rows make a step compute-bound, as in test_serving.py."""
+    grid = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
+    return StepCost(rows_grid=grid, rows_s=tuple(max(5e-3, 20e-6 * m) for m in grid), head_grid=(1, 4096),
+                    head_s=(1e-5, 1e-3), kv_read_s_per_token=2e-8, prefill_attention_s_per_pair=1e-10,
+                    step_overhead_s=1e-3)
+
+
+def _wl(n: int = 300, prompt: int = 500, out: int = 100, **kw) -> Workload:
+    return Workload(prompt_tokens=(prompt,) * n, output_tokens=(out,) * n, **kw)
+
+
+SMALL_POOL = dict(max_num_seqs=256, max_num_batched_tokens=2048, kv_capacity_tokens=20_000, block_size=1)
+
+
+def test_prompt_chunks_run_alone_and_the_decoding_requests_wait():
+    """A short request decoding when eight long prompts arrive: mixed steps let it finish while they prefill; with
+    SGLang's prefill-first steps it produces nothing until every prompt has its first token."""
+    wl = Workload(prompt_tokens=(10,) + (2000,) * 8, output_tokens=(5,) + (20,) * 8, arrival_times=(0.0,) * 9)
+    limits = dict(max_num_seqs=64, max_num_batched_tokens=2048, kv_capacity_tokens=100_000)
+    mixed = simulate(_cost(), wl, EngineLimits(**limits))
+    first = simulate(_cost(), wl, EngineLimits(**limits, prefill_first=True))
+    assert mixed.finished_at[0] < max(mixed.first_token_at[1:])
+    assert first.finished_at[0] > max(first.first_token_at[1:])
+    # the wait through the prompt steps is one long inter-token gap (16,010 prompt tokens at 2,048 a step)
+    assert first.itl_s.p99 > 3 * mixed.itl_s.p99
+    assert first.completed == mixed.completed == 9
+
+
+def test_reserving_outputs_admits_fewer_requests_and_rarely_retracts():
+    """Prompts that fit the pool but whose outputs do not: admitting on the prompt alone fills the pool and then
+    preempts again and again; reserving each request's output (ratio 0.7 of what the running ones still have to
+    produce, falling over the decode steps) keeps fewer requests running and almost never retracts."""
+    wl = _wl(n=200, prompt=500, out=300)
+    greedy = simulate(_cost(), wl, EngineLimits(**SMALL_POOL))
+    reserving = simulate(_cost(), wl, EngineLimits(**SMALL_POOL, output_reservation=OutputReservation()))
+    assert reserving.completed == greedy.completed == 200
+    assert reserving.max_running < greedy.max_running
+    assert reserving.preemptions < greedy.preemptions / 10
+    assert reserving.peak_kv_usage <= 1.0 + 1e-9
+
+
+def test_the_reservation_ratio_falls_to_its_floor():
+    r = OutputReservation()
+    assert r.minimum == pytest.approx(0.098)  # SGLANG_INIT_NEW_TOKEN_RATIO 0.7 x SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR 0.14
+    assert r.initial - r.decay * r.decay_steps == pytest.approx(r.minimum)
+
+
+def test_an_idle_server_admits_a_request_as_large_as_its_pool():
+    """Nothing running: the reservation cannot block a request the pool can hold (no deadlock)."""
+    limits = EngineLimits(max_num_seqs=8, max_num_batched_tokens=512, kv_capacity_tokens=1000, block_size=1,
+                          prefill_first=True, output_reservation=OutputReservation())
+    r = simulate(_cost(), _wl(n=3, prompt=600, out=400), limits)
+    assert r.completed == 3 and r.preemptions == 0
+
+
+def test_latency_never_falls_as_the_rate_rises_under_sglang_rules():
+    import math
+
+    limits = EngineLimits(**{**SMALL_POOL, "kv_capacity_tokens": 60_000}, prefill_first=True,
+                          output_reservation=OutputReservation())
+    last_ttft = last_e2e = 0.0
+    for rate in (0.5, 2, 8, 32, math.inf):
+        r = simulate(_cost(), _wl(n=400, request_rate=rate, seed=1), limits)
+        assert r.ttft_s.mean >= last_ttft * 0.999
+        assert r.e2e_s.mean >= last_e2e * 0.999
+        last_ttft, last_e2e = r.ttft_s.mean, r.e2e_s.mean
