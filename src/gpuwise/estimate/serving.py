@@ -441,7 +441,8 @@ def simulate(cost: StepCost, workload: Workload, limits: EngineLimits, *, specul
     conc = workload.max_concurrency or len(reqs)
     no_evict = limits.reserve_full_length
     res = limits.output_reservation
-    prefill_first = limits.prefill_first
+    # a disaggregated decode instance merges the requests that arrive with their KV into its decode batch
+    prefill_first = limits.prefill_first and not workload.prefilled
     ratio = res.initial if res is not None else 0.0   # SGLang's new_token_ratio
     res_a = res_b = 0.0            # decoding requests' reserved output at decode counter c: res_a - res_b x c
     dec_out_sum = dec_prod0 = 0.0  # their max_new_tokens, and sum of (produced - dec0 x per_step)
@@ -639,7 +640,7 @@ def simulate(cost: StepCost, workload: Workload, limits: EngineLimits, *, specul
         come first served, while the budget, max_num_seqs and the pool allow (a prompt longer than the budget
         left is admitted with a chunk of it). Returns the running count."""
         nonlocal reserved, order
-        for r in list(prefilling):
+        for r in prefilling:  # (admissions below append; nothing leaves the list in this loop)
             if budget <= 0:
                 break
             chunk = min(r.target - r.computed, budget)
