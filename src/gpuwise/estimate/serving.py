@@ -594,7 +594,7 @@ def simulate(cost: StepCost, workload: Workload, limits: EngineLimits, *, specul
     rows = 0
     pairs = 0.0
     emitting: list[_Req] = []
-    offset = 0.0  # SGLang: what the requests scheduled in this step reserve (chunk + whole output)
+    offset = 0.0  # SGLang: the outputs of the requests whose prompt completes in this step
     preempted = False
 
     def run_chunk(r: _Req, chunk: int) -> None:
@@ -607,10 +607,8 @@ def simulate(cost: StepCost, workload: Workload, limits: EngineLimits, *, specul
         rows += chunk
         if r.computed >= r.target:
             emitting.append(r)
-            if res is not None:
+            if res is not None:  # its whole output (its chunk is already in the pool's use)
                 offset += min(max(r.out - r.produced, 0), res.clip_tokens)
-        if res is not None:
-            offset += chunk
 
     def make_room() -> int:
         """1. decoding requests: one token each, or their drafts to verify (first in vLLM's running list order);
@@ -628,7 +626,8 @@ def simulate(cost: StepCost, workload: Workload, limits: EngineLimits, *, specul
 
     def reservation_allows(r: _Req) -> bool:
         """SGLang's PrefillAdder: the prompt still to compute plus the whole output fit beside what the running
-        requests and this step's admissions reserve (a server running nothing admits any request)."""
+        requests and this step's admissions reserve (a server running nothing admits any request). The chunks
+        already scheduled in this step are in `used_blocks` (SGLang counts them in its offset instead)."""
         if res is None or not (decoding or prefilling or offset):
             return True
         free = (cap_blocks - used_blocks()) * bs
@@ -746,7 +745,7 @@ def simulate(cost: StepCost, workload: Workload, limits: EngineLimits, *, specul
         rows = 0
         pairs = 0.0
         emitting: list[_Req] = []
-        offset = 0.0  # SGLang: what the requests scheduled in this step reserve (chunk + whole output)
+        offset = 0.0  # SGLang: the outputs of the requests whose prompt completes in this step
         preempted = False
 
         run_dec = 0  # decoding requests that take a step this time
