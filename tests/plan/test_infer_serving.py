@@ -62,6 +62,8 @@ def test_inf_rate_and_closed_loop(capsys) -> None:
     (["--request-rate", "2", "--prefix-cache-hit-rate", "1.5"], "[0, 1)"),
     (["--prefix-cache-hit-rate", "0.5"], "add --request-rate or --max-concurrency"),
     (["--offline"], "add --request-rate or --max-concurrency"),
+    (["--request-rate", "2", "--enable-mixed-chunk"], "SGLang's option"),
+    (["--engine", "sglang", "--enable-mixed-chunk"], "add --request-rate or --max-concurrency"),
 ])
 def test_bad_load_options_are_one_line_and_exit_2(capsys, extra: list[str], needle: str) -> None:
     code, out, err = run(capsys, "infer", "llama-3.1-8b", "--gpu", "h100-sxm", *extra)
@@ -226,3 +228,17 @@ def test_trtllm_reserves_whole_requests() -> None:
                            offline=True)).serving
     assert r.load.limits.reserve_full_length and r.result.preemptions == 0
     assert any("no preemption" in a for a in r.assumptions)
+
+
+def test_sglang_runs_prompt_chunks_alone_unless_mixed_chunk_is_on() -> None:
+    """SGLang's scheduler: prompt steps of their own ahead of the decodes by default (the decoding requests wait
+    through them: a longer worst gap between tokens), mixed into the decode steps with --enable-mixed-chunk; both
+    reserve each request's output at admission."""
+    common = dict(model=load_model("llama-3.1-8b"), gpu=get_gpu("h100-sxm"), engine="sglang", request_rate=4.0,
+                  num_prompts=200, prompt_tokens=6000, output_tokens=300)
+    alone = infer(InferRequest(**common)).serving
+    mixed = infer(InferRequest(**common, enable_mixed_chunk=True)).serving
+    assert alone.load.limits.prefill_first and not mixed.load.limits.prefill_first
+    assert alone.load.limits.output_reservation is not None and mixed.load.limits.output_reservation is not None
+    assert "--enable-mixed-chunk" in mixed.load.limits_reason and "steps of their own" in alone.load.limits_reason
+    assert alone.result.itl_s.p99 > 1.5 * mixed.result.itl_s.p99

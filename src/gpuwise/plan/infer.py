@@ -103,6 +103,9 @@ class InferRequest:
     """Under load: disaggregated prefill and decode as xPyD (e.g. 1P1D, 2P4D): x prefill and y decode instances of
     --num-gpus GPUs each; each request's KV crosses between them over the inter-node network (vLLM's and SGLang's
     PD disaggregation)."""
+    enable_mixed_chunk: bool = False
+    """Under load, SGLang: put prompt chunks into the decode steps (SGLang --enable-mixed-chunk) instead of running
+    them in steps of their own ahead of the decodes, SGLang's default."""
     offline: bool = False
     """Under load: the engine's in-process API with no HTTP server (vLLM's LLM class, trtllm-bench, SGLang's
     Engine): no frontend taking requests in and streaming tokens (catalog/data/engine_perf.toml)."""
@@ -149,7 +152,8 @@ class InferRequest:
                                     ("--num-speculative-tokens", self.num_speculative_tokens),
                                     ("--acceptance-rate", self.acceptance_rate),
                                     ("--pd-disaggregation", self.pd_disaggregation),
-                                    ("--offline", True if self.offline else None)) if v is not None]
+                                    ("--offline", True if self.offline else None),
+                                    ("--enable-mixed-chunk", True if self.enable_mixed_chunk else None)) if v is not None]
         if self.prefix_cache_hit_rate is not None and not 0 <= self.prefix_cache_hit_rate < 1:
             raise InvalidArgument(f"--prefix-cache-hit-rate must be in [0, 1), got {self.prefix_cache_hit_rate}")
         if self.num_speculative_tokens is not None:
@@ -166,6 +170,9 @@ class InferRequest:
                                   "sglang or trtllm")
         if self.enable_expert_parallel and self.model.spec.moe is None:
             raise InvalidArgument("--enable-expert-parallel applies to mixture-of-experts models")
+        if self.enable_mixed_chunk and self.engine != "sglang":
+            raise InvalidArgument(f"--enable-mixed-chunk is SGLang's option (the other engines always mix prompt "
+                                  f"chunks into decode steps); this engine is {self.engine}")
         if self.gpu_memory_utilization is not None and self.engine not in ("vllm", "trtllm"):
             raise InvalidArgument("--gpu-memory-utilization is vLLM's option (TensorRT-LLM's pool is modelled as "
                                   f"vLLM's); this engine is {self.engine}")

@@ -251,9 +251,10 @@ def load_spec(req, *, gpu_memory_bytes: int, gpu_id: str, kv_pool_bytes: float |
                   f"{SGLANG.max_running_requests}; chunked_prefill_size {tokens:,})")
         cap_reason = (f"SGLang's KV pool {pool / 2**30:.2f} GiB per GPU / {kv_bytes_per_token:,.0f} bytes per token "
                       "(token pages)")
-        reason += ("; prompt chunks run in steps of their own, before decodes, and a request is admitted only while "
-                   "its prompt and whole output fit beside the running requests' reserved outputs (new_token_ratio "
-                   "0.7, falling to 0.098 over 600 decode steps)")
+        reason += ("; " + ("prompt chunks join the decode steps (--enable-mixed-chunk)" if req.enable_mixed_chunk
+                           else "prompt chunks run in steps of their own, before decodes")
+                   + ", and a request is admitted only while its prompt and whole output fit beside the running "
+                   "requests' reserved outputs (new_token_ratio 0.7, falling to 0.098 over 600 decode steps)")
         block = 1
     else:
         if req.engine == "trtllm":
@@ -273,7 +274,8 @@ def load_spec(req, *, gpu_memory_bytes: int, gpu_id: str, kv_pool_bytes: float |
                               "use more GPUs, smaller weights or a larger GPU")
     sglang = req.engine == "sglang"
     limits = EngineLimits(max_num_seqs=seqs, max_num_batched_tokens=tokens, kv_capacity_tokens=capacity,
-                          block_size=block, reserve_full_length=req.engine == "trtllm", prefill_first=sglang,
+                          block_size=block, reserve_full_length=req.engine == "trtllm",
+                          prefill_first=sglang and not req.enable_mixed_chunk,
                           output_reservation=OutputReservation() if sglang else None)
     return (LoadSpec(workload=workload, limits=limits, limits_reason=reason, lengths_source=source,
                      speculation=speculation, frontend=None if req.offline else frontend_of(req.engine)),
