@@ -233,7 +233,8 @@ class Activations:
 
 
 def logits_bytes_per_element(framework: str, e: float, chunks: int = 1, fused: bool = False,
-                             compiled: bool = False, loss_parallel: bool = False) -> tuple[float, float]:
+                             compiled: bool = False, loss_parallel: bool = False,
+                             compiled_loss: bool = False) -> tuple[float, float]:
     """(saved, peak) bytes per logit element on the last stage.
 
     All keep the fp32 log-softmax for the backward (4 B). At the start of the backward, the fp32 gradients of the
@@ -249,12 +250,18 @@ def logits_bytes_per_element(framework: str, e: float, chunks: int = 1, fused: b
     2) live at a time. torchtitan's loss parallel (TP > 1: cross-entropy on the vocabulary-sharded DTensor logits,
     torch/distributed/tensor/parallel/loss.py) runs the nll and log-softmax backward as plain tensor ops,
     `(grad_input + exp(x)) * grad_output` next to the saved log-probabilities: two fp32 temporaries more at its peak
-    (16 B) than the fused CUDA kernels.
+    (16 B) than the fused CUDA kernels. torchtitan's compiled loss (`compiled_loss`: compile.components with
+    "loss", the default since torchtitan PR #1608, 2025-08-20, and with training.compile from 2025-04-02, PR #1033;
+    not from 2024-12-18 to 2025-04-02, PR #755, "compiling loss function causes CUDA errors") runs the upcast,
+    log-softmax and nll as one Inductor graph: it keeps the 16-bit logits (and a log-sum-exp per row) and its
+    backward writes the 16-bit gradient directly (e + e B, one chunk's gradient at a time when chunked).
     """
     if fused:
         return 0.0, 12.0 / (chunks if chunks > 1 else 8)
     if framework == "unsloth":
         return e, e
+    if compiled_loss and framework == "torchtitan":
+        return e, e + e / chunks
     if compiled and framework == "torchtune":
         # torchtune compiles the loss with the model (`compile: True`): the compiled cross-entropy keeps the 16-bit
         # logits and the per-row log-sum-exp, not the fp32 log-softmax; its fp32 gradient exists a chunk at a time
@@ -397,8 +404,8 @@ _STAGE_TERMS: dict = {}
 
 def stage_activation_terms(spec: ModelSpec, layout: Layout, stage: int, job: TrainJob) -> StageActivationTerms:
     """The per-token terms of pipeline stage `stage`, cached by the spec's id, the layers per stage, the stage, TP,
-    SP, CP, and the job's sequence, framework, precision, attention kernel, compile and loss chunks (what they
-    depend on)."""
+    SP, CP, and the job's sequence, framework, precision, attention kernel, compile, the loss's chunks and
+    compilation (what they depend on)."""
     per_stage = stage_layers(layout, spec.num_layers)
     sp = layout.sp and layout.tp > 1
     framework, seq, flash = job.framework, job.seq, job.flash
@@ -407,8 +414,8 @@ def stage_activation_terms(spec: ModelSpec, layout: Layout, stage: int, job: Tra
     frozen = adapters_keeping_input(job)
     lora = adapter_input_bytes(job) > 0
     key = (id(spec), per_stage, stage, layout.tp, sp, layout.cp, seq, framework, job.precision, flash, compiled,
-           job.loss_chunks, job.fused_loss, modules, frozen, (job.lora_targets, job.lora_dropout) if lora else None,
-           job.kbit_upcast, job.fp8_saved)
+           job.loss_chunks, job.fused_loss, job.compile_loss, modules, frozen,
+           (job.lora_targets, job.lora_dropout) if lora else None, job.kbit_upcast, job.fp8_saved)
     hit = _STAGE_TERMS.get(key)
     if hit is not None:
         return hit[0]
@@ -437,7 +444,7 @@ def stage_activation_terms(spec: ModelSpec, layout: Layout, stage: int, job: Tra
         rope_dim=spec.head_dim if spec.position == "rope" else 0,
         head_per_token=(_norm_bytes(spec, h, se, framework) + se * h) if last else 0.0,
         logit_bytes=logits_bytes_per_element(framework, e, job.loss_chunks, job.fused_loss, job.compile,
-                                             loss_parallel=tp > 1) if last else None,
+                                             loss_parallel=tp > 1, compiled_loss=job.compile_loss) if last else None,
         score_grad_per_token=0.0 if flash else score_grad_bytes(framework, e) * spec.num_heads * keys / tp,
         hidden=h,
         vocab=spec.vocab_size), spec)

@@ -138,6 +138,10 @@ class TrainJob:
     compile: bool = False
     """torch.compile on the blocks (torchtitan training.compile, torchtune compile): the partitioner recomputes
     pointwise ops in the backward instead of saving their outputs."""
+    compile_loss: bool = False
+    """torchtitan: the cross-entropy is compiled too (compile.components includes "loss"): it keeps the 16-bit
+    logits and writes their 16-bit gradient in one fused kernel, no fp32 copy (torchtune's compile is modelled by
+    `compile` alone)."""
     loss_chunks: int = 1
     """Cross-entropy over this many chunks of the sequence, each upcast to fp32 in turn (torchtune's
     CEWithChunkedOutputLoss uses 8); 1: the whole fp32 logits at once."""

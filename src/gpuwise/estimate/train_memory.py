@@ -293,13 +293,18 @@ class LayoutMemory:
             layers, outside, working, logits, _, _ = st.activations.parts(micro_batch, in_flight, recompute,
                                                                           self.offload_activations)
             buffers = sum(token_buffers, st.state_buffer_bytes)  # sum(buffer_parts.values()), in its order
+            checkpointed = plan.checkpointed_share(st.activations.num_layers)
+            loss_logits = logits
             held, activations, logits, part, _, _ = _backward_parts(
-                st, grads_live, layers + outside, working, logits, plan.checkpointed_share(st.activations.num_layers))
+                st, grads_live, layers + outside, working, logits, checkpointed)
             backward = held + activations + logits + buffers
             if backward >= st.step_allocated:
                 allocator = ALLOCATOR_FRACTION * backward
                 if side_stream and part in ("start", "rebuild"):
                     allocator += st.states.grads
+                elif side_stream and part == "end":
+                    allocator = max(allocator, _side_stream_reserve(st, layers + outside, loss_logits, buffers,
+                                                                    checkpointed) - backward)
                 total = held + activations + logits + buffers + self.runtime + allocator
                 if best is None or total > best[0]:
                     best = (total, st, allocator)
@@ -344,6 +349,17 @@ def _backward_parts(st: _Stage, grads_live: bool, saved: float, working: float, 
     return held, acts, logit_part, part, not_held, grads
 
 
+def _side_stream_reserve(st: _Stage, saved: float, logits: float, buffers: float, checkpointed: float) -> float:
+    """Reserved bytes when the gradients fill a side stream's pool (`_grads_on_side_stream`) and the allocated peak
+    is the backward's end: the compute stream's pool keeps the high-water mark of the backward's start (the loss
+    moment: states, saved activations, the loss's logits), its freed blocks cached for that stream only, beside the
+    side stream's pool of every gradient; each with the allocator's allowance."""
+    states = st.states
+    start = (states.params - states.block_casts * checkpointed + states.master_weights + states.optimizer + saved
+             + logits + buffers)
+    return (1 + ALLOCATOR_FRACTION) * start + states.grads
+
+
 def _grads_on_side_stream(layout: Layout, framework: str) -> bool:
     """Whether the gradients are reduce-scattered into shards on a stream of their own (FSDP / FSDP2 and the PyTorch
     trainers over them), so that the caching allocator, which keeps a pool per stream, serves them with new memory
@@ -371,7 +387,7 @@ def layout_memory(spec: ModelSpec, layout: Layout, job: TrainJob) -> LayoutMemor
     hold the terms of every mode), so that the layouts differing only in those share them."""
     key = (id(spec), _CLASS_FIELDS(layout), job.framework, job.precision, job.optimizer, job.seq, job.finetune,
            job.lora_rank, job.lora_targets, job.offload, job.attention, job.compile, job.loss_chunks,
-           job.fused_loss, job.optimizer_in_backward, job.optimizer_impl, job.fp8_param_gather, job.grad_reduce_in_fp32,
+           job.fused_loss, job.compile_loss, job.optimizer_in_backward, job.optimizer_impl, job.fp8_param_gather, job.grad_reduce_in_fp32,
            job.lora_dropout, job.kbit_upcast, job.fp8_saved, job.fp8_transpose_cache,
            job.recompute if recompute_plan(job.recompute).kind == "modules" else None)
     hit = _STAGES.get(key)

@@ -122,6 +122,10 @@ class TrainRequest:
     gradient_checkpointing: bool = False
     """transformers / PEFT / TRL gradient_checkpointing=True: every block checkpointed (full)."""
     compile: bool = job_default("compile")
+    compile_loss: bool = True
+    """torchtitan with --compile: the loss is compiled too (compile.components default ["model", "loss"], since
+    torchtitan 2025-04-02): no fp32 copy of the logits. --no-compile-loss: the loss runs eager (compile.components
+    ["model"], or a torchtitan from 2024-12-18 to 2025-04-02)."""
     loss_chunks: int | None = None
     """Cross-entropy over this many sequence chunks, upcast to fp32 one at a time (default 8 for torchtune, whose
     recipes use CEWithChunkedOutputLoss, else 1: the whole logits at once)."""
@@ -205,6 +209,9 @@ class TrainRequest:
         if self.fsdp is not None and self.fsdp not in FSDP_MODES:
             raise InvalidArgument(f"--fsdp: unknown mode '{self.fsdp}'; valid: {', '.join(FSDP_MODES)}")
         framework, why = choose_framework(self)
+        if not self.compile_loss and framework != "torchtitan":
+            raise InvalidArgument(f"--no-compile-loss is torchtitan's compile.components without 'loss'; the framework "
+                                  f"here is {framework}")
         if framework == "torchtitan" and self.pp > 1:
             self._torchtitan_pipeline_defaults()
         if self.fsdp is not None and framework in FSDP2_OFFLOAD_ALL and "params" in self.offload \
@@ -232,6 +239,7 @@ class TrainRequest:
                        sdpa_backend=self.sdpa_backend,
                        flops_convention=self.flops_convention,
                        compile=self.compile, loss_chunks=chunks, fused_loss=self.fused_loss,
+                       compile_loss=self.compile and self.compile_loss and framework == "torchtitan",
                        fp8_param_gather=self.fp8_param_gather, grad_reduce_in_fp32=self.grad_reduce_in_fp32,
                        optimizer_in_backward=self.optimizer_in_backward, optimizer_impl=self.optimizer_impl,
                        activation_func_fp8_input_store=self.activation_func_fp8_input_store,
@@ -531,7 +539,9 @@ def _assumptions(req: TrainRequest, framework: str, layout: Layout, mem: TrainMe
                    "(reshard_after_forward=False under pipelining) and reduce-scatters once per step"
                    if layout.sharding_spec.params else ""))
     if req.compile:
-        out.append("torch.compile: the blocks keep matmul and attention tensors; pointwise ops are recomputed")
+        out.append("torch.compile: the blocks keep matmul and attention tensors; pointwise ops are recomputed"
+                   + ("; the loss is compiled too: 16-bit logits and gradient, no fp32 copy (torchtitan's "
+                      "compile.components; --no-compile-loss if it is not)" if req.job.compile_loss else ""))
     if req.job.loss_chunks > 1:
         out.append(f"cross-entropy over {req.job.loss_chunks} chunks: one chunk's fp32 temporaries at a time")
     if layout.sp and layout.tp == 1:
