@@ -590,13 +590,8 @@ def simulate(cost: StepCost, workload: Workload, limits: EngineLimits, *, specul
         """Tokens SGLang sets aside for the decoding requests' outputs still to come."""
         return ratio * max(0.0, res_a - res_b * dec_counter) if decoding else 0.0
 
-    budget = budget_max
-    rows = 0
-    pairs = 0.0
-    emitting: list[_Req] = []
-    offset = 0.0  # SGLang: the outputs of the requests whose prompt completes in this step
-    preempted = False
-
+    # the step's own state (budget, rows, pairs, emitting, offset, preempted) is reset at the top of each slow step;
+    # these helpers read and update it there
     def run_chunk(r: _Req, chunk: int) -> None:
         """`chunk` more prompt tokens of `r` in this step, attending to its cached ones (causal)."""
         nonlocal pairs, budget, rows, pf_blocks, offset
