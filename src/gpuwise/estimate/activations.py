@@ -88,10 +88,12 @@ def _mlp_terms(spec: ModelSpec, width: int, e: float, lin_in: float, framework: 
 
 
 def _norm_bytes(spec: ModelSpec, dim: int, e: float, framework: str, compiled: bool = False,
-                frozen: bool = False) -> float:
+                frozen: bool = False, fused: bool = False) -> float:
     """Bytes per token one normalization over `dim` keeps (its output is counted by whoever reads it); `frozen`:
-    its weight gets no gradient, so the normalized tensor that the weight multiplies is not kept for it."""
-    if compiled and framework != "megatron":
+    its weight gets no gradient, so the normalized tensor that the weight multiplies is not kept for it; `fused`: a
+    fused or compiled norm kernel (torchtitan's fused_rmsnorm and compiled_rmsnorm) keeps, like the compiled graph,
+    its input and the fp32 statistics."""
+    if (compiled or fused) and framework != "megatron":
         return e * dim + (8 if spec.norm == "layernorm" else 4)  # its input and fp32 statistics
     if framework == "megatron" or spec.norm == "layernorm":
         return e * dim + (0 if framework == "megatron" else 8)  # input (+ fp32 mean and rstd per token)
@@ -102,9 +104,11 @@ def _norm_bytes(spec: ModelSpec, dim: int, e: float, framework: str, compiled: b
 
 def layer_terms(spec: ModelSpec, layer: int, *, framework: str, e: float = 2.0, fp8: bool = False,
                 flash: bool = True, compiled: bool = False, frozen: frozenset[str] | None = None,
-                stream: float | None = None, fp8_saved: frozenset[str] = frozenset()) -> LayerTerms:
+                stream: float | None = None, fp8_saved: frozenset[str] = frozenset(),
+                fused_norm: bool = False) -> LayerTerms:
     """What layer `layer` saves per token, by term (bytes, 16-bit activations when e = 2); `fp8`: Transformer
-    Engine's fp8 saved linear inputs; `compiled`: torch.compile's partitioner (module docstring).
+    Engine's fp8 saved linear inputs; `compiled`: torch.compile's partitioner (module docstring); `fused_norm`: the
+    norms run as fused kernels (`_norm_bytes`), the rest eager.
 
     `frozen` (LoRA on a frozen base, eager PyTorch): the adapted matrices (q, k, v, o, gate, up, down) whose LoRA
     branch reads their very input (lora_dropout 0). autograd keeps a matmul's input only for its weight's
@@ -129,7 +133,8 @@ def layer_terms(spec: ModelSpec, layer: int, *, framework: str, e: float = 2.0, 
     keeps = (lambda *names: True) if frozen is None else (lambda *names: any(n in frozen for n in names))
     rep: dict[str, float] = {}
     split: dict[str, float] = {}
-    rep["norm_inputs"] = spec.norms_per_layer * _norm_bytes(spec, h, se, framework, compiled, frozen is not None)
+    fn = fused_norm
+    rep["norm_inputs"] = spec.norms_per_layer * _norm_bytes(spec, h, se, framework, compiled, frozen is not None, fn)
     if not compiled:  # compiled: recomputed from the saved norm input
         # QKV input and MLP input (one for a parallel block, which every matrix reads)
         if spec.norms_per_layer == 1:
@@ -140,14 +145,16 @@ def layer_terms(spec: ModelSpec, layer: int, *, framework: str, e: float = 2.0, 
     if spec.hidden_dropout > 0:
         rep["dropout_masks"] = 2 * h  # one byte per element, after attention and after the MLP
     if spec.qk_norm == "head":
-        split["qk_norm"] = (_norm_bytes(spec, q, e, framework, compiled) + _norm_bytes(spec, k, e, framework, compiled)
-                            + (0 if compiled else 4 * (a + spec.num_kv_heads)))
+        split["qk_norm"] = (_norm_bytes(spec, q, e, framework, compiled, fused=fn)
+                            + _norm_bytes(spec, k, e, framework, compiled, fused=fn)
+                            + (0 if compiled or fn else 4 * (a + spec.num_kv_heads)))
     elif spec.qk_norm == "full":
-        split["qk_norm"] = _norm_bytes(spec, q, e, framework, compiled) + _norm_bytes(spec, k, e, framework, compiled)
+        split["qk_norm"] = (_norm_bytes(spec, q, e, framework, compiled, fused=fn)
+                            + _norm_bytes(spec, k, e, framework, compiled, fused=fn))
     if spec.mla is not None:
         m = spec.mla
         lat = (m.q_lora_rank or 0) + m.kv_lora_rank
-        split["mla_latents"] = (_norm_bytes(spec, lat, e, framework, compiled, frozen is not None)
+        split["mla_latents"] = (_norm_bytes(spec, lat, e, framework, compiled, frozen is not None, fn)
                                 + (0 if compiled or not keeps("q", "v") else lin_in * lat))
     fp8_attention = flash and "attention" in fp8_saved
     split["qkv"] = (1.0 if fp8_attention else e) * (q + k + v)
@@ -280,11 +287,11 @@ _PER_TOKEN: dict = {}
 
 def _per_token(spec: ModelSpec, layer: int, framework: str, e: float, fp8: bool, flash: bool, compiled: bool,
                mode: str, tp: int, sp: bool, keys: float, frozen: frozenset[str] | None = None,
-               stream: float | None = None, fp8_saved: frozenset[str] = frozenset()) -> float:
+               stream: float | None = None, fp8_saved: frozenset[str] = frozenset(), fused_norm: bool = False) -> float:
     """Bytes per token saved by blocks of the kind of `layer` with nothing recomputed (`mode` none), the attention
     core recomputed (selective) or torchtitan's per-op policy (op); cached per block kind."""
     key = (id(spec), block_signature(spec, layer), framework, e, fp8, flash, compiled, mode, tp, sp, keys, frozen,
-           stream, fp8_saved)
+           stream, fp8_saved, fused_norm)
     hit = _PER_TOKEN.get(key)
     if hit is not None:
         return hit[0]
@@ -292,7 +299,7 @@ def _per_token(spec: ModelSpec, layer: int, framework: str, e: float, fp8: bool,
         value = op_saved_per_token(spec, layer, e=e, tp=tp, sp=sp)
     else:
         terms = layer_terms(spec, layer, framework=framework, e=e, fp8=fp8, flash=flash, compiled=compiled,
-                            frozen=frozen, stream=stream, fp8_saved=fp8_saved)
+                            frozen=frozen, stream=stream, fp8_saved=fp8_saved, fused_norm=fused_norm)
         if mode == "selective":
             terms = LayerTerms(terms.replicated, terms.split, 0.0)
         elif mode != "none":  # Megatron-Core's recompute_modules: each module keeps its input only
@@ -410,11 +417,12 @@ def stage_activation_terms(spec: ModelSpec, layout: Layout, stage: int, job: Tra
     sp = layout.sp and layout.tp > 1
     framework, seq, flash = job.framework, job.seq, job.flash
     compiled = job.compile or framework == "unsloth"  # Unsloth's kernels save what the partitioner would
+    fused_norm = job.norm_type != "rmsnorm"
     modules = job.recompute if recompute_plan(job.recompute).kind == "modules" else None
     frozen = adapters_keeping_input(job)
     lora = adapter_input_bytes(job) > 0
     key = (id(spec), per_stage, stage, layout.tp, sp, layout.cp, seq, framework, job.precision, flash, compiled,
-           job.loss_chunks, job.fused_loss, job.compile_loss, modules, frozen,
+           job.loss_chunks, job.fused_loss, job.compile_loss, job.norm_type, modules, frozen,
            (job.lora_targets, job.lora_dropout) if lora else None, job.kbit_upcast, job.fp8_saved)
     hit = _STAGE_TERMS.get(key)
     if hit is not None:
@@ -429,7 +437,7 @@ def stage_activation_terms(spec: ModelSpec, layout: Layout, stage: int, job: Tra
 
     def kinds(mode: str) -> tuple[tuple[float, int], ...]:
         return tuple((_per_token(spec, layer, framework, e, fp8, flash, compiled, mode, tp, sp, keys, frozen, stream,
-                                 job.fp8_saved)
+                                 job.fp8_saved, fused_norm)
                       + (adapter_inputs_per_token(spec, layer, job, tp) if lora else 0.0), count)
                      for layer, count in blocks)
 

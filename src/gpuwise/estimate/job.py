@@ -35,6 +35,7 @@ MoeDispatcher = Literal["alltoall", "flex"]
 CpCommType = Literal["p2p", "allgather", "a2a"]
 SdpaBackend = Literal["flash", "cudnn"]
 FlopsConvention = Literal["causal", "full"]
+NormType = Literal["rmsnorm", "fused_rmsnorm", "compiled_rmsnorm"]
 OffloadTarget = Literal["optimizer", "params", "activations"]
 
 FRAMEWORKS: tuple[str, ...] = get_args(Framework)
@@ -138,6 +139,10 @@ class TrainJob:
     compile: bool = False
     """torch.compile on the blocks (torchtitan training.compile, torchtune compile): the partitioner recomputes
     pointwise ops in the backward instead of saving their outputs."""
+    norm_type: NormType = "rmsnorm"
+    """torchtitan's model.norm_type: rmsnorm (eager: the fp32 upcast and the normalized tensor kept), fused_rmsnorm
+    (its Triton kernel) or compiled_rmsnorm (torch.compile on the norm alone), which keep the input and the fp32
+    rstd."""
     compile_loss: bool = False
     """torchtitan: the cross-entropy is compiled too (compile.components includes "loss"): it keeps the 16-bit
     logits and writes their 16-bit gradient in one fused kernel, no fp32 copy (torchtune's compile is modelled by

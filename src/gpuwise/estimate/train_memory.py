@@ -387,7 +387,7 @@ def layout_memory(spec: ModelSpec, layout: Layout, job: TrainJob) -> LayoutMemor
     hold the terms of every mode), so that the layouts differing only in those share them."""
     key = (id(spec), _CLASS_FIELDS(layout), job.framework, job.precision, job.optimizer, job.seq, job.finetune,
            job.lora_rank, job.lora_targets, job.offload, job.attention, job.compile, job.loss_chunks,
-           job.fused_loss, job.compile_loss, job.optimizer_in_backward, job.optimizer_impl, job.fp8_param_gather, job.grad_reduce_in_fp32,
+           job.fused_loss, job.compile_loss, job.norm_type, job.optimizer_in_backward, job.optimizer_impl, job.fp8_param_gather, job.grad_reduce_in_fp32,
            job.lora_dropout, job.kbit_upcast, job.fp8_saved, job.fp8_transpose_cache,
            job.recompute if recompute_plan(job.recompute).kind == "modules" else None)
     hit = _STAGES.get(key)

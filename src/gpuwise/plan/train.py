@@ -17,7 +17,7 @@ from ..errors import InvalidArgument, require_positive_int, require_positive_num
 from ..estimate.comm import Topology
 from ..estimate.flops import StepFlops, gemm_dtype, job_flops, utilization
 from ..estimate.job import (FSDP2_OFFLOAD_ALL, Attention, CpCommType, Finetune, FlopsConvention, Framework,
-                            MoeDispatcher, OffloadTarget, Optimizer, OptimizerImpl, Precision, Recompute, SdpaBackend,
+                            MoeDispatcher, NormType, OffloadTarget, Optimizer, OptimizerImpl, Precision, Recompute, SdpaBackend,
                             TrainJob, fp8_transpose_cached, job_default)
 from ..estimate.layout import PARAM_OFFLOAD_SHARDINGS, Layout, Schedule, divisors
 from ..estimate.model_states import adapter_input_bytes, lora_targets
@@ -122,6 +122,10 @@ class TrainRequest:
     gradient_checkpointing: bool = False
     """transformers / PEFT / TRL gradient_checkpointing=True: every block checkpointed (full)."""
     compile: bool = job_default("compile")
+    norm_type: NormType | None = None
+    """torchtitan's model.norm_type: fused_rmsnorm (a Triton kernel, the llama configs' default from 2024-04-05 to
+    2024-07-10) and compiled_rmsnorm (2024-07 to 2025-02) keep the norm's input and fp32 rstd; rmsnorm (default)
+    runs eager and keeps the fp32 upcast and the normalized tensor (memory only; the step time is unchanged)."""
     compile_loss: bool = True
     """torchtitan with --compile: the loss is compiled too (compile.components default ["model", "loss"], since
     torchtitan 2025-04-02): no fp32 copy of the logits. --no-compile-loss: the loss runs eager (compile.components
@@ -209,6 +213,8 @@ class TrainRequest:
         if self.fsdp is not None and self.fsdp not in FSDP_MODES:
             raise InvalidArgument(f"--fsdp: unknown mode '{self.fsdp}'; valid: {', '.join(FSDP_MODES)}")
         framework, why = choose_framework(self)
+        if self.norm_type is not None and framework != "torchtitan":
+            raise InvalidArgument(f"--norm-type is torchtitan's model.norm_type; the framework here is {framework}")
         if not self.compile_loss and framework != "torchtitan":
             raise InvalidArgument(f"--no-compile-loss is torchtitan's compile.components without 'loss'; the framework "
                                   f"here is {framework}")
@@ -240,6 +246,7 @@ class TrainRequest:
                        flops_convention=self.flops_convention,
                        compile=self.compile, loss_chunks=chunks, fused_loss=self.fused_loss,
                        compile_loss=self.compile and self.compile_loss and framework == "torchtitan",
+                       norm_type=self.norm_type or "rmsnorm",
                        fp8_param_gather=self.fp8_param_gather, grad_reduce_in_fp32=self.grad_reduce_in_fp32,
                        optimizer_in_backward=self.optimizer_in_backward, optimizer_impl=self.optimizer_impl,
                        activation_func_fp8_input_store=self.activation_func_fp8_input_store,
