@@ -57,6 +57,9 @@ class DeviceProfile:
     """Smallest GPU time of one kernel (launch latency, ramp-up and tail), added once per kernel."""
     tile: tuple[int, int]
     """Output tile (rows, cols) of one thread block of the large GEMM kernels (tile/wave quantization)."""
+    fused_moe_call_s: float | None = None
+    """One fused-MoE call (vLLM's and SGLang's Triton fused_moe) at decode sizes beyond streaming its experts'
+    weights, measured (devices.toml `fused_moe_call_us`); None: no measurement."""
     host_copy_bytes_per_s: float | None = None
     """Measured pinned host-to-device bytes/s (`gpuwise calibrate`); None: the PCIe line rate x host_copy_efficiency."""
     sources: dict[str, str] = field(default_factory=dict)
@@ -175,6 +178,7 @@ def _build(gpu: GPU, v: dict, sources: dict[str, str]) -> DeviceProfile:
                             else v.get("attention_kernel", "fa2")),
         paged_decode_efficiency=(float(v["paged_decode_efficiency"]) if "paged_decode_efficiency" in v else None),
         kernel_overhead_s=float(v["kernel_overhead_us"]) * 1e-6, tile=tuple(v["tile"]), sources=dict(sources),
+        fused_moe_call_s=float(v["fused_moe_call_us"]) * 1e-6 if "fused_moe_call_us" in v else None,
         host_copy_bytes_per_s=None)
 
 

@@ -59,6 +59,14 @@ class EnginePerf:
     paged_decode: bool = False
     """Decode attention runs FlashAttention's paged-KV kernels (vLLM, SGLang): the cache streams at the profile's
     `paged_decode_bandwidth`."""
+    fused_moe: bool = False
+    """A MoE layer's routed experts run as the Triton fused_moe call (vLLM, SGLang): the profile's measured
+    `fused_moe_call_s` stands for the routing, sort, quantization, grouped GEMM and sum kernels' fixed cost."""
+
+
+FUSED_MOE_KERNELS = 6
+"""Kernels of a MoE layer the fused_moe call replaces in the kernel model (layer_ops.block_ops: top-k, permute, the
+two grouped GEMMs, activation, unpermute; the router GEMM and shared experts run apart)."""
 
 
 @lru_cache(maxsize=None)
@@ -74,7 +82,8 @@ def engine_perf(name: str) -> EnginePerf:
                       r["source"], float(r.get("metal_gemm_efficiency", 0.0)),
                       float(r.get("frontend_latency_ms", 0.0)) * 1e-3, float(r.get("frontend_request_ms", 0.0)) * 1e-3,
                       float(r.get("frontend_token_us", 0.0)) * 1e-6,
-                      float(r.get("step_overhead_us_per_request", 0.0)) * 1e-6, bool(r.get("paged_decode", False)))
+                      float(r.get("step_overhead_us_per_request", 0.0)) * 1e-6, bool(r.get("paged_decode", False)),
+                      bool(r.get("fused_moe", False)))
 
 
 def decode_kv_bandwidth(profile: DeviceProfile, engine: EnginePerf, spec: ModelSpec) -> float:
@@ -211,6 +220,10 @@ def forward_pass_s(spec: ModelSpec, *, profile: DeviceProfile, topo: Topology, e
             a = attention_s(profile, attn_flops, attn_bytes, backward=False, seq=kernel_seq,
                             bandwidth=decode_kv_bandwidth(profile, engine, spec) if decode else None)
             s = memory_s(profile, ops.stream_bytes) + (ops.kernels - len(ops.gemms) - 1) * profile.kernel_overhead_s
+            if engine.fused_moe and profile.fused_moe_call_s and spec.moe is not None and spec.moe.moe_layers[layer]:
+                # the fused call's measured fixed cost, beyond the per-kernel costs of the kernels it stands for
+                # (top-k, sort, activation, sum and the two grouped GEMMs)
+                s += max(0.0, profile.fused_moe_call_s - FUSED_MOE_KERNELS * profile.kernel_overhead_s)
             hit = cache[key] = (g, a, s, f + attn_flops, b + attn_bytes + ops.stream_bytes)
         gemm += hit[0]
         attn += hit[1]

@@ -1,0 +1,51 @@
+"""The Triton fused_moe call (vLLM, SGLang) at decode sizes: its measured time at one token against gpuwise's MoE
+layer, and the fixed cost it adds to every MoE layer of a decode step (devices.toml fused_moe_call_us)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from gpuwise.catalog.devices import default_profile
+from gpuwise.catalog.gpus import get_gpu
+from gpuwise.catalog.models import load_model
+from gpuwise.estimate.infer_time import FUSED_MOE_KERNELS, engine_perf, forward_pass_s
+from gpuwise.plan.infer import InferRequest, kernel_setup
+
+
+def test_the_hopper_figure_is_the_measured_excess_over_the_weights():
+    """vLLM PR #24700 on an H100: Qwen3-30B-A3B FP8 at one token 40.44 us for 8 experts x 3 x 2,048 x 768 FP8
+    bytes, Mixtral-8x7B TP2 BF16 144.03 us for 2 experts x 3 x 4,096 x 7,168 x 2 bytes; both ~26 us beyond streaming
+    those bytes at the profile's bandwidth, the figure devices.toml keeps (27 us with SGLang's and vLLM's other
+    Hopper rows)."""
+    h100 = default_profile(get_gpu("h100-sxm"))
+    qwen = 40.44e-6 - 8 * 3 * 2048 * 768 / h100.bandwidth
+    mixtral = 144.03e-6 - 2 * 3 * 4096 * 7168 * 2 / h100.bandwidth
+    for excess in (qwen, mixtral):
+        assert h100.fused_moe_call_s == pytest.approx(excess, abs=3e-6)
+    assert default_profile(get_gpu("a100-sxm-80gb")).fused_moe_call_s is None  # no measurement: kernel costs only
+
+
+def test_each_moe_layer_of_a_fused_moe_engine_pays_the_call():
+    model = load_model("qwen3-30b-a3b")
+    req = InferRequest(model=model, gpu=get_gpu("h100-sxm"), engine="vllm", batch=8)
+    ks = kernel_setup(req)
+    vllm = engine_perf("vllm")
+    assert vllm.fused_moe and engine_perf("sglang").fused_moe and not engine_perf("trtllm").fused_moe
+
+    def step(engine) -> float:
+        return forward_pass_s(model.spec, profile=ks.profile, topo=ks.topo, engine=engine, dtype=ks.dtype,
+                              weight_bytes_per_param=2.0, kv_bytes_per_element=2.0, rows=8, sequences=8,
+                              context=1000, num_gpus=1, decode=True, logits_rows=8).seconds
+
+    extra = ks.profile.fused_moe_call_s - FUSED_MOE_KERNELS * ks.profile.kernel_overhead_s
+    moe_layers = sum(model.spec.moe.moe_layers)
+    assert step(vllm) - step(dataclasses.replace(vllm, fused_moe=False)) == pytest.approx(moe_layers * extra)
+    dense = load_model("qwen3-8b")
+    assert forward_pass_s(dense.spec, profile=ks.profile, topo=ks.topo, engine=vllm, dtype=ks.dtype,
+                          weight_bytes_per_param=2.0, kv_bytes_per_element=2.0, rows=8, sequences=8, context=1000,
+                          num_gpus=1, decode=True, logits_rows=8).seconds == pytest.approx(
+        forward_pass_s(dense.spec, profile=ks.profile, topo=ks.topo, engine=dataclasses.replace(vllm, fused_moe=False),
+                       dtype=ks.dtype, weight_bytes_per_param=2.0, kv_bytes_per_element=2.0, rows=8, sequences=8,
+                       context=1000, num_gpus=1, decode=True, logits_rows=8).seconds)  # dense models: unchanged
