@@ -71,6 +71,24 @@ def in_flight_microbatches(layout: Layout, stage: int, num_microbatches: int) ->
     return float(min(p - stage, m))
 
 
+def loss_in_flight(layout: Layout, num_microbatches: int) -> float:
+    """Micro-batches whose logits (and LM-head input) the last stage holds at once. GPipe runs every forward before
+    any backward: all m. 1F1B runs each micro-batch's backward on the last stage right after its forward: one. So
+    does the interleaved schedule for the last model chunk, the one with the loss (Megatron-Core's
+    forward_backward_pipelining_with_interleaving: the last rank's (v - 1) p warm-up forwards stop before chunk
+    v - 1, and in the steady state the forward of chunk v - 1 for micro-batch k is followed by its backward), unless
+    the warm-up covers every chunk-micro-batch (m v <= (v - 1) p: all forwards run first, all m)."""
+    p, m = layout.pp, num_microbatches
+    if p == 1:
+        return 1.0
+    if layout.schedule == "gpipe":
+        return float(m)
+    if layout.vpp > 1 or layout.schedule == "interleaved":
+        v = layout.vpp
+        return float(m) if (v - 1) * p >= m * v else 1.0
+    return 1.0
+
+
 def bubble_fraction(pp: int, num_microbatches: int, vpp: int = 1) -> float:
     """Idle share of a pipeline step: (p-1)/v idle micro-batch slots out of m + (p-1)/v; (p-1)/(m+p-1) for 1F1B
     and GPipe (Narayanan et al. 2021, section 2.2)."""

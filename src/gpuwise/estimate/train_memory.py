@@ -8,7 +8,8 @@ start (no gradients) and its end (every gradient, the activations freed): `_back
 the other candidate (model states, gradients and the optimizer's temporaries, no activations); the larger of the
 two is reported. Every
 pipeline stage is evaluated and the largest reported, with its stage index; with 1F1B that is the first
-stage (it holds p micro-batches), unless the last stage's logits outweigh it.
+stage (it holds p micro-batches), unless the last stage's logits outweigh it. The last stage holds one micro-batch's
+logits under 1F1B and the interleaved schedule, all m under GPipe (`pipeline.loss_in_flight`).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from .job import HF_TRAINERS, PYTORCH_NATIVE, TrainJob, pipeline_keeps_unsharded
 from .recompute import recompute_plan
 from .layout import Layout
 from .model_states import ModelStates, model_states, stage_tensors
-from .pipeline import distinct_stages, in_flight_microbatches, stage_layers
+from .pipeline import distinct_stages, in_flight_microbatches, loss_in_flight, stage_layers
 
 # Caching-allocator allowance on top of the allocated peak: Megatron-LM's theoretical_memory_usage.py adds 5%
 # ("buffer for optimizer and miscellaneous temporaries"). GMLake (Guo et al., ASPLOS 2024) measured 15% average
@@ -240,8 +241,9 @@ class LayoutMemory:
         job's."""
         recompute = self.job.recompute if recompute is None else recompute
         _, st, allocator = self.peak(micro_batch, num_microbatches, recompute)
+        heads = loss_in_flight(self.layout, num_microbatches)
         act = st.activations.at(micro_batch, in_flight_microbatches(self.layout, st.index, num_microbatches),
-                                recompute, self.offload_activations)
+                                recompute, self.offload_activations, heads)
         states = st.states
         tokens = micro_batch * self.seq / self.layout.cp
         parts = {**st.state_buffers, **_token_buffers(self.spec, self.layout, e=self.e, tokens=tokens)}
@@ -249,7 +251,7 @@ class LayoutMemory:
         buffers = sum(parts.values())
         saved_logits = 0.0
         if st.activations.logit_bytes is not None:
-            saved_logits = tokens * st.activations.vocab * st.activations.logit_bytes[0] * act.in_flight / self.layout.tp
+            saved_logits = tokens * st.activations.vocab * st.activations.logit_bytes[0] * heads / self.layout.tp
         grads_live = gradients_live_at_backward(self.job.framework, num_microbatches)
         checkpointed = recompute_plan(recompute).checkpointed_share(st.activations.num_layers)
         held, activations, logits, part, not_held, grads = _backward_parts(
@@ -288,10 +290,11 @@ class LayoutMemory:
         grads_live = gradients_live_at_backward(self.job.framework, num_microbatches)
         side_stream = _grads_on_side_stream(self.layout, self.job.framework)
         plan = recompute_plan(recompute)
+        heads = loss_in_flight(self.layout, num_microbatches)
         for st in self.stages:
             in_flight = in_flight_microbatches(self.layout, st.index, num_microbatches)
             layers, outside, working, logits, _, _ = st.activations.parts(micro_batch, in_flight, recompute,
-                                                                          self.offload_activations)
+                                                                          self.offload_activations, heads)
             buffers = sum(token_buffers, st.state_buffer_bytes)  # sum(buffer_parts.values()), in its order
             checkpointed = plan.checkpointed_share(st.activations.num_layers)
             loss_logits = logits
