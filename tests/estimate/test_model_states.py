@@ -106,6 +106,34 @@ def test_optimizer_offload_moves_states_to_host_memory() -> None:
     assert off.cpu == pytest.approx(on.optimizer + on.master_weights + on.grads)
 
 
+@pytest.mark.parametrize("framework", ["torchtune", "fsdp", "torchtitan"])
+@pytest.mark.parametrize("precision", ["bf16", "bf16-pure"])
+def test_fsdp_cpu_offload_moves_the_sharded_gradients_whatever_the_parameter_dtype(framework, precision) -> None:
+    # FSDP2 CPUOffloadPolicy (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py foreach_reduce: the reduced
+    # shard goes `.to(torch.device("cpu"), non_blocking=True)` when its parameter offloads) and FSDP1
+    # CPUOffload(offload_params=True): the sharded gradients live on the host, with fp32 or bf16 parameters alike
+    # (torchtune's full fine-tunes keep bf16 parameters).
+    spec = load_model("llama-3.1-8b").spec
+    layout = Layout(num_gpus=8, sharding="fsdp-full")
+    job = TrainJob(framework=framework, precision=precision)
+    on = model_states(spec, layout, 0, job)
+    off = model_states(spec, layout, 0, replace(job, offload=frozenset({"params", "optimizer"})))
+    assert on.grads > 0 and off.grads == 0
+    assert off.params + off.master_weights + off.optimizer == 0
+    assert off.cpu == pytest.approx(on.params + on.master_weights + on.grads + on.optimizer)
+
+
+def test_zero_infinity_parameter_offload_keeps_the_gradient_partitions_on_the_gpu() -> None:
+    # DeepSpeed ZeRO-3 offload_param alone: the fp16/bf16 partitions go to the host, the gradients stay (they reach
+    # the host only with offload_optimizer, as in the test above).
+    spec = load_model("llama-3.1-8b").spec
+    layout = Layout(num_gpus=8, sharding="zero3")
+    job = TrainJob(framework="deepspeed")
+    on = model_states(spec, layout, 0, job)
+    off = model_states(spec, layout, 0, replace(job, offload=frozenset({"params"})))
+    assert on.grads > 0 and off.grads == pytest.approx(on.grads) and off.params < on.params
+
+
 def test_without_an_optimizer_the_autocast_fp32_weights_remain_and_megatron_drops_its_master() -> None:
     hf = bytes_per_param(framework="hf", precision="bf16", optimizer="none", layout=Layout(num_gpus=1))
     assert hf == {"params": 2, "master_weights": 4, "grads": 4, "optimizer": 0}

@@ -326,6 +326,7 @@ def _model_states(spec: ModelSpec, layout: Layout, stage: int, job: TrainJob) ->
     sh = layout.sharding_spec
     dense_n = layout.shard_size
     expert_n = layout.expert_shard_size
+    fsdp_offload = job.framework != "deepspeed"  # FSDP's parameter offload takes the sharded gradients along
     held = stage_tensors(spec, layout, stage)
     targets = lora_targets(job.lora_targets) if finetune != "full" else frozenset()
     frozen_bits = None
@@ -364,9 +365,10 @@ def _model_states(spec: ModelSpec, layout: Layout, stage: int, job: TrainJob) ->
             elif group is not None:
                 fused_seen.add((group, t.layer))
             n = job.lora_rank * (rows + cols) * t.experts / (layout.tp if t.is_matrix else 1)  # A (r x in) + B (out x r)
-            parts = _tensor_states(adapter_lay, optimizer, t, n, shard, sh, offload)
+            parts = _tensor_states(adapter_lay, optimizer, t, n, shard, sh, offload, fsdp_offload)
         else:
-            parts = _tensor_states(fp8_lay if _fp8_matrix(t) else lay, optimizer, t, n, shard, sh, offload)
+            parts = _tensor_states(fp8_lay if _fp8_matrix(t) else lay, optimizer, t, n, shard, sh, offload,
+                                   fsdp_offload)
             if lay.fp8_cache and _fp8_matrix(t):
                 acc["params"] += count * lay.fp8_cache * n
                 acc["transient"] += count * lay.fp8_cache * n
@@ -399,9 +401,10 @@ def _fp8_matrix(t: Tensor) -> bool:
 
 
 def _tensor_states(lay: PrecisionLayout, optimizer: str, t: Tensor, n: float, shard: int, sh,
-                   offload: frozenset[str]) -> dict[str, float]:
+                   offload: frozenset[str], grads_follow_params: bool = False) -> dict[str, float]:
     """Bytes of params, master, grads, optimizer, cpu, transient (part of params) and casts (autocast's cached
-    16-bit copies, part of transient) for `n` trainable elements."""
+    16-bit copies, part of transient) for `n` trainable elements; `grads_follow_params`: a parameter offload also
+    moves the sharded gradients (FSDP's, not ZeRO-Infinity's)."""
     opt_n = shard if sh.optimizer else 1
     grad_n = shard if sh.grads else 1
     states = 0.0 if optimizer == "none" else optimizer_state_bytes(optimizer, t, n, lay.state) + lay.grad_copy * n
@@ -428,12 +431,16 @@ def _tensor_states(lay: PrecisionLayout, optimizer: str, t: Tensor, n: float, sh
         if not own_weights:
             out["master"] = 0.0
     if "params" in offload and sh.params:
-        # ZeRO-Infinity offload_param / FSDP2 CPUOffloadPolicy: the shards at rest (FSDP2: with their gradients).
-        moved = at_rest + (out["master"] + out["grads"] if own_weights else 0.0)
-        out["cpu"] += moved
+        # ZeRO-Infinity offload_param / FSDP2 CPUOffloadPolicy (FSDP1 CPUOffload(offload_params=True)): the shards
+        # at rest; FSDP copies each sharded gradient to the host as its reduce-scatter produces it (FSDP2's
+        # foreach_reduce: `.to(cpu)` when the parameter offloads), whatever the parameters' dtype.
+        grads = grads_follow_params or own_weights
+        out["cpu"] += at_rest + (out["master"] if own_weights else 0.0) + (out["grads"] if grads else 0.0)
         out["params"] -= at_rest
         if own_weights:
-            out["master"] = out["grads"] = 0.0
+            out["master"] = 0.0
+        if grads:
+            out["grads"] = 0.0
     return out
 
 
