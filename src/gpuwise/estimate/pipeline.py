@@ -50,8 +50,23 @@ def _stage_layers(pp: int, first: int | None, last: int | None, num_layers: int)
     return tuple(stages)
 
 
+def _warm_up(layout: Layout, stage: int, num_microbatches: int) -> tuple[int, int, int]:
+    """(forward passes a rank of `stage` runs before its first backward, its forward passes in all, model chunks per
+    rank), in Megatron-Core's counting: 1F1B warms up with p - i - 1 micro-batches, the interleaved schedule with
+    (p - i - 1) x 2 + (v - 1) x p chunk-micro-batches of m v, GPipe with all of them."""
+    p, m = layout.pp, num_microbatches
+    interleaved = layout.vpp > 1 or layout.schedule == "interleaved"
+    v = layout.vpp if interleaved else 1
+    total = m * v
+    if layout.schedule == "gpipe":
+        return total, total, v
+    warm = (p - stage - 1) * 2 + (v - 1) * p if interleaved else p - stage - 1
+    return min(warm, total), total, v
+
+
 def in_flight_microbatches(layout: Layout, stage: int, num_microbatches: int) -> float:
-    """Micro-batches whose activations a pipeline stage holds at its peak, in units of the stage's full layers.
+    """Micro-batches whose activations a pipeline stage holds at its peak, in units of the stage's full layers: its
+    warm-up forwards and the one more its first backward waits for (`_warm_up`).
 
     GPipe runs every forward before any backward: all m. 1F1B (PipeDream-flush, Narayanan et al. 2021):
     stage i (0-based) holds min(p - i, m). Interleaved with v chunks per rank (Megatron-LM): the first stage
@@ -59,16 +74,10 @@ def in_flight_microbatches(layout: Layout, stage: int, num_microbatches: int) ->
     stage-micro-batches: the factor 1 + (p - 1) / (p v) of Korthikanti et al. 2022 and Megatron-LM's
     theoretical_memory_usage.py.
     """
-    p, m = layout.pp, num_microbatches
-    if p == 1:
+    if layout.pp == 1:
         return 1.0
-    if layout.schedule == "gpipe":
-        return float(m)
-    if layout.vpp > 1 or layout.schedule == "interleaved":
-        v = layout.vpp
-        chunks = min(m * v, (p - stage - 1) * 2 + (v - 1) * p + 1)
-        return chunks / v
-    return float(min(p - stage, m))
+    warm, total, v = _warm_up(layout, stage, num_microbatches)
+    return min(total, warm + 1) / v
 
 
 def loss_in_flight(layout: Layout, num_microbatches: int) -> float:
@@ -77,16 +86,11 @@ def loss_in_flight(layout: Layout, num_microbatches: int) -> float:
     does the interleaved schedule for the last model chunk, the one with the loss (Megatron-Core's
     forward_backward_pipelining_with_interleaving: the last rank's (v - 1) p warm-up forwards stop before chunk
     v - 1, and in the steady state the forward of chunk v - 1 for micro-batch k is followed by its backward), unless
-    the warm-up covers every chunk-micro-batch (m v <= (v - 1) p: all forwards run first, all m)."""
-    p, m = layout.pp, num_microbatches
-    if p == 1:
+    the warm-up covers every chunk-micro-batch (all forwards run first: all m)."""
+    if layout.pp == 1:
         return 1.0
-    if layout.schedule == "gpipe":
-        return float(m)
-    if layout.vpp > 1 or layout.schedule == "interleaved":
-        v = layout.vpp
-        return float(m) if (v - 1) * p >= m * v else 1.0
-    return 1.0
+    warm, total, _ = _warm_up(layout, layout.pp - 1, num_microbatches)
+    return float(num_microbatches) if warm >= total else 1.0
 
 
 def bubble_fraction(pp: int, num_microbatches: int, vpp: int = 1) -> float:
