@@ -326,7 +326,9 @@ def _model_states(spec: ModelSpec, layout: Layout, stage: int, job: TrainJob) ->
     sh = layout.sharding_spec
     dense_n = layout.shard_size
     expert_n = layout.expert_shard_size
-    fsdp_offload = job.framework != "deepspeed"  # FSDP's parameter offload takes the sharded gradients along
+    # PyTorch FSDP's parameter offload (FSDP2 CPUOffloadPolicy, FSDP1 CPUOffload; torchtitan, torchtune, plain FSDP,
+    # transformers through accelerate) takes the sharded gradients along; ZeRO-Infinity's and Megatron's do not
+    fsdp_offload = job.framework in ("fsdp", "torchtitan", "torchtune", "hf")
     held = stage_tensors(spec, layout, stage)
     targets = lora_targets(job.lora_targets) if finetune != "full" else frozenset()
     frozen_bits = None
