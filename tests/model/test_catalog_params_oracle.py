@@ -3,11 +3,14 @@ gpuwise's parameter count. Models above 100B parameters are marked slow (they st
 
 from __future__ import annotations
 
+import json
 import warnings
+from pathlib import Path
 
 import pytest
 
 from gpuwise.catalog.models import catalog_entries, entry_config, entry_spec
+from gpuwise.model.hf_config import spec_from_hf_config
 from gpuwise.model.params import param_counts
 
 torch = pytest.importorskip("torch")
@@ -66,3 +69,20 @@ def test_catalog_covers_the_required_families() -> None:
                 "phi3", "gpt2", "falcon", "deepseek_v3", "bloom"}
     assert required <= families
     assert len(ENTRIES) >= 40
+
+
+VALIDATION_MODELS = sorted((Path(__file__).resolve().parents[2] / "validation" / "models").glob("*.json"))
+
+
+def _validation_case(path):
+    config = json.loads(path.read_text())
+    big = param_counts(spec_from_hf_config(config)).total > BIG
+    return pytest.param(path, config, id=path.stem, marks=[pytest.mark.slow] if big else [])
+
+
+@pytest.mark.parametrize(("path", "config"), [_validation_case(p) for p in VALIDATION_MODELS])
+def test_validation_model_configs_are_what_transformers_builds(path, config) -> None:
+    """The configs that validation/ scores published runs with (custom shapes written in a transformers family's
+    form, e.g. Megatron-LM's GPT-3-style test model as a Falcon config) are real configs of that family, and gpuwise
+    counts the parameters transformers builds from them."""
+    assert param_counts(spec_from_hf_config(config)).total == _oracle_count(config)
