@@ -352,17 +352,17 @@ class StageActivationTerms:
     vocab: int
 
     def at(self, micro_batch: int, in_flight: float, recompute: str = "none",
-           offload_activations: bool = False, loss_in_flight: float | None = None) -> Activations:
-        """Activation bytes at the stage's peak, `in_flight` micro-batches of `micro_batch` sequences held (and
-        `loss_in_flight` of them at the loss, `pipeline.loss_in_flight`; None: `in_flight`)."""
-        return Activations(*self.parts(micro_batch, in_flight, recompute, offload_activations, loss_in_flight))
+           offload_activations: bool = False, *, at_loss: float) -> Activations:
+        """Activation bytes at the stage's peak, `in_flight` micro-batches of `micro_batch` sequences held and
+        `at_loss` of them at the loss (`pipeline.loss_in_flight`)."""
+        return Activations(*self.parts(micro_batch, in_flight, recompute, offload_activations, at_loss))
 
     def parts(self, micro_batch: int, in_flight: float, recompute: str, offload_activations: bool,
-              loss_in_flight: float | None = None) -> tuple[float, float, float, float, float, float]:
+              at_loss: float) -> tuple[float, float, float, float, float, float]:
         """`Activations`' fields in order (layers, outside layers, recompute working set, logits, micro-batches in
         flight, largest layer), as a tuple: the memory model's inner loop reads them without building one.
-        `loss_in_flight`: micro-batches whose logits and LM-head input the last stage holds (one under 1F1B and the
-        interleaved schedule, whose blocks can hold more; `pipeline.loss_in_flight`); None: `in_flight`.
+        `at_loss`: micro-batches whose logits and LM-head input the last stage holds (one under 1F1B and the
+        interleaved schedule, whose blocks can hold more; `pipeline.loss_in_flight`).
 
         Blocks checkpointed whole keep their input (`stored_per_token`); in the backward one of them (a group of K
         under uniform:K) is rebuilt in full at a time, the working set. Offloaded activations (torchtune's
@@ -403,10 +403,9 @@ class StageActivationTerms:
         logits = 0.0
         if self.logit_bytes is not None:
             # saved per micro-batch at the loss (GPipe's last stage holds all m); the loss gradients once
-            heads = in_flight if loss_in_flight is None else loss_in_flight
-            outside += tokens * self.head_per_token / self.seq_split * heads
+            outside += tokens * self.head_per_token / self.seq_split * at_loss
             saved, peak = self.logit_bytes
-            logits = tokens * self.vocab * (saved * heads + peak - saved) / self.tp
+            logits = tokens * self.vocab * (saved * at_loss + peak - saved) / self.tp
         return layers, outside, working, logits, in_flight, full_layer
 
 
@@ -467,4 +466,4 @@ def stage_activations(spec: ModelSpec, layout: Layout, stage: int, job: TrainJob
     """Activation bytes on a rank of pipeline stage `stage` at its peak (the job's recompute mode and offload)."""
     terms = stage_activation_terms(spec, layout, stage, job)
     return terms.at(micro_batch, in_flight_microbatches(layout, stage, num_microbatches), job.recompute,
-                    "activations" in job.offload, loss_in_flight(layout, num_microbatches))
+                    "activations" in job.offload, at_loss=loss_in_flight(layout, num_microbatches))

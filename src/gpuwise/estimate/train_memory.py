@@ -243,11 +243,11 @@ class LayoutMemory:
         _, st, allocator = self.peak(micro_batch, num_microbatches, recompute)
         heads = loss_in_flight(self.layout, num_microbatches)
         act = st.activations.at(micro_batch, in_flight_microbatches(self.layout, st.index, num_microbatches),
-                                recompute, self.offload_activations, heads)
+                                recompute, self.offload_activations, at_loss=heads)
         states = st.states
         tokens = micro_batch * self.seq / self.layout.cp
         parts = {**st.state_buffers, **_token_buffers(self.spec, self.layout, e=self.e, tokens=tokens)}
-        one = st.activations.at(micro_batch, 1.0, recompute, self.offload_activations)
+        one = st.activations.at(micro_batch, 1.0, recompute, self.offload_activations, at_loss=1.0)
         buffers = sum(parts.values())
         saved_logits = 0.0
         if st.activations.logit_bytes is not None:
@@ -337,8 +337,8 @@ def _backward_parts(st: _Stage, grads_live: bool, saved: float, working: float, 
     recast = st.block_cast if checkpointed else 0.0
     grads = states.grads if grads_live else 0.0
     head = 0.0 if grads_live else st.head_grads
+    loss = _held_at_loss(states, grads, checkpointed)
     # each sum in TrainMemory.total's order (params, master, grads, optimizer), so that `at` and `peak` agree exactly
-    loss = states.params - dropped + states.master_weights + grads + states.optimizer
     rebuild = states.params - (dropped - recast) + states.master_weights + (grads + head) + states.optimizer
     if rebuild + working > loss + logits:
         held, acts, logit_part, part, not_held, grads = rebuild, saved + working, 0.0, "rebuild", dropped - recast, \
@@ -352,15 +352,19 @@ def _backward_parts(st: _Stage, grads_live: bool, saved: float, working: float, 
     return held, acts, logit_part, part, not_held, grads
 
 
+def _held_at_loss(states: ModelStates, grads: float, checkpointed: float) -> float:
+    """Model states held at the loss moment (the backward's start): checkpointed blocks' 16-bit weight copies are not
+    held; summed in TrainMemory.total's order (params, master, grads, optimizer), so `at` and `peak` agree exactly."""
+    return states.params - states.block_casts * checkpointed + states.master_weights + grads + states.optimizer
+
+
 def _side_stream_reserve(st: _Stage, saved: float, logits: float, buffers: float, checkpointed: float) -> float:
     """Reserved bytes when the gradients fill a side stream's pool (`_grads_on_side_stream`) and the allocated peak
     is the backward's end: the compute stream's pool keeps the high-water mark of the backward's start (the loss
     moment: states, saved activations, the loss's logits), its freed blocks cached for that stream only, beside the
     side stream's pool of every gradient; each with the allocator's allowance."""
-    states = st.states
-    start = (states.params - states.block_casts * checkpointed + states.master_weights + states.optimizer + saved
-             + logits + buffers)
-    return (1 + ALLOCATOR_FRACTION) * start + states.grads
+    start = _held_at_loss(st.states, 0.0, checkpointed) + saved + logits + buffers
+    return (1 + ALLOCATOR_FRACTION) * start + st.states.grads
 
 
 def _grads_on_side_stream(layout: Layout, framework: str) -> bool:
@@ -390,8 +394,8 @@ def layout_memory(spec: ModelSpec, layout: Layout, job: TrainJob) -> LayoutMemor
     hold the terms of every mode), so that the layouts differing only in those share them."""
     key = (id(spec), _CLASS_FIELDS(layout), job.framework, job.precision, job.optimizer, job.seq, job.finetune,
            job.lora_rank, job.lora_targets, job.offload, job.attention, job.compile, job.loss_chunks,
-           job.fused_loss, job.compile_loss, job.norm_type, job.optimizer_in_backward, job.optimizer_impl, job.fp8_param_gather, job.grad_reduce_in_fp32,
-           job.lora_dropout, job.kbit_upcast, job.fp8_saved, job.fp8_transpose_cache,
+           job.fused_loss, job.compile_loss, job.norm_type, job.optimizer_in_backward, job.optimizer_impl,
+           job.fp8_param_gather, job.grad_reduce_in_fp32, job.lora_dropout, job.kbit_upcast, job.fp8_saved, job.fp8_transpose_cache,
            job.recompute if recompute_plan(job.recompute).kind == "modules" else None)
     hit = _STAGES.get(key)
     if hit is not None:
