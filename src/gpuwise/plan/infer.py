@@ -153,7 +153,8 @@ class InferRequest:
                                     ("--acceptance-rate", self.acceptance_rate),
                                     ("--pd-disaggregation", self.pd_disaggregation),
                                     ("--offline", True if self.offline else None),
-                                    ("--enable-mixed-chunk", True if self.enable_mixed_chunk else None)) if v is not None]
+                                    ("--enable-mixed-chunk", True if self.enable_mixed_chunk else None))
+                 if v is not None]
         if self.prefix_cache_hit_rate is not None and not 0 <= self.prefix_cache_hit_rate < 1:
             raise InvalidArgument(f"--prefix-cache-hit-rate must be in [0, 1), got {self.prefix_cache_hit_rate}")
         if self.num_speculative_tokens is not None:

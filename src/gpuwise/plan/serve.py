@@ -22,8 +22,8 @@ from ..estimate.infer_time import PassTime, decode_kv_bandwidth, engine_perf
 from ..estimate.kernels import attention_s
 from ..estimate.kv_cache import kv_cache_bytes
 from ..estimate.layer_ops import block_ops
-from ..estimate.serving import (EngineLimits, Frontend, OutputReservation, ServingResult, Speculation, StepCost, Workload, simulate,
-                                stats)
+from ..estimate.serving import (EngineLimits, Frontend, OutputReservation, ServingResult, Speculation, StepCost,
+                                Workload, simulate, stats)
 
 MAX_LENGTHS_FILE_BYTES = 16 << 20
 MAX_REQUESTS = 200_000

@@ -17,8 +17,8 @@ from ..errors import InvalidArgument, require_positive_int, require_positive_num
 from ..estimate.comm import Topology
 from ..estimate.flops import StepFlops, gemm_dtype, job_flops, utilization
 from ..estimate.job import (FSDP2_OFFLOAD_ALL, Attention, CpCommType, Finetune, FlopsConvention, Framework,
-                            MoeDispatcher, NormType, OffloadTarget, Optimizer, OptimizerImpl, Precision, Recompute, SdpaBackend,
-                            TrainJob, fp8_transpose_cached, job_default)
+                            MoeDispatcher, NormType, OffloadTarget, Optimizer, OptimizerImpl, Precision, Recompute,
+                            SdpaBackend, TrainJob, fp8_transpose_cached, job_default)
 from ..estimate.layout import PARAM_OFFLOAD_SHARDINGS, Layout, Schedule, divisors
 from ..estimate.model_states import adapter_input_bytes, lora_targets
 from ..estimate.parallel import validate_layout
