@@ -133,8 +133,8 @@ def layer_terms(spec: ModelSpec, layer: int, *, framework: str, e: float = 2.0, 
     keeps = (lambda *names: True) if frozen is None else (lambda *names: any(n in frozen for n in names))
     rep: dict[str, float] = {}
     split: dict[str, float] = {}
-    fn = fused_norm
-    rep["norm_inputs"] = spec.norms_per_layer * _norm_bytes(spec, h, se, framework, compiled, frozen is not None, fn)
+    rep["norm_inputs"] = spec.norms_per_layer * _norm_bytes(spec, h, se, framework, compiled, frozen is not None,
+                                                            fused_norm)
     if not compiled:  # compiled: recomputed from the saved norm input
         # QKV input and MLP input (one for a parallel block, which every matrix reads)
         if spec.norms_per_layer == 1:
@@ -145,16 +145,16 @@ def layer_terms(spec: ModelSpec, layer: int, *, framework: str, e: float = 2.0, 
     if spec.hidden_dropout > 0:
         rep["dropout_masks"] = 2 * h  # one byte per element, after attention and after the MLP
     if spec.qk_norm == "head":
-        split["qk_norm"] = (_norm_bytes(spec, q, e, framework, compiled, fused=fn)
-                            + _norm_bytes(spec, k, e, framework, compiled, fused=fn)
-                            + (0 if compiled or fn else 4 * (a + spec.num_kv_heads)))
+        split["qk_norm"] = (_norm_bytes(spec, q, e, framework, compiled, fused=fused_norm)
+                            + _norm_bytes(spec, k, e, framework, compiled, fused=fused_norm)
+                            + (0 if compiled or fused_norm else 4 * (a + spec.num_kv_heads)))
     elif spec.qk_norm == "full":
-        split["qk_norm"] = (_norm_bytes(spec, q, e, framework, compiled, fused=fn)
-                            + _norm_bytes(spec, k, e, framework, compiled, fused=fn))
+        split["qk_norm"] = (_norm_bytes(spec, q, e, framework, compiled, fused=fused_norm)
+                            + _norm_bytes(spec, k, e, framework, compiled, fused=fused_norm))
     if spec.mla is not None:
         m = spec.mla
         lat = (m.q_lora_rank or 0) + m.kv_lora_rank
-        split["mla_latents"] = (_norm_bytes(spec, lat, e, framework, compiled, frozen is not None, fn)
+        split["mla_latents"] = (_norm_bytes(spec, lat, e, framework, compiled, frozen is not None, fused_norm)
                                 + (0 if compiled or not keeps("q", "v") else lin_in * lat))
     fp8_attention = flash and "attention" in fp8_saved
     split["qkv"] = (1.0 if fp8_attention else e) * (q + k + v)

@@ -7,7 +7,9 @@ data parallel, the fastest recompute mode and micro-batch that fit.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..catalog.gpus import GPU
 from ..errors import GpuwiseError, InvalidArgument
@@ -16,6 +18,11 @@ from ..estimate.layout import divisors
 from ..units import GB, GiB
 from .runnable import FORMATS, most_faithful_format, smallest_format
 from .pick_request import FINETUNE_METHOD, Candidate, PickRequest
+
+if TYPE_CHECKING:
+    from ..estimate.serving import StepCost
+    from .infer import InferRequest, KernelSetup
+    from .serve import LoadSpec
 
 
 def _link(topo) -> str:
@@ -177,18 +184,16 @@ class ServeProbe:
     n: int
     price: float | None
     source: str
-    ireq: object
-    ks: object
-    cost: object
-    load: object
+    ireq: InferRequest
+    ks: KernelSetup
+    cost: StepCost
+    load: LoadSpec
     setup: str
     saturation: float
     """Requests/s one replica finishes with every request queued at once (no latency target)."""
 
     def floor_usd_per_hour(self, rate: float) -> float | None:
         """The least this deployment can cost: the replicas the rate needs at the saturation rate, each n GPUs."""
-        import math
-
         return None if self.price is None else self.price * self.n * math.ceil(rate / self.saturation)
 
 
@@ -221,27 +226,24 @@ def serve_probe(req: PickRequest, gpu: GPU, n: int, price: float | None, source:
     wl, lim = load.workload, load.limits
     at_once = Workload(prompt_tokens=wl.prompt_tokens, output_tokens=wl.output_tokens, request_rate=float("inf"))
     ceiling = saturation_ceiling(cost, at_once, lim)
-    if req.request_rate / ceiling > SERVE_MAX_REPLICAS:  # decided without simulating (tiny pools simulate slowest)
+
+    def too_many(why: str) -> Candidate:
         return Candidate(gpu=gpu, count=n, fits=True, memory_bytes=ks.mem.estimate.memory.total, tokens_per_s=None,
                          usd_per_hour=None, usd_per_million_tokens=None, kwh_per_million_tokens=None, setup=setup,
                          interconnect="", price_source=source, rule="scale", reason=(
-                             f"one replica finishes at most {ceiling:.3g} requests/s (its KV pool's largest decode "
-                             f"batch): {req.request_rate:g}/s would need more than {SERVE_MAX_REPLICAS} replicas"))
+                             f"{why}: {req.request_rate:g}/s would need more than {SERVE_MAX_REPLICAS} replicas"))
+
+    if req.request_rate / ceiling > SERVE_MAX_REPLICAS:  # decided without simulating (tiny pools simulate slowest)
+        return too_many(f"one replica finishes at most {ceiling:.3g} requests/s (its KV pool's largest decode batch)")
     saturation = simulate(cost, at_once, lim).request_throughput
     if req.request_rate / saturation > SERVE_MAX_REPLICAS:
-        return Candidate(gpu=gpu, count=n, fits=True, memory_bytes=ks.mem.estimate.memory.total, tokens_per_s=None,
-                         usd_per_hour=None, usd_per_million_tokens=None, kwh_per_million_tokens=None, setup=setup,
-                         interconnect="", price_source=source, rule="scale", reason=(
-                             f"one replica saturates at {saturation:.3g} requests/s: {req.request_rate:g}/s would "
-                             f"need more than {SERVE_MAX_REPLICAS} replicas"))
+        return too_many(f"one replica saturates at {saturation:.3g} requests/s")
     return ServeProbe(gpu, n, price, source, ireq, ks, cost, load, setup, saturation)
 
 
 def serve_search(req: PickRequest, probe: ServeProbe) -> Candidate:
     """The highest rate one replica sustains within the SLOs at the percentile (simulated), then as many replicas as
     the requested rate needs."""
-    import math
-
     from ..estimate.serving import Workload, simulate
 
     gpu, n, price, source, ks, cost, setup = probe.gpu, probe.n, probe.price, probe.source, probe.ks, probe.cost, \
