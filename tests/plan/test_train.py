@@ -215,3 +215,21 @@ def test_fsdp_reduce_scattered_gradients_are_reserved_but_not_required() -> None
     assert fsdp.required == pytest.approx(fsdp.total - fsdp.allocator)
     one_gpu = _run(num_gpus=1, global_batch=1, framework="torchtitan", seq=8192).memory  # no reduce-scatter
     assert one_gpu.grads == 0 and one_gpu.allocator < one_gpu.states.grads
+
+
+def test_torchtitan_and_torchtune_shard_with_fsdp_unless_told_otherwise() -> None:
+    """torchtitan's data_parallel_shard_degree defaults to -1 and torchtune's distributed recipes always call
+    shard_model: neither --fsdp nor --zero means FSDP full shard there (states per GPU an eighth of DDP's on 8 GPUs),
+    while `--zero 0` asks for plain replication and the default PyTorch profile stays DDP."""
+    from gpuwise.plan.doctor import _stronger_shardings
+
+    for framework in ("torchtitan", "torchtune"):
+        default = _run(num_gpus=8, framework=framework)
+        assert default.layout.sharding == "fsdp-full"
+        assert _run(num_gpus=8, framework=framework, fsdp="full").memory.total == default.memory.total
+        ddp = _run(num_gpus=8, framework=framework, zero=0)
+        assert ddp.layout.sharding == "ddp"
+        assert ddp.memory.states.optimizer == pytest.approx(8 * default.memory.states.optimizer, rel=1e-6)
+        assert _stronger_shardings(default.request, default.layout) == []  # the doctor does not offer it again
+    assert _run(num_gpus=8).layout.sharding == "ddp"
+    assert _run(num_gpus=8, framework="megatron").layout.sharding == "ddp"

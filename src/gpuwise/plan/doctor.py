@@ -267,7 +267,7 @@ def _changed(req: TrainRequest, **options) -> TrainRequest:
 
 
 def _stronger_shardings(req: TrainRequest, lay) -> list[dict]:
-    if lay.dp * lay.cp == 1:
+    if lay.dp * lay.cp == 1 or lay.sharding == "fsdp-full":
         return []
     if req.fsdp is not None:
         return [] if req.fsdp == "full" else [dict(fsdp="full", _label=f"FSDP {req.fsdp} -> full shard")]

@@ -35,6 +35,11 @@ FsdpMode = Literal["full", "grad-op", "no-reshard", "hybrid"]
 ZeroStage = Literal[0, 1, 2, 3]
 FSDP_MODES = dict(zip(get_args(FsdpMode), ("fsdp-full", "fsdp-grad-op", "fsdp-no-reshard", "hsdp")))
 ZERO_STAGES = dict(zip(get_args(ZeroStage), ("ddp", "zero1", "zero2", "zero3")))
+SHARDED_BY_DEFAULT = ("torchtitan", "torchtune")
+"""Frameworks whose data-parallel ranks shard with FSDP2 unless told otherwise, so that neither --fsdp nor --zero
+means full sharding: torchtitan's `parallelism.data_parallel_shard_degree` defaults to -1 (every data-parallel rank
+not used by replication; torchtitan/config/job_config.py) and torchtune's distributed recipes always call
+`training.shard_model` (fully_shard per layer). `--zero 0` asks either for plain replication."""
 # Upper bounds far beyond any real job, so that absurd input gets an error rather than a long search.
 LIMITS = {"num_gpus": 1 << 20, "seq": 1 << 24, "micro_batch": 1 << 24, "tp": 1 << 16, "pp": 1 << 16, "vpp": 1 << 10,
           "cp": 1 << 16, "ep": 1 << 16, "lora_rank": 1 << 16, "global_batch": 1 << 24}
@@ -189,6 +194,7 @@ class TrainRequest:
     """Price per GPU-hour (default: the catalog's on-demand rental price, unknown if it has none)."""
     _job: TrainJob = field(init=False, repr=False, compare=False)
     _framework_reason: str = field(init=False, repr=False, compare=False)
+    _sharded_by_default: bool = field(init=False, repr=False, compare=False, default=False)
 
     def __post_init__(self) -> None:
         for name, maximum in LIMITS.items():
@@ -213,6 +219,8 @@ class TrainRequest:
         if self.fsdp is not None and self.fsdp not in FSDP_MODES:
             raise InvalidArgument(f"--fsdp: unknown mode '{self.fsdp}'; valid: {', '.join(FSDP_MODES)}")
         framework, why = choose_framework(self)
+        object.__setattr__(self, "_sharded_by_default",
+                           self.fsdp is None and self.zero is None and framework in SHARDED_BY_DEFAULT)
         if self.norm_type is not None and framework != "torchtitan":
             raise InvalidArgument(f"--norm-type is torchtitan's model.norm_type; the framework here is {framework}")
         if not self.compile_loss and framework != "torchtitan":
@@ -315,6 +323,8 @@ class TrainRequest:
     def sharding(self) -> str:
         if self.fsdp is not None:
             return FSDP_MODES[self.fsdp]
+        if self._sharded_by_default:
+            return FSDP_MODES["full"]
         return ZERO_STAGES[self.zero or 0]
 
     def layout(self) -> Layout:
@@ -504,6 +514,9 @@ def _assumptions(req: TrainRequest, framework: str, layout: Layout, mem: TrainMe
     else:
         grads = ("no gradients yet at the start of the backward (one micro-batch per step, and zero_grad("
                  "set_to_none=True) freed the last step's); they are counted at the optimizer step")
+    if req._sharded_by_default and layout.dp * layout.cp > 1:
+        out.append(f"{framework} shards with FSDP2 over the data-parallel ranks unless told otherwise (full shard); "
+                   "--zero 0 for plain replication, --fsdp for another mode")
     if req.attention == "flash":
         out.append(f"activations with flash attention (no materialized scores); {grads}")
     else:
