@@ -27,6 +27,21 @@ def test_the_hopper_figure_is_the_measured_excess_over_the_weights():
     assert default_profile(get_gpu("a100-sxm-80gb")).fused_moe_call_s is None  # no measurement: kernel costs only
 
 
+def test_the_blackwell_figure_is_the_measured_excess_of_flashinfers_trtllm_moe():
+    """flashinfer PRs #4985 / #5301 on a B300 (bench_moe_deepseek.py: DeepSeek's MoE with 32 of 256 experts local, 2
+    of them active at one token, 3 x 7,168 x 2,048 each; routing, activation quantization and finalize timed): MXFP8
+    38.64 us, BF16 50.26 us, NVFP4 36.70 us. Beyond the active experts' bytes at the profile's bandwidth each leaves
+    the figure devices.toml keeps for Blackwell, within 3 us; B300 (Blackwell Ultra) takes Blackwell's figures."""
+    b300 = default_profile(get_gpu("b300"))
+    expert = 3 * 7168 * 2048
+    for us, bytes_per_weight in ((38.641, 1 + 1 / 32), (50.256, 2.0), (36.704, 0.5 + 1 / 16)):
+        excess = us * 1e-6 - 2 * expert * bytes_per_weight / b300.bandwidth
+        assert b300.fused_moe_call_s == pytest.approx(excess, abs=3e-6)
+    b200 = default_profile(get_gpu("b200"))
+    assert b300.fused_moe_call_s == b200.fused_moe_call_s
+    assert b300.matmul_efficiency == b200.matmul_efficiency and b300.attention_kernel == b200.attention_kernel
+
+
 def test_each_moe_layer_of_a_fused_moe_engine_pays_the_call():
     model = load_model("qwen3-30b-a3b")
     req = InferRequest(model=model, gpu=get_gpu("h100-sxm"), engine="vllm", batch=8)

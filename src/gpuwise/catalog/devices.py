@@ -129,7 +129,13 @@ def _default_profile(gpu: GPU) -> DeviceProfile:
     values: dict = {}
     sources: dict[str, str] = {}
     _merge(values, data["generic"], "generic default (no public measurement for this architecture)", sources)
-    arch = data.get("architecture", {}).get(_arch_key(gpu))
+    archs = data.get("architecture", {})
+    arch = dict(archs.get(_arch_key(gpu)) or {})
+    like = arch.pop("like", None)  # an architecture without measurements of its own takes a sibling's
+    if like:
+        base = archs[like]
+        _merge(values, {**base, "source": f"{base['source']} (taken for {_arch_key(gpu)}: {arch['source']})"},
+               f"{like} default", sources)
     if arch:
         _merge(values, arch, f"{_arch_key(gpu)} default", sources)
     own = dict(data.get("gpu", {}).get(gpu.id) or {})
