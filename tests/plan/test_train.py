@@ -233,3 +233,5 @@ def test_torchtitan_and_torchtune_shard_with_fsdp_unless_told_otherwise() -> Non
         assert _stronger_shardings(default.request, default.layout) == []  # the doctor does not offer it again
     assert _run(num_gpus=8).layout.sharding == "ddp"
     assert _run(num_gpus=8, framework="megatron").layout.sharding == "ddp"
+    assert _run(num_gpus=1, framework="torchtitan").layout.sharding == "ddp"  # one rank: torchtitan applies no FSDP
+    assert _run(num_gpus=8, tp=8, framework="torchtitan").layout.sharding == "ddp"

@@ -39,7 +39,8 @@ SHARDED_BY_DEFAULT = ("torchtitan", "torchtune")
 """Frameworks whose data-parallel ranks shard with FSDP2 unless told otherwise, so that neither --fsdp nor --zero
 means full sharding: torchtitan's `parallelism.data_parallel_shard_degree` defaults to -1 (every data-parallel rank
 not used by replication; torchtitan/config/job_config.py) and torchtune's distributed recipes always call
-`training.shard_model` (fully_shard per layer). `--zero 0` asks either for plain replication."""
+`training.shard_model` (fully_shard per layer). `--zero 0` asks either for plain replication. One data-parallel rank
+(one GPU, or all GPUs in model parallelism) shards nothing: torchtitan applies FSDP only over more than one."""
 # Upper bounds far beyond any real job, so that absurd input gets an error rather than a long search.
 LIMITS = {"num_gpus": 1 << 20, "seq": 1 << 24, "micro_batch": 1 << 24, "tp": 1 << 16, "pp": 1 << 16, "vpp": 1 << 10,
           "cp": 1 << 16, "ep": 1 << 16, "lora_rank": 1 << 16, "global_batch": 1 << 24}
@@ -219,8 +220,9 @@ class TrainRequest:
         if self.fsdp is not None and self.fsdp not in FSDP_MODES:
             raise InvalidArgument(f"--fsdp: unknown mode '{self.fsdp}'; valid: {', '.join(FSDP_MODES)}")
         framework, why = choose_framework(self)
-        object.__setattr__(self, "_sharded_by_default",
-                           self.fsdp is None and self.zero is None and framework in SHARDED_BY_DEFAULT)
+        data_parallel = self.num_gpus // (self.tp * self.pp)  # dp x cp: the ranks FSDP2 shards over
+        object.__setattr__(self, "_sharded_by_default", self.fsdp is None and self.zero is None
+                           and framework in SHARDED_BY_DEFAULT and data_parallel > 1)
         if self.norm_type is not None and framework != "torchtitan":
             raise InvalidArgument(f"--norm-type is torchtitan's model.norm_type; the framework here is {framework}")
         if not self.compile_loss and framework != "torchtitan":
