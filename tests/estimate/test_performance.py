@@ -82,6 +82,10 @@ def test_profile_file_overrides_defaults(tmp_path):
     f.write_text(json.dumps({"matmul_tflops": {"bf16": 600}, "memory_bandwidth_gb_s": 3000}))
     prof = load_profile(f, g)
     assert prof.matmul_flops("bf16") == pytest.approx(600e12)
+    # matmul_tflops is the best-shape rate; a file may also set the share of it a model's GEMMs reach
+    f2 = tmp_path / "p2.json"
+    f2.write_text(json.dumps({"matmul_tflops": {"bf16": 600}, "matmul_shape_efficiency": 0.9}))
+    assert load_profile(f2, g).matmul_flops("bf16") == pytest.approx(540e12)
     assert prof.bandwidth == pytest.approx(3000e9)
     assert prof.sources["memory_efficiency"] == "profile p.json"
     slow = gpuwise.train("llama-3.2-1b", gpu=g, seq=1024, profile=str(f)).perf.step.step_time_s

@@ -35,6 +35,9 @@ class DeviceProfile:
     gpu: GPU
     matmul_efficiency: dict[str, float]
     """Achievable fraction of the dense peak for large GEMMs, per dtype key of `GPU.peak_flops`."""
+    matmul_shape_efficiency: float = 1.0
+    """What a language model's GEMMs reach of the best-shape rate beyond tile and wave quantization: the median over
+    training shapes of measured / modelled time (devices.toml `matmul_shape_efficiency`; 1: none applied)."""
     memory_efficiency: float
     """Achievable fraction of the DRAM bandwidth for streaming kernels (copies, elementwise, GEMV)."""
     attention_forward_efficiency: float
@@ -86,7 +89,7 @@ class DeviceProfile:
         peak = self.gpu.peak_flops.get(key)
         if peak is None:
             return None
-        return peak * self.matmul_efficiency.get(key, self.matmul_efficiency["default"])
+        return peak * self.matmul_efficiency.get(key, self.matmul_efficiency["default"]) * self.matmul_shape_efficiency
 
 
 def _arch_key(gpu: GPU) -> str:
@@ -175,6 +178,7 @@ def _at_power(profile: DeviceProfile, power_w: float | None, measured_at_w: floa
 def _build(gpu: GPU, v: dict, sources: dict[str, str]) -> DeviceProfile:
     return DeviceProfile(
         gpu=gpu, matmul_efficiency=dict(v["matmul_efficiency"]), memory_efficiency=float(v["memory_efficiency"]),
+        matmul_shape_efficiency=float(v.get("matmul_shape_efficiency", 1.0)),
         attention_forward_efficiency=float(v["attention_forward_efficiency"]),
         attention_backward_efficiency=float(v["attention_backward_efficiency"]),
         sdpa_forward_efficiency=float(v.get("sdpa_forward_efficiency", v["attention_forward_efficiency"])),
@@ -223,7 +227,8 @@ def load_profile(path: str | Path, gpu: GPU) -> DeviceProfile:
     """A device profile file (JSON) applied over the defaults of `gpu`.
 
     Keys (all optional; see docs/performance.md): `matmul_efficiency` {dtype: fraction} or `matmul_tflops`
-    {dtype: TFLOP/s}, `memory_efficiency` or `memory_bandwidth_gb_s`, `attention_forward_efficiency`,
+    {dtype: TFLOP/s} (the best-shape rate), `matmul_shape_efficiency`, `memory_efficiency` or
+    `memory_bandwidth_gb_s`, `attention_forward_efficiency`,
     `attention_backward_efficiency`, `sdpa_forward_efficiency`, `sdpa_backward_efficiency`, `paged_decode_efficiency`,
     `attention_kernel`
     (fa2, cudnn or fa3), `kernel_overhead_us`, `host_to_device_gb_s` (pinned), and `network`
@@ -257,7 +262,8 @@ def load_profile(path: str | Path, gpu: GPU) -> DeviceProfile:
                                                  _number("memory_bandwidth_gb_s", doc["memory_bandwidth_gb_s"], 1e5)
                                                  * GB / gpu.memory_bandwidth_bytes_per_s)
     for key in ("memory_efficiency", "attention_forward_efficiency", "attention_backward_efficiency",
-                "sdpa_forward_efficiency", "sdpa_backward_efficiency", "paged_decode_efficiency"):
+                "sdpa_forward_efficiency", "sdpa_backward_efficiency", "paged_decode_efficiency",
+                "matmul_shape_efficiency"):
         if key in doc:
             changes[key] = _fraction(key, doc[key])
     for key in ("attention_kernel", "sdpa_kernel"):
