@@ -56,3 +56,32 @@ def test_blackwell_gemms_at_language_model_shapes_run_further_below_their_best_s
         share[p.gpu.id] = 2 * 8192 * 14336 * 4096 / t / best
     assert share["b200"] < 0.93 < share["h100-sxm"]
     assert default_profile(get_gpu("gb300")).matmul_shape_efficiency == 0.96  # Blackwell Ultra's own figure (B300)
+
+
+DECODE = SWEEP.with_name("gemm_bf16_decode.csv")
+
+
+@pytest.mark.parametrize("gpu_id", sorted(BURST_OVER_PROFILE))
+def test_decode_gemms_stream_at_the_sweeps_share_of_the_bandwidth(gpu_id: str) -> None:
+    """1-32 rows against 8k-16k square BF16 weights: the bytes over (measured time - gpuwise's per-kernel time) against
+    the datasheet bandwidth, the median over the excerpt, is what the profile streams a memory-bound GEMM at."""
+    profile = default_profile(get_gpu(gpu_id))
+    shares = []
+    with open(DECODE) as fh:
+        for row in csv.DictReader(fh):
+            if row["gpu"] != gpu_id:
+                continue
+            m, n, k = int(row["m"]), int(row["n"]), int(row["k"])
+            seconds = float(row["latency_ms"]) * 1e-3 - profile.kernel_overhead_s
+            shares.append(((m * k + m * n) * 2 + k * n * 2) / seconds / profile.gpu.memory_bandwidth_bytes_per_s)
+    assert len(shares) >= 40
+    assert profile.matmul_memory_efficiency == pytest.approx(statistics.median(shares), abs=0.011)
+    assert profile.gemm_bandwidth < profile.bandwidth  # below the streaming kernels' (STREAM-like) figure
+
+
+def test_a_decode_step_of_a_consumer_card_keeps_its_own_streaming_figure() -> None:
+    """The sweeps measured data-center boards: GeForce Blackwell and Ampere cards stream GEMMs at memory_efficiency."""
+    for gpu_id in ("rtx-5090", "rtx-3090"):
+        p = default_profile(get_gpu(gpu_id))
+        assert p.matmul_memory_efficiency is None and p.gemm_bandwidth == p.bandwidth
+        assert p.matmul_shape_efficiency == 1.0

@@ -39,7 +39,10 @@ class DeviceProfile:
     """What a language model's GEMMs reach of the best-shape rate beyond tile and wave quantization: the median over
     training shapes of measured / modelled time (devices.toml `matmul_shape_efficiency`; 1: none applied)."""
     memory_efficiency: float
-    """Achievable fraction of the DRAM bandwidth for streaming kernels (copies, elementwise, GEMV)."""
+    """Achievable fraction of the DRAM bandwidth for streaming kernels (copies, elementwise)."""
+    matmul_memory_efficiency: float | None = None
+    """The fraction a memory-bound GEMM (decode: a few rows against every weight) streams its operands at, measured
+    on cuBLAS (devices.toml); None: `memory_efficiency`."""
     attention_forward_efficiency: float
     """Flash-style attention forward FLOP/s as a fraction of the 16-bit dense peak."""
     attention_backward_efficiency: float
@@ -72,6 +75,13 @@ class DeviceProfile:
     def bandwidth(self) -> float:
         """Achievable DRAM bytes/s (0 when the datasheet gives none: callers check `known`)."""
         return (self.gpu.memory_bandwidth_bytes_per_s or 0.0) * self.memory_efficiency
+
+    @property
+    def gemm_bandwidth(self) -> float:
+        """Achievable DRAM bytes/s of a memory-bound GEMM (`bandwidth` where none was measured)."""
+        if self.matmul_memory_efficiency is None:
+            return self.bandwidth
+        return (self.gpu.memory_bandwidth_bytes_per_s or 0.0) * self.matmul_memory_efficiency
 
     @property
     def paged_decode_bandwidth(self) -> float:
@@ -179,6 +189,7 @@ def _build(gpu: GPU, v: dict, sources: dict[str, str]) -> DeviceProfile:
     return DeviceProfile(
         gpu=gpu, matmul_efficiency=dict(v["matmul_efficiency"]), memory_efficiency=float(v["memory_efficiency"]),
         matmul_shape_efficiency=float(v.get("matmul_shape_efficiency", 1.0)),
+        matmul_memory_efficiency=(float(v["matmul_memory_efficiency"]) if "matmul_memory_efficiency" in v else None),
         attention_forward_efficiency=float(v["attention_forward_efficiency"]),
         attention_backward_efficiency=float(v["attention_backward_efficiency"]),
         sdpa_forward_efficiency=float(v.get("sdpa_forward_efficiency", v["attention_forward_efficiency"])),
@@ -263,9 +274,11 @@ def load_profile(path: str | Path, gpu: GPU) -> DeviceProfile:
                                                  * GB / gpu.memory_bandwidth_bytes_per_s)
     for key in ("memory_efficiency", "attention_forward_efficiency", "attention_backward_efficiency",
                 "sdpa_forward_efficiency", "sdpa_backward_efficiency", "paged_decode_efficiency",
-                "matmul_shape_efficiency"):
+                "matmul_shape_efficiency", "matmul_memory_efficiency"):
         if key in doc:
             changes[key] = _fraction(key, doc[key])
+    if "memory_efficiency" in changes and "matmul_memory_efficiency" not in changes:
+        changes["matmul_memory_efficiency"] = None  # the measured bandwidth stands for the GEMMs' streaming too
     for key in ("attention_kernel", "sdpa_kernel"):
         if key in doc:
             changes[key] = _family(key, doc[key])

@@ -32,7 +32,7 @@ def matmul_s(profile: DeviceProfile, m: int, n: int, k: int, dtype: str, operand
         return 0.0
     b_bytes = operand_bytes if weight_bytes is None else weight_bytes
     nbytes = batch * ((m * k + m * n) * operand_bytes + k * n * b_bytes)
-    mem = nbytes / profile.bandwidth
+    mem = nbytes / profile.gemm_bandwidth
     if flops_rate is None:
         return mem + profile.kernel_overhead_s
     sms = profile.gpu.sm_count or 1
