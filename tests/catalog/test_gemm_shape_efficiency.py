@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import csv
+import json
 import statistics
 from dataclasses import replace
 from pathlib import Path
@@ -61,10 +62,11 @@ def test_blackwell_gemms_at_language_model_shapes_run_further_below_their_best_s
 DECODE = SWEEP.with_name("gemm_bf16_decode.csv")
 
 
-@pytest.mark.parametrize("gpu_id", sorted(BURST_OVER_PROFILE))
-def test_decode_gemms_stream_at_the_sweeps_share_of_the_bandwidth(gpu_id: str) -> None:
-    """1-32 rows against 8k-16k square BF16 weights: the bytes over (measured time - gpuwise's per-kernel time) against
-    the datasheet bandwidth, the median over the excerpt, is what the profile streams a memory-bound GEMM at."""
+HOPPER_MEASURED_DECODE_SHARE = 0.89
+"""gpuwise's own H200 decode GEMMs past L2 (benchmarks/results/h200-sxm/decode-gemm-*.json, weights >= 100 MB)."""
+
+
+def _decode_share(gpu_id: str) -> float:
     profile = default_profile(get_gpu(gpu_id))
     shares = []
     with open(DECODE) as fh:
@@ -75,8 +77,31 @@ def test_decode_gemms_stream_at_the_sweeps_share_of_the_bandwidth(gpu_id: str) -
             seconds = float(row["latency_ms"]) * 1e-3 - profile.kernel_overhead_s
             shares.append(((m * k + m * n) * 2 + k * n * 2) / seconds / profile.gpu.memory_bandwidth_bytes_per_s)
     assert len(shares) >= 40
-    assert profile.matmul_memory_efficiency == pytest.approx(statistics.median(shares), abs=0.011)
-    assert profile.gemm_bandwidth < profile.bandwidth  # below the streaming kernels' (STREAM-like) figure
+    return statistics.median(shares)
+
+
+def test_gpuwises_own_hopper_decode_gemms_are_the_reference() -> None:
+    """The measured H200 decode GEMMs (x @ w in a CUDA graph, past L2) stream at ~0.89 of the bandwidth, at or above
+    the STREAM figure, so Hopper keeps memory_efficiency; the sweeps' harness reads ~6% lower on the same board."""
+    results = SWEEP.parents[2] / "benchmarks" / "results" / "h200-sxm"
+    shares = []
+    for path in sorted(results.glob("decode-gemm-*.json")):
+        doc = json.loads(path.read_text())
+        shares += [r["bytes"] / (r["measured_s"] - doc["kernel_overhead_us"] * 1e-6) / 4.8e12
+                   for r in doc["rows"] if r["m"] <= 32 and r["bytes"] >= 100e6]
+    assert len(shares) >= 10
+    assert statistics.median(shares) == pytest.approx(HOPPER_MEASURED_DECODE_SHARE, abs=0.01)
+    assert default_profile(get_gpu("h200-sxm")).matmul_memory_efficiency is None
+    assert _decode_share("h200-sxm") < HOPPER_MEASURED_DECODE_SHARE - 0.04
+
+
+@pytest.mark.parametrize("gpu_id", ["b200", "gb200", "b300"])
+def test_blackwell_decode_gemms_stream_at_their_share_of_hoppers(gpu_id: str) -> None:
+    hopper = statistics.mean(_decode_share(g) for g in HOPPER)
+    expected = _decode_share(gpu_id) / hopper * HOPPER_MEASURED_DECODE_SHARE
+    profile = default_profile(get_gpu(gpu_id))
+    assert profile.matmul_memory_efficiency == pytest.approx(expected, abs=0.011)
+    assert profile.gemm_bandwidth < profile.bandwidth
 
 
 def test_a_decode_step_of_a_consumer_card_keeps_its_own_streaming_figure() -> None:
