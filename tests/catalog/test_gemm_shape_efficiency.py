@@ -31,7 +31,7 @@ def _median_model_over_measured(gpu_id: str) -> float:
             if row["gpu"] != gpu_id:
                 continue
             m, n, k = int(row["m"]), int(row["n"]), int(row["k"])
-            model = (matmul_s(profile, m, n, k, "bf16", 2.0) - profile.kernel_overhead_s) / BURST_OVER_PROFILE[gpu_id]
+            model = (matmul_s(profile, m, n, k, "bf16", 2.0) - profile.gemm_fixed_s) / BURST_OVER_PROFILE[gpu_id]
             ratios.append(model / (float(row["latency_ms"]) * 1e-3))
     assert len(ratios) >= 40
     return statistics.median(ratios)
@@ -62,51 +62,52 @@ def test_blackwell_gemms_at_language_model_shapes_run_further_below_their_best_s
 DECODE = SWEEP.with_name("gemm_bf16_decode.csv")
 
 
-HOPPER_MEASURED_DECODE_SHARE = 0.89
-"""gpuwise's own H200 decode GEMMs past L2 (benchmarks/results/h200-sxm/decode-gemm-*.json, weights >= 100 MB)."""
+def _line(points: list[tuple[float, float]]) -> tuple[float, float]:
+    """Least-squares seconds = intercept + bytes / bandwidth: (intercept s, bandwidth bytes/s)."""
+    n = len(points)
+    sx, sy = sum(b for b, _ in points), sum(t for _, t in points)
+    sxx, sxy = sum(b * b for b, _ in points), sum(b * t for b, t in points)
+    slope = (n * sxy - sx * sy) / (n * sxx - sx * sx)
+    return (sy - slope * sx) / n, 1 / slope
 
 
-def _decode_share(gpu_id: str) -> float:
-    profile = default_profile(get_gpu(gpu_id))
-    shares = []
+def _sweep_line(gpu_id: str) -> tuple[float, float]:
     with open(DECODE) as fh:
-        for row in csv.DictReader(fh):
-            if row["gpu"] != gpu_id:
-                continue
-            m, n, k = int(row["m"]), int(row["n"]), int(row["k"])
-            seconds = float(row["latency_ms"]) * 1e-3 - profile.kernel_overhead_s
-            shares.append(((m * k + m * n) * 2 + k * n * 2) / seconds / profile.gpu.memory_bandwidth_bytes_per_s)
-    assert len(shares) >= 40
-    return statistics.median(shares)
+        pts = [((int(r["k"]) * int(r["n"]) + int(r["k"]) + int(r["n"])) * 2, float(r["latency_ms"]) * 1e-3)
+               for r in csv.DictReader(fh) if r["gpu"] == gpu_id]
+    assert len(pts) >= 10
+    return _line(pts)
 
 
-def test_gpuwises_own_hopper_decode_gemms_are_the_reference() -> None:
-    """The measured H200 decode GEMMs (x @ w in a CUDA graph, past L2) stream at ~0.89 of the bandwidth, at or above
-    the STREAM figure, so Hopper keeps memory_efficiency; the sweeps' harness reads ~6% lower on the same board."""
-    results = SWEEP.parents[2] / "benchmarks" / "results" / "h200-sxm"
-    shares = []
-    for path in sorted(results.glob("decode-gemm-*.json")):
-        doc = json.loads(path.read_text())
-        shares += [r["bytes"] / (r["measured_s"] - doc["kernel_overhead_us"] * 1e-6) / 4.8e12
-                   for r in doc["rows"] if r["m"] <= 32 and r["bytes"] >= 100e6]
-    assert len(shares) >= 10
-    assert statistics.median(shares) == pytest.approx(HOPPER_MEASURED_DECODE_SHARE, abs=0.01)
-    assert default_profile(get_gpu("h200-sxm")).matmul_memory_efficiency is None
-    assert _decode_share("h200-sxm") < HOPPER_MEASURED_DECODE_SHARE - 0.04
+def _own_h200_line() -> tuple[float, float]:
+    doc = json.loads((SWEEP.parents[2] / "benchmarks" / "results" / "h200-sxm" / "kernel-floor.json").read_text())
+    return _line([(p["bytes"], p["s"]) for p in doc["gemm_m1"]["points"]])
+
+
+def test_hoppers_one_row_gemm_line_is_gpuwises_own_h200_measurement() -> None:
+    """x[1, k] @ w[k, n] in a CUDA graph past L2 (benchmarks/kernel_floor.py on an H200): 4.47 us + bytes / 4.52 TB/s."""
+    intercept, bandwidth = _own_h200_line()
+    h200 = default_profile(get_gpu("h200-sxm"))
+    assert h200.gemm_fixed_s == pytest.approx(intercept, abs=0.1e-6)
+    assert h200.gemm_bandwidth == pytest.approx(bandwidth, rel=0.01)
+    t = matmul_s(h200, 1, 8192, 8192, "bf16", 2.0)
+    assert t == pytest.approx(intercept + (8192 * 8192 + 2 * 8192) * 2 / bandwidth, rel=0.02)
 
 
 @pytest.mark.parametrize("gpu_id", ["b200", "gb200", "b300"])
-def test_blackwell_decode_gemms_stream_at_their_share_of_hoppers(gpu_id: str) -> None:
-    hopper = statistics.mean(_decode_share(g) for g in HOPPER)
-    expected = _decode_share(gpu_id) / hopper * HOPPER_MEASURED_DECODE_SHARE
+def test_other_boards_take_their_sweep_line_shifted_by_the_h200_harness_difference(gpu_id: str) -> None:
+    own_icpt, own_bw = _own_h200_line()
+    sweep_icpt, sweep_bw = _sweep_line("h200-sxm")
+    icpt, bw = _sweep_line(gpu_id)
     profile = default_profile(get_gpu(gpu_id))
-    assert profile.matmul_memory_efficiency == pytest.approx(expected, abs=0.011)
-    assert profile.gemm_bandwidth < profile.bandwidth
+    assert profile.gemm_fixed_s == pytest.approx(icpt + own_icpt - sweep_icpt, abs=0.15e-6)
+    assert profile.gemm_bandwidth == pytest.approx(bw * own_bw / sweep_bw, rel=0.02)
 
 
 def test_a_decode_step_of_a_consumer_card_keeps_its_own_streaming_figure() -> None:
-    """The sweeps measured data-center boards: GeForce Blackwell and Ampere cards stream GEMMs at memory_efficiency."""
+    """The sweeps measured data-center boards: GeForce Blackwell and Ampere cards keep the streaming figures."""
     for gpu_id in ("rtx-5090", "rtx-3090"):
         p = default_profile(get_gpu(gpu_id))
         assert p.matmul_memory_efficiency is None and p.gemm_bandwidth == p.bandwidth
+        assert p.gemm_overhead_s is None and p.gemm_fixed_s == p.kernel_overhead_s
         assert p.matmul_shape_efficiency == 1.0

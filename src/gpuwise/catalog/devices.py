@@ -41,8 +41,11 @@ class DeviceProfile:
     memory_efficiency: float
     """Achievable fraction of the DRAM bandwidth for streaming kernels (copies, elementwise)."""
     matmul_memory_efficiency: float | None = None
-    """The fraction a memory-bound GEMM (decode: a few rows against every weight) streams its operands at, measured
-    on cuBLAS (devices.toml); None: `memory_efficiency`."""
+    """The fraction of the DRAM bandwidth a memory-bound GEMM (decode: a few rows against every weight) streams its
+    operands at beyond its fixed time (`gemm_overhead_s`), measured on cuBLAS (devices.toml); None: `memory_efficiency`."""
+    gemm_overhead_s: float | None = None
+    """Fixed time of one GEMM kernel (a line fitted to one-row GEMM time against bytes: its intercept, devices.toml
+    `gemm_overhead_us`); None: `kernel_overhead_s`."""
     attention_forward_efficiency: float
     """Flash-style attention forward FLOP/s as a fraction of the 16-bit dense peak."""
     attention_backward_efficiency: float
@@ -75,6 +78,11 @@ class DeviceProfile:
     def bandwidth(self) -> float:
         """Achievable DRAM bytes/s (0 when the datasheet gives none: callers check `known`)."""
         return (self.gpu.memory_bandwidth_bytes_per_s or 0.0) * self.memory_efficiency
+
+    @property
+    def gemm_fixed_s(self) -> float:
+        """Fixed time of one GEMM kernel (`kernel_overhead_s` where none was measured)."""
+        return self.kernel_overhead_s if self.gemm_overhead_s is None else self.gemm_overhead_s
 
     @property
     def gemm_bandwidth(self) -> float:
@@ -190,6 +198,7 @@ def _build(gpu: GPU, v: dict, sources: dict[str, str]) -> DeviceProfile:
         gpu=gpu, matmul_efficiency=dict(v["matmul_efficiency"]), memory_efficiency=float(v["memory_efficiency"]),
         matmul_shape_efficiency=float(v.get("matmul_shape_efficiency", 1.0)),
         matmul_memory_efficiency=(float(v["matmul_memory_efficiency"]) if "matmul_memory_efficiency" in v else None),
+        gemm_overhead_s=(float(v["gemm_overhead_us"]) * 1e-6 if "gemm_overhead_us" in v else None),
         attention_forward_efficiency=float(v["attention_forward_efficiency"]),
         attention_backward_efficiency=float(v["attention_backward_efficiency"]),
         sdpa_forward_efficiency=float(v.get("sdpa_forward_efficiency", v["attention_forward_efficiency"])),
@@ -287,6 +296,12 @@ def load_profile(path: str | Path, gpu: GPU) -> DeviceProfile:
         if isinstance(us, bool) or not isinstance(us, (int, float)) or not 0 <= us < 1e4:
             raise InvalidArgument(f"profile: kernel_overhead_us must be in [0, 10000), got {us!r}")
         changes["kernel_overhead_s"] = us * 1e-6
+        changes["gemm_overhead_s"] = None  # a measured launch cost stands for the GEMMs' fixed time too
+    if "gemm_overhead_us" in doc:
+        us = doc["gemm_overhead_us"]
+        if isinstance(us, bool) or not isinstance(us, (int, float)) or not 0 <= us < 1e4:
+            raise InvalidArgument(f"profile: gemm_overhead_us must be in [0, 10000), got {us!r}")
+        changes["gemm_overhead_s"] = us * 1e-6
     if "host_to_device_gb_s" in doc:
         require_positive_number("--profile: host_to_device_gb_s", doc["host_to_device_gb_s"], 1e4)
         changes["host_copy_bytes_per_s"] = float(doc["host_to_device_gb_s"]) * GB

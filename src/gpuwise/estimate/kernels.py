@@ -34,7 +34,7 @@ def matmul_s(profile: DeviceProfile, m: int, n: int, k: int, dtype: str, operand
     nbytes = batch * ((m * k + m * n) * operand_bytes + k * n * b_bytes)
     mem = nbytes / profile.gemm_bandwidth
     if flops_rate is None:
-        return mem + profile.kernel_overhead_s
+        return mem + profile.gemm_fixed_s
     sms = profile.gpu.sm_count or 1
     best = math.inf
     # cuBLAS picks among tile shapes; take the one with the least padded work (the big tile and two smaller).
@@ -44,7 +44,7 @@ def matmul_s(profile: DeviceProfile, m: int, n: int, k: int, dtype: str, operand
         waves = math.ceil(tiles / sms)
         best = min(best, waves * sms * a * b)
     compute = 2.0 * best * k / flops_rate
-    return max(compute, mem) + profile.kernel_overhead_s
+    return max(compute, mem) + profile.gemm_fixed_s
 
 
 def attention_s(profile: DeviceProfile, flops: float, nbytes: float, *, backward: bool, dtype: str = "bf16",
