@@ -69,6 +69,12 @@ FUSED_MOE_KERNELS = 6
 two grouped GEMMs, activation, unpermute; the router GEMM and shared experts run apart)."""
 
 
+def fused_moe_kernel_costs(profile: DeviceProfile) -> float:
+    """The fixed costs the kernel model already charges for the kernels one fused-MoE call stands for: its two grouped
+    GEMMs' (a GEMM's fixed time) and the other four (top-k, sort, activation, weighted sum: any kernel's)."""
+    return 2 * profile.gemm_fixed_s + (FUSED_MOE_KERNELS - 2) * profile.kernel_overhead_s
+
+
 @lru_cache(maxsize=None)
 def engine_perf(name: str) -> EnginePerf:
     rows = load_toml("engine_perf.toml")["engine"]
@@ -223,7 +229,7 @@ def forward_pass_s(spec: ModelSpec, *, profile: DeviceProfile, topo: Topology, e
             if engine.fused_moe and profile.fused_moe_call_s and spec.moe is not None and spec.moe.moe_layers[layer]:
                 # the fused call's measured fixed cost, beyond the per-kernel costs of the kernels it stands for
                 # (top-k, sort, activation, sum and the two grouped GEMMs)
-                s += max(0.0, profile.fused_moe_call_s - FUSED_MOE_KERNELS * profile.kernel_overhead_s)
+                s += max(0.0, profile.fused_moe_call_s - fused_moe_kernel_costs(profile))
             hit = cache[key] = (g, a, s, f + attn_flops, b + attn_bytes + ops.stream_bytes)
         gemm += hit[0]
         attn += hit[1]
