@@ -57,6 +57,13 @@ def test_profile_is_accepted_by_load_profile(cpu_run, tmp_path) -> None:
     assert math.isclose(prof.bandwidth, doc["memory_bandwidth_gb_s"] * 1e9)
     assert math.isclose(prof.kernel_overhead_s, doc["kernel_overhead_us"] * 1e-6)
     assert prof.sources["memory_efficiency"] == "profile cpu.json"
+    # the one-row GEMM line it measured prices the --gpu's memory-bound GEMMs
+    line = cpu_run.gemm_line
+    assert line is not None and line.dtype == "bf16" and len(line.points) >= 3
+    assert math.isclose(prof.gemm_fixed_s, doc["gemm_overhead_us"] * 1e-6)
+    assert math.isclose(prof.gemm_bandwidth, doc["gemm_bandwidth_gb_s"] * 1e9, rel_tol=1e-6)
+    t = matmul_s(prof, 1, 4096, 4096, "bf16", 2.0)  # no faster than the line (a CPU's GEMM rate may bound it)
+    assert t >= prof.gemm_fixed_s + (4096 * 4096 + 2 * 4096) * 2 / prof.gemm_bandwidth * (1 - 1e-9)
 
 
 def test_cli_saves_a_profile_that_train_uses(tmp_path, capsys) -> None:
@@ -118,6 +125,17 @@ def test_fit_recovers_the_efficiency_the_times_were_made_with() -> None:
     assert r.fitted_efficiency == pytest.approx(0.71, abs=0.01)
     assert r.fit_median_error < 0.03
     assert all(p.predicted_s is not None for p in r.points)
+
+
+def test_the_gemm_line_fit_recovers_a_made_up_line() -> None:
+    from gpuwise.measure.calibrate_result import fit_line
+
+    pts = [(b, 4.5e-6 + b / 4.5e12) for b in (2e6, 8e6, 34e6, 134e6, 470e6)]
+    icpt, bw = fit_line(pts)
+    assert icpt == pytest.approx(4.5e-6, rel=1e-6) and bw == pytest.approx(4.5e12, rel=1e-6)
+    assert fit_line([(1e6, 5e-6), (2e6, 5e-6)])[0] == 0.0  # a flat sweep: no slope to fit, the largest point's rate
+    icpt, bw = fit_line([(1e6, 1e-6), (2e6, 4e-6), (3e6, 5e-6)])  # a negative intercept: through the origin
+    assert icpt == 0.0 and bw > 0
 
 
 def test_statistics_and_rotation() -> None:

@@ -248,7 +248,8 @@ def load_profile(path: str | Path, gpu: GPU) -> DeviceProfile:
 
     Keys (all optional; see docs/performance.md): `matmul_efficiency` {dtype: fraction} or `matmul_tflops`
     {dtype: TFLOP/s} (the best-shape rate), `matmul_shape_efficiency`, `memory_efficiency` or
-    `memory_bandwidth_gb_s`, `attention_forward_efficiency`,
+    `memory_bandwidth_gb_s`, `matmul_memory_efficiency` or `gemm_bandwidth_gb_s` and `gemm_overhead_us` (a one-row
+    GEMM's line), `attention_forward_efficiency`,
     `attention_backward_efficiency`, `sdpa_forward_efficiency`, `sdpa_backward_efficiency`, `paged_decode_efficiency`,
     `attention_kernel`
     (fa2, cudnn or fa3), `kernel_overhead_us`, `host_to_device_gb_s` (pinned), and `network`
@@ -286,6 +287,12 @@ def load_profile(path: str | Path, gpu: GPU) -> DeviceProfile:
                 "matmul_shape_efficiency", "matmul_memory_efficiency"):
         if key in doc:
             changes[key] = _fraction(key, doc[key])
+    if "gemm_bandwidth_gb_s" in doc:  # a measured GEMM line's streaming rate (`gpuwise calibrate`)
+        if not gpu.memory_bandwidth_bytes_per_s:
+            raise InvalidArgument(f"--profile: {gpu.name} has no datasheet bandwidth to compare with")
+        changes["matmul_memory_efficiency"] = _fraction(
+            "gemm_bandwidth_gb_s / datasheet",
+            _number("gemm_bandwidth_gb_s", doc["gemm_bandwidth_gb_s"], 1e5) * GB / gpu.memory_bandwidth_bytes_per_s)
     if "memory_efficiency" in changes and "matmul_memory_efficiency" not in changes:
         changes["matmul_memory_efficiency"] = None  # the measured bandwidth stands for the GEMMs' streaming too
     for key in ("attention_kernel", "sdpa_kernel"):

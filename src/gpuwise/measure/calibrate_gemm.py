@@ -22,6 +22,11 @@ _SQUARES_GPU = (256, 512, 1024, 2048, 4096, 6144, 8192, 12288, 16384)
 _SQUARES_GPU_QUICK = (1024, 4096, 8192)
 _SQUARES_CPU = (128, 256, 512, 1024)
 _SQUARES_CPU_QUICK = (128, 256, 512)
+_ONE_ROW_GPU = ((1024, 1024), (2048, 2048), (4096, 4096), (4096, 8192), (8192, 8192), (8192, 14336), (8192, 28672))
+_ONE_ROW_GPU_QUICK = ((2048, 2048), (4096, 8192), (8192, 14336))
+_ONE_ROW_CPU = ((256, 256), (512, 512), (1024, 1024), (1024, 2048))
+"""(k, n) of the one-row GEMMs x[1, k] @ w[k, n] whose times against bytes give a memory-bound GEMM's line (a decode
+step's weight GEMMs: 2 MB to 470 MB in bf16 on a GPU)."""
 _FP32_MAX_DIM = 8192
 """fp32 without tensor cores is ~15x slower than bf16: its sweep stops at 8,192 to keep calibrate in minutes."""
 
@@ -65,6 +70,12 @@ def shapes(dev, dtype: str, quick: bool) -> list[tuple[int, int, int]]:
     if dtype == "fp32":
         out = [s for s in out if max(s) <= _FP32_MAX_DIM]
     return out
+
+
+def one_row_sizes(dev, quick: bool) -> tuple[tuple[int, int], ...]:
+    if dev.type == "cpu":
+        return _ONE_ROW_CPU[:3] if quick else _ONE_ROW_CPU
+    return _ONE_ROW_GPU_QUICK if quick else _ONE_ROW_GPU
 
 
 def _cache_bytes(torch, dev) -> int:

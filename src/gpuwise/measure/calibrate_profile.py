@@ -30,6 +30,11 @@ def profile_doc(c: Calibration) -> dict:
     # A copy can beat the datasheet a little (rounded figures, boost clocks): the model's fraction stays <= 1.
     doc["memory_bandwidth_gb_s"] = round(min(copy.gb_s, datasheet) if datasheet else copy.gb_s, 3)
     doc["kernel_overhead_us"] = round(c.kernel_overhead_us, 3)
+    line = c.gemm_line
+    if line is not None:  # a memory-bound GEMM's line: its fixed time and its streaming rate
+        doc["gemm_overhead_us"] = round(line.intercept_s * 1e6, 3)
+        gb_s = line.bytes_per_s / GB
+        doc["gemm_bandwidth_gb_s"] = round(min(gb_s, datasheet) if datasheet else gb_s, 3)
     h2d = c.transfer("h2d_pinned")
     if h2d is not None:
         doc["host_to_device_gb_s"] = round(h2d.gb_s, 3)
@@ -40,6 +45,8 @@ def profile_doc(c: Calibration) -> dict:
         "best_tflops": {d.dtype: round(d.best.tflops, 4) for d in c.dtypes},
         "fit_median_error": {d.dtype: d.fit_median_error for d in c.dtypes},
         "transfers_gb_s": {t.kind: round(t.gb_s, 3) for t in c.transfers},
+        "one_row_gemms": None if line is None else {"dtype": line.dtype, "points": [
+            {"bytes": b, "s": t} for b, t in line.points]},
         "skipped": c.skipped, "notes": list(c.notes),
     }
     return doc

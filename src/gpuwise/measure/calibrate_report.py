@@ -29,7 +29,11 @@ def to_dict(c: Calibration) -> dict:
         "skipped": c.skipped,
         "transfers": [{"kind": t.kind, "size_bytes": t.size_bytes, "gb_s": t.gb_s, **t.stats.to_dict(),
                        "reference_gb_s": _reference_gb_s(c, t.kind)} for t in c.transfers],
-        "kernel_overhead_us": c.kernel_overhead_us, "state_before": c.state_before, "state_after": c.state_after,
+        "kernel_overhead_us": c.kernel_overhead_us,
+        "one_row_gemm": None if c.gemm_line is None else {
+            "dtype": c.gemm_line.dtype, "fixed_us": c.gemm_line.intercept_s * 1e6,
+            "gb_s": c.gemm_line.bytes_per_s / GB, "points": [{"bytes": b, "s": t} for b, t in c.gemm_line.points]},
+        "state_before": c.state_before, "state_after": c.state_after,
         "state_note": c.state_note, "environment": c.environment, "duration_s": c.duration_s,
         "measured_at": c.measured_at, "notes": list(c.notes), "profile": profile_doc(c),
     }
@@ -71,6 +75,11 @@ def render(c: Calibration, saved: Path | None = None) -> str:
                      "unknown" if ref is None else f"{ref:,.1f}", "unknown" if ref is None else f"{t.gb_s / ref:.1%}"))
     lines += _table(rows)
     lines += ["", f"kernel launch overhead: {c.kernel_overhead_us:.2f} us per kernel (back-to-back tiny kernels)"]
+    if c.gemm_line is not None:
+        ref = c.gpu.memory_bandwidth_bytes_per_s if c.gpu and c.gpu.memory_bandwidth_bytes_per_s else None
+        share = "" if ref is None else f" ({c.gemm_line.bytes_per_s / ref:.0%} of the datasheet)"
+        lines.append(f"one-row {c.gemm_line.dtype} GEMMs (a decode step's weight GEMMs): "
+                     f"{c.gemm_line.intercept_s * 1e6:.2f} us + bytes / {c.gemm_line.bytes_per_s / GB:,.1f} GB/s{share}")
     if c.state_before:
         b, a = c.state_before, c.state_after or {}
         lines.append(f"card state before/after: SM clock {b.get('sm_clock_mhz')}/{a.get('sm_clock_mhz')} MHz "

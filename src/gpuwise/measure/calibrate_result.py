@@ -61,6 +61,34 @@ class Transfer:
         return self.moved_bytes / self.stats.median_s / GB
 
 
+@dataclass(frozen=True, slots=True)
+class GemmLine:
+    """One-row GEMMs (x[1, k] @ w[k, n]) of growing size: seconds = intercept + bytes / bandwidth, least squares."""
+    dtype: str
+    points: tuple[tuple[int, float], ...]
+    """(bytes moved, median seconds) per size."""
+    intercept_s: float
+    bytes_per_s: float
+
+
+def fit_line(points: list[tuple[int, float]]) -> tuple[float, float]:
+    """Least-squares seconds = intercept + bytes / bandwidth over (bytes, seconds): (intercept s, bytes/s); the
+    intercept is kept at 0 or above and the bandwidth positive (a flat or falling sweep gives the largest point's)."""
+    n = len(points)
+    sx, sy = sum(b for b, _ in points), sum(t for _, t in points)
+    sxx, sxy = sum(b * b for b, _ in points), sum(b * t for b, t in points)
+    den = n * sxx - sx * sx
+    slope = (n * sxy - sx * sy) / den if den > 0 else 0.0
+    if slope <= 0:
+        b, t = max(points)
+        return 0.0, b / t
+    intercept = (sy - slope * sx) / n
+    if intercept < 0:
+        slope = sxy / sxx  # through the origin
+        intercept = 0.0
+    return intercept, 1.0 / slope
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Calibration:
     device: str
@@ -83,6 +111,8 @@ class Calibration:
     duration_s: float
     measured_at: str
     notes: tuple[str, ...] = field(default_factory=tuple)
+    gemm_line: GemmLine | None = None
+    """The one-row GEMM line (None: not measured)."""
 
     def transfer(self, kind: str) -> Transfer | None:
         return next((t for t in self.transfers if t.kind == kind), None)

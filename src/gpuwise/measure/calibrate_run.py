@@ -24,8 +24,8 @@ from ..units import GB
 from ._deps import require_torch, resolve_device, set_tf32
 from .calibrate_bandwidth import launch_overhead_us, measure_transfers
 from .calibrate_fit import fit_gemm
-from .calibrate_gemm import DTYPES, shapes, time_gemm, unsupported
-from .calibrate_result import Calibration, GemmPoint
+from .calibrate_gemm import DTYPES, one_row_sizes, shapes, time_gemm, unsupported
+from .calibrate_result import Calibration, GemmLine, GemmPoint, fit_line
 
 
 class _Progress:
@@ -98,7 +98,9 @@ def calibrate(*, device: str | None = None, quick: bool = False, dtypes: tuple[s
     before, state_note = _state(dev)
     skipped = {dt: why for dt in dtypes if (why := unsupported(torch, dev, dt))}
     plan = [(dt, shape) for dt in dtypes if dt not in skipped for shape in shapes(dev, dt, quick)]
-    bar = _Progress(progress, len(plan) + (5 if dev.type == "cuda" else 2) + 1)
+    line_dtype = next((dt for dt in ("bf16", "fp16", "fp32") if dt in dtypes and dt not in skipped), None)
+    rows = one_row_sizes(dev, quick) if line_dtype else ()
+    bar = _Progress(progress, len(plan) + len(rows) + (5 if dev.type == "cuda" else 2) + 1)
     threads = torch.get_num_threads()
     raw: dict[str, list[GemmPoint]] = {}
     notes = []
@@ -118,6 +120,25 @@ def calibrate(*, device: str | None = None, quick: bool = False, dtypes: tuple[s
     for dt in dtypes:
         if dt not in skipped and dt not in raw:
             skipped[dt] = "every shape failed (see notes)"
+    line_points = []
+    for k, n in rows:  # memory-bound GEMMs: a decode step's weights, one row against each
+        restore = set_tf32(torch, False)
+        try:
+            stats = time_gemm(torch, dev, line_dtype, 1, n, k, quick)
+        except (RuntimeError, MemoryError) as exc:
+            notes.append(f"{line_dtype} one-row GEMM 1x{n}x{k} not measured: {str(exc).splitlines()[0][:160]}")
+            continue
+        finally:
+            restore()
+            if dev.type == "cuda":
+                torch.cuda.empty_cache()
+        moved = int((k * n + k + n) * (4 if line_dtype == "fp32" else 2))
+        line_points.append((moved, stats.median_s))
+        bar.step(f"{line_dtype} one-row GEMM 1x{n}x{k}: {moved / stats.median_s / GB:,.1f} GB/s")
+    gemm_line = None
+    if len(line_points) >= 2:
+        intercept, bw = fit_line(line_points)
+        gemm_line = GemmLine(line_dtype, tuple(line_points), intercept, bw)
     transfers = measure_transfers(torch, dev, quick, bar)
     overhead_us = launch_overhead_us(torch, dev)
     bar.step(f"launch overhead: {overhead_us:.2f} us per kernel")
@@ -135,4 +156,5 @@ def calibrate(*, device: str | None = None, quick: bool = False, dtypes: tuple[s
                        skipped=skipped, transfers=tuple(transfers), kernel_overhead_us=overhead_us,
                        state_before=before, state_after=after, state_note=state_note, environment=env,
                        duration_s=time.perf_counter() - t0,
-                       measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), notes=tuple(notes))
+                       measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), notes=tuple(notes),
+                       gemm_line=gemm_line)
