@@ -104,17 +104,23 @@ def calibrate(*, device: str | None = None, quick: bool = False, dtypes: tuple[s
     threads = torch.get_num_threads()
     raw: dict[str, list[GemmPoint]] = {}
     notes = []
-    for dt, (m, n, k) in plan:
+
+    def timed(dt: str, m: int, n: int, k: int):
+        """One GEMM's Stats, or None (and a note) when it cannot run: out of memory, or a kernel this build lacks."""
         restore = set_tf32(torch, dt == "tf32")  # fp32: exact IEEE GEMMs; tf32: TF32 tensor cores
         try:
-            stats = time_gemm(torch, dev, dt, m, n, k, quick)
-        except (RuntimeError, MemoryError) as exc:  # out of memory, or a kernel this build lacks
+            return time_gemm(torch, dev, dt, m, n, k, quick)
+        except (RuntimeError, MemoryError) as exc:
             notes.append(f"{dt} {m}x{n}x{k} not measured: {str(exc).splitlines()[0][:160]}")
-            continue
+            return None
         finally:
             restore()
             if dev.type == "cuda":
                 torch.cuda.empty_cache()
+
+    for dt, (m, n, k) in plan:
+        if (stats := timed(dt, m, n, k)) is None:
+            continue
         raw.setdefault(dt, []).append(GemmPoint(dt, m, n, k, stats))
         bar.step(f"{dt} GEMM {m}x{n}x{k}: {raw[dt][-1].tflops:,.2f} TFLOP/s")
     for dt in dtypes:
@@ -122,16 +128,8 @@ def calibrate(*, device: str | None = None, quick: bool = False, dtypes: tuple[s
             skipped[dt] = "every shape failed (see notes)"
     line_points = []
     for k, n in rows:  # memory-bound GEMMs: a decode step's weights, one row against each
-        restore = set_tf32(torch, False)
-        try:
-            stats = time_gemm(torch, dev, line_dtype, 1, n, k, quick)
-        except (RuntimeError, MemoryError) as exc:
-            notes.append(f"{line_dtype} one-row GEMM 1x{n}x{k} not measured: {str(exc).splitlines()[0][:160]}")
+        if (stats := timed(line_dtype, 1, n, k)) is None:
             continue
-        finally:
-            restore()
-            if dev.type == "cuda":
-                torch.cuda.empty_cache()
         moved = int((k * n + k + n) * (4 if line_dtype == "fp32" else 2))
         line_points.append((moved, stats.median_s))
         bar.step(f"{line_dtype} one-row GEMM 1x{n}x{k}: {moved / stats.median_s / GB:,.1f} GB/s")
