@@ -85,7 +85,8 @@ def _own_h200_line() -> tuple[float, float]:
 
 
 def test_hoppers_one_row_gemm_line_is_gpuwises_own_h200_measurement() -> None:
-    """x[1, k] @ w[k, n] in a CUDA graph past L2 (benchmarks/kernel_floor.py on an H200): 4.47 us + bytes / 4.52 TB/s."""
+    """x[1, k] @ w[k, n] in a CUDA graph past L2 (benchmarks/kernel_floor.py on an H200): 4.47 us + bytes / 4.52
+    TB/s."""
     intercept, bandwidth = _own_h200_line()
     h200 = default_profile(get_gpu("h200-sxm"))
     assert h200.gemm_fixed_s == pytest.approx(intercept, abs=0.1e-6)

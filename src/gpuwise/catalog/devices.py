@@ -42,7 +42,8 @@ class DeviceProfile:
     """Achievable fraction of the DRAM bandwidth for streaming kernels (copies, elementwise)."""
     matmul_memory_efficiency: float | None = None
     """The fraction of the DRAM bandwidth a memory-bound GEMM (decode: a few rows against every weight) streams its
-    operands at beyond its fixed time (`gemm_overhead_s`), measured on cuBLAS (devices.toml); None: `memory_efficiency`."""
+    operands at beyond its fixed time (`gemm_overhead_s`), measured on cuBLAS (devices.toml); None:
+    `memory_efficiency`."""
     gemm_overhead_s: float | None = None
     """Fixed time of one GEMM kernel (a line fitted to one-row GEMM time against bytes: its intercept, devices.toml
     `gemm_overhead_us`); None: `kernel_overhead_s`."""
@@ -299,16 +300,10 @@ def load_profile(path: str | Path, gpu: GPU) -> DeviceProfile:
         if key in doc:
             changes[key] = _family(key, doc[key])
     if "kernel_overhead_us" in doc:
-        us = doc["kernel_overhead_us"]
-        if isinstance(us, bool) or not isinstance(us, (int, float)) or not 0 <= us < 1e4:
-            raise InvalidArgument(f"profile: kernel_overhead_us must be in [0, 10000), got {us!r}")
-        changes["kernel_overhead_s"] = us * 1e-6
+        changes["kernel_overhead_s"] = _microseconds("kernel_overhead_us", doc["kernel_overhead_us"])
         changes["gemm_overhead_s"] = None  # a measured launch cost stands for the GEMMs' fixed time too
     if "gemm_overhead_us" in doc:
-        us = doc["gemm_overhead_us"]
-        if isinstance(us, bool) or not isinstance(us, (int, float)) or not 0 <= us < 1e4:
-            raise InvalidArgument(f"profile: gemm_overhead_us must be in [0, 10000), got {us!r}")
-        changes["gemm_overhead_s"] = us * 1e-6
+        changes["gemm_overhead_s"] = _microseconds("gemm_overhead_us", doc["gemm_overhead_us"])
     if "host_to_device_gb_s" in doc:
         require_positive_number("--profile: host_to_device_gb_s", doc["host_to_device_gb_s"], 1e4)
         changes["host_copy_bytes_per_s"] = float(doc["host_to_device_gb_s"]) * GB
@@ -317,6 +312,13 @@ def load_profile(path: str | Path, gpu: GPU) -> DeviceProfile:
             sources[key] = origin
     changes["sources"] = sources
     return replace(base, **changes)
+
+
+def _microseconds(name: str, us: object) -> float:
+    """A profile's fixed time in microseconds, as seconds: [0, 10000)."""
+    if isinstance(us, bool) or not isinstance(us, (int, float)) or not 0 <= us < 1e4:
+        raise InvalidArgument(f"profile: {name} must be in [0, 10000), got {us!r}")
+    return us * 1e-6
 
 
 def _read_profile(path: str) -> dict:

@@ -78,8 +78,9 @@ def render(c: Calibration, saved: Path | None = None) -> str:
     if c.gemm_line is not None:
         ref = c.gpu.memory_bandwidth_bytes_per_s if c.gpu and c.gpu.memory_bandwidth_bytes_per_s else None
         share = "" if ref is None else f" ({c.gemm_line.bytes_per_s / ref:.0%} of the datasheet)"
-        lines.append(f"one-row {c.gemm_line.dtype} GEMMs (a decode step's weight GEMMs): "
-                     f"{c.gemm_line.intercept_s * 1e6:.2f} us + bytes / {c.gemm_line.bytes_per_s / GB:,.1f} GB/s{share}")
+        line = c.gemm_line
+        lines.append(f"one-row {line.dtype} GEMMs (a decode step's weight GEMMs): "
+                     f"{line.intercept_s * 1e6:.2f} us + bytes / {line.bytes_per_s / GB:,.1f} GB/s{share}")
     if c.state_before:
         b, a = c.state_before, c.state_after or {}
         lines.append(f"card state before/after: SM clock {b.get('sm_clock_mhz')}/{a.get('sm_clock_mhz')} MHz "
