@@ -17,7 +17,7 @@ from gpuwise.estimate.kernels import matmul_s
 from gpuwise.measure.calibrate_fit import fit_gemm
 from gpuwise.measure.calibrate_gemm import parse_dtypes
 from gpuwise.measure.calibrate_profile import profile_doc
-from gpuwise.measure.calibrate_result import GemmPoint
+from gpuwise.measure.calibrate_result import GemmLine, GemmPoint
 from gpuwise.measure.calibrate_run import calibrate
 from gpuwise.measure.timing import Stats, buffers_to_rotate, summarize
 
@@ -120,11 +120,34 @@ def test_fit_recovers_the_efficiency_the_times_were_made_with() -> None:
     h100 = get_gpu("h100-sxm")
     prof = default_profile(h100)
     points = _synthetic(h100, "bf16", 0.71, [0.02, -0.01, 0.015, -0.02, 0.01, 0.0])
-    r = fit_gemm(h100, "bf16", points, prof.bandwidth, prof.kernel_overhead_s)
+    line = GemmLine("bf16", ((1, 1.0), (2, 2.0)), prof.gemm_fixed_s, prof.gemm_bandwidth)  # the catalog's, measured
+    r = fit_gemm(h100, "bf16", points, prof.bandwidth, prof.kernel_overhead_s, line)
     assert r.peak_tflops == pytest.approx(989.5)
     assert r.fitted_efficiency == pytest.approx(0.71, abs=0.01)
     assert r.fit_median_error < 0.03
     assert all(p.predicted_s is not None for p in r.points)
+
+
+def test_the_fit_uses_the_runs_own_fixed_times_not_the_catalogs() -> None:
+    """Times made on an H100 whose GEMMs cost 2 us fixed (the catalog says 4.5) and stream at the copy rate: without a
+    measured line the fit takes the launch overhead for the GEMMs' fixed time; with a line, the line's figures."""
+    h100 = get_gpu("h100-sxm")
+    made = replace(default_profile(h100), gemm_overhead_s=None, matmul_memory_efficiency=None, kernel_overhead_s=2e-6)
+    assert default_profile(h100).gemm_fixed_s != made.gemm_fixed_s  # the catalog's figure differs from the run's
+    shapes = [(1, 4096, 4096), (16, 8192, 8192), (64, 4096, 14336), (1024, 1024, 1024), (4096, 4096, 4096),
+              (8192, 8192, 8192)]
+
+    def points(prof, eff):
+        prof = replace(prof, matmul_efficiency={"default": eff, "bf16": eff})
+        return [GemmPoint("bf16", m, n, k, Stats(t, t, t, t, 10))
+                for m, n, k in shapes for t in [matmul_s(prof, m, n, k, "bf16", 2)]]
+
+    r = fit_gemm(h100, "bf16", points(made, 0.70), made.bandwidth, 2e-6)
+    assert r.fitted_efficiency == pytest.approx(0.70, abs=0.005) and r.fit_median_error < 1e-3
+    lined = replace(made, gemm_overhead_s=6e-6, matmul_memory_efficiency=0.8)
+    line = GemmLine("bf16", ((1, 1.0), (2, 2.0)), 6e-6, 0.8 * h100.memory_bandwidth_bytes_per_s)
+    r = fit_gemm(h100, "bf16", points(lined, 0.65), made.bandwidth, 2e-6, line)
+    assert r.fitted_efficiency == pytest.approx(0.65, abs=0.005) and r.fit_median_error < 1e-3
 
 
 def test_the_gemm_line_fit_recovers_a_made_up_line() -> None:

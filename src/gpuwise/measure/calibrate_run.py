@@ -143,7 +143,8 @@ def calibrate(*, device: str | None = None, quick: bool = False, dtypes: tuple[s
     bar.close()
     after, _ = _state(dev)
     copy = next(t for t in transfers if t.kind == "copy")
-    results = tuple(fit_gemm(gpu, dt, raw[dt], copy.gb_s * GB, overhead_us * 1e-6) for dt in dtypes if dt in raw)
+    results = tuple(fit_gemm(gpu, dt, raw[dt], copy.gb_s * GB, overhead_us * 1e-6, gemm_line)
+                    for dt in dtypes if dt in raw)
     env = {"torch": torch.__version__, "cuda": torch.version.cuda, "python": platform.python_version(),
            "cpu_threads": threads if dev.type == "cpu" else None}
     if dev.type == "cuda":
