@@ -173,6 +173,18 @@ def test_param_offload_under_fsdp2_moves_the_fp32_shards_their_grads_and_the_opt
         _run(num_gpus=8, global_batch=8, fsdp="full", offload=("optimizer",))
 
 
+def test_torchtitans_own_full_shard_offloads_like_fsdp_full() -> None:
+    """Without --fsdp torchtitan shards with FSDP2 anyway: --offload params is CPUOffloadPolicy there too (torchtune
+    is not under this rule: its CPUOffloadOptimizer offloads the optimizer alone)."""
+    framework = "torchtitan"
+    off = _run(num_gpus=8, global_batch=8, framework=framework, offload=("params",))
+    told = _run(num_gpus=8, global_batch=8, framework=framework, fsdp="full", offload=("params",))
+    assert off.request.offload == told.request.offload == ("params", "optimizer")
+    assert off.memory.total == pytest.approx(told.memory.total)
+    with pytest.raises(gpuwise.GpuwiseError, match="CPUOffloadPolicy"):
+        _run(num_gpus=8, global_batch=8, framework=framework, offload=("optimizer",))
+
+
 def test_gpipe_keeps_every_micro_batch_on_the_last_stage() -> None:
     kw = dict(num_gpus=4, pp=4, global_batch=16, seq=4096, framework="megatron")
     gpipe = _run(schedule="gpipe", **kw).memory

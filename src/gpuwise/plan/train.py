@@ -230,8 +230,9 @@ class TrainRequest:
                                   f"here is {framework}")
         if framework == "torchtitan" and self.pp > 1:
             self._torchtitan_pipeline_defaults()
-        if self.fsdp is not None and framework in FSDP2_OFFLOAD_ALL and "params" in self.offload \
-                and "optimizer" not in self.offload:  # CPUOffloadPolicy: the step runs on the host too
+        # FSDP2's CPUOffloadPolicy (asked for, or the framework's own full shard): the step runs on the host too
+        fsdp2 = (self.fsdp is not None or self._sharded_by_default) and framework in FSDP2_OFFLOAD_ALL
+        if fsdp2 and "params" in self.offload and "optimizer" not in self.offload:
             object.__setattr__(self, "offload", (*self.offload, "optimizer"))
         recompute = resolve_recompute(self, framework)
         chunks = self.loss_chunks if self.loss_chunks is not None else (8 if framework == "torchtune" else 1)
@@ -269,8 +270,7 @@ class TrainRequest:
                                               self.gpu.vendor)
             if getattr(self, name) and problem:
                 raise InvalidArgument(problem)
-        if self.fsdp is not None and framework in FSDP2_OFFLOAD_ALL and "optimizer" in self.offload \
-                and "params" not in self.offload:
+        if fsdp2 and "optimizer" in self.offload and "params" not in self.offload:
             raise InvalidArgument("FSDP2 offloads parameters, gradients and optimizer states together "
                                   "(CPUOffloadPolicy): use --offload params,optimizer (or --framework deepspeed)")
         if "params" in self.offload and self.sharding not in PARAM_OFFLOAD_SHARDINGS:
