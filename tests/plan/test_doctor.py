@@ -31,6 +31,21 @@ def test_every_remedy_is_what_train_predicts_for_its_options(oom):
         assert x.fits == r.fits
 
 
+@pytest.mark.parametrize("framework", ["torchtitan", "torchtune"])
+def test_adapters_keep_the_frameworks_own_sharding(framework):
+    """torchtitan and torchtune shard with FSDP2 without --fsdp: the LoRA/QLoRA remedies keep that sharding (on
+    transformers + PEFT with --fsdp full for torchtitan, on torchtune's own recipes for torchtune)."""
+    job = {k: v for k, v in JOB.items() if k != "fsdp"}
+    r = doctor("llama-3.1-8b", gpu="h100-sxm", framework=framework, **job)
+    adapters = [x for x in r.remedies if x.options.get("finetune") in ("lora", "qlora")]
+    assert adapters
+    for x in adapters:
+        options = {**job, "framework": framework, **x.options}
+        checked = gpuwise.train("llama-3.1-8b", gpu=options.pop("gpu", "h100-sxm"), **options)
+        assert checked.request.sharding == "fsdp-full"
+        assert x.memory_bytes == pytest.approx(checked.memory.total)
+
+
 def test_ranked_fitting_first_then_by_slowdown(oom):
     fits = [x.fits for x in oom.remedies]
     assert fits == sorted(fits, reverse=True)

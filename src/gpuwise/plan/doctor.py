@@ -221,12 +221,16 @@ def _single_changes(req: TrainRequest, base: TrainResult, remedy):
         yield remedy("sharding", sharding.pop("_label"), **sharding)
     yield from _offloads(req, base, remedy)
     if req.finetune == "full":
+        # torchtune has LoRA recipes of its own; other frameworks' adapters run on transformers + PEFT, sharded as
+        # before (torchtitan's own FSDP2 full shard becomes --fsdp full there, not plain replication)
+        keep = {"framework": "torchtune"} if req.framework == "torchtune" else \
+            {"framework": None, **({"fsdp": "full"} if req._sharded_by_default else {})}
         for mode in ("lora", "qlora"):
             if mode == "qlora" and req.precision in ("fp32", "fp8"):
                 continue
             yield remedy(mode, f"full fine-tuning -> {mode.upper()} (rank {req.lora_rank}, {req.lora_targets})",
                          changes_job=True, note="trains adapters only: for fine-tuning, not pre-training",
-                         finetune=mode, framework=None, optimizer="adamw" if req.optimizer == "adamw-8bit" else req.optimizer)
+                         finetune=mode, optimizer="adamw" if req.optimizer == "adamw-8bit" else req.optimizer, **keep)
     seq = req.seq
     for _ in range(3):
         seq //= 2
