@@ -36,8 +36,9 @@ class DeviceProfile:
     matmul_efficiency: dict[str, float]
     """Achievable fraction of the dense peak for large GEMMs, per dtype key of `GPU.peak_flops`."""
     matmul_shape_efficiency: float = 1.0
-    """What a language model's GEMMs reach of the best-shape rate beyond tile and wave quantization: the median over
-    training shapes of measured / modelled time (devices.toml `matmul_shape_efficiency`; 1: none applied)."""
+    """What a language model's GEMMs reach of the best-shape rate beyond tile and wave quantization, relative to
+    Hopper's: the median over training shapes of modelled / measured time, over Hopper's median (devices.toml
+    `matmul_shape_efficiency`; 1: none applied). It multiplies the GEMM rate."""
     memory_efficiency: float
     """Achievable fraction of the DRAM bandwidth for streaming kernels (copies, elementwise)."""
     matmul_memory_efficiency: float | None = None
