@@ -95,7 +95,9 @@ def test_profile_file_overrides_defaults(tmp_path):
     assert slow > fast
 
 
-@pytest.mark.parametrize("doc", ['{"matmul_efficiency": {"bf16": 1.5}}', "[]", "not json"])
+@pytest.mark.parametrize("doc", ['{"matmul_efficiency": {"bf16": 1.5}}', "[]", "not json",
+                                 '{"gemm_bandwidth_gb_s": 3000, "matmul_memory_efficiency": 0.9}',
+                                 '{"gemm_overhead_us": -1}', '{"gemm_bandwidth_gb_s": 1e9}'])
 def test_bad_profile_files_are_one_line_errors(tmp_path, doc):
     f = tmp_path / "bad.json"
     f.write_text(doc)

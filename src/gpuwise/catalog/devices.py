@@ -290,6 +290,9 @@ def load_profile(path: str | Path, gpu: GPU) -> DeviceProfile:
         if key in doc:
             changes[key] = _fraction(key, doc[key])
     if "gemm_bandwidth_gb_s" in doc:  # a measured GEMM line's streaming rate (`gpuwise calibrate`)
+        if "matmul_memory_efficiency" in doc:
+            raise InvalidArgument("--profile: gemm_bandwidth_gb_s and matmul_memory_efficiency both set: they are the "
+                                  "same figure (give one)")
         if not gpu.memory_bandwidth_bytes_per_s:
             raise InvalidArgument(f"--profile: {gpu.name} has no datasheet bandwidth to compare with")
         changes["matmul_memory_efficiency"] = _fraction(
