@@ -222,8 +222,8 @@ class InferResult:
     requests_per_s: float
     """Batches back to back: batch x samples completions per request_s."""
     compute_bound_batch: int | None
-    """Batch at which the weight GEMMs of a decode step turn compute-bound (achievable ridge x bytes per weight
-    / 2); None when the GPU has no peak for the compute dtype. Attention over the KV cache stays memory-bound."""
+    """Batch at which the weight GEMMs of a decode step turn compute-bound (achievable GEMM rate / the GEMMs'
+    streaming rate x bytes per weight / 2); None when the GPU has no peak for the compute dtype. Attention over the KV cache stays memory-bound."""
     usd_per_gpu_hour: float | None
     usd_source: str
     usd_per_million_output_tokens: float | None
@@ -332,9 +332,10 @@ def infer(req: InferRequest) -> InferResult:
         curve.append(SamplesPoint(samples=n, seconds=t, seconds_per_sample=t / n, fits=fits))
     serving = _under_load(req, ks) if req.under_load else None
     # The weight GEMMs of a decode step read every weight once for the whole batch and do 2 x batch FLOPs per
-    # weight: they turn compute-bound when batch x 2 / bytes-per-weight reaches the achievable ridge point.
+    # weight: they turn compute-bound when batch x 2 / bytes-per-weight reaches the achievable ridge point (the GEMM
+    # rate over the rate a memory-bound GEMM streams its weights at, as estimate/kernels.matmul_s costs them).
     rate = profile.matmul_flops(dtype)
-    turn = math.ceil(rate * wbpp / (2 * profile.bandwidth)) if rate else None
+    turn = math.ceil(rate * wbpp / (2 * profile.gemm_bandwidth)) if rate and profile.gemm_bandwidth else None
     return InferResult(request=req, memory=mem, engine=eng, profile=profile, topology=topo, compute_dtype=dtype,
                        prefill=pre, decode_first=d_first, decode_last=d_last, ttft_s=ttft, tpot_s=tpot,
                        request_s=request_s, output_tokens_per_s_per_sequence=1 / tpot, output_tokens_per_s=out_per_s,
