@@ -46,6 +46,16 @@ def test_adapters_keep_the_frameworks_own_sharding(framework):
         assert x.memory_bytes == pytest.approx(checked.memory.total)
 
 
+def test_replication_asked_for_with_zero_0_is_offered_the_full_shard():
+    """--zero 0 is how torchtitan is told to replicate: the doctor's FSDP remedy replaces it (not both set)."""
+    job = {k: v for k, v in JOB.items() if k != "fsdp"}
+    r = doctor("llama-3.1-8b", gpu="h100-sxm", framework="torchtitan", zero=0, **job)
+    shard = [x for x in r.remedies if x.options.get("fsdp") == "full" and x.options.get("num_gpus") is None]
+    assert shard and shard[0].memory_bytes < r.base.memory.total
+    checked = gpuwise.train("llama-3.1-8b", gpu="h100-sxm", **{**job, "framework": "torchtitan", **shard[0].options})
+    assert checked.request.sharding == "fsdp-full" and shard[0].memory_bytes == pytest.approx(checked.memory.total)
+
+
 def test_ranked_fitting_first_then_by_slowdown(oom):
     fits = [x.fits for x in oom.remedies]
     assert fits == sorted(fits, reverse=True)

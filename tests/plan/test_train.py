@@ -185,6 +185,16 @@ def test_torchtitans_own_full_shard_offloads_like_fsdp_full() -> None:
         _run(num_gpus=8, global_batch=8, framework=framework, offload=("optimizer",))
 
 
+def test_torchtunes_cpu_offload_brings_the_optimizer_but_the_optimizer_may_go_alone() -> None:
+    """torchtune's fsdp_cpu_offload is CPUOffloadPolicy (parameters, gradients and the optimizer step on the host);
+    its CPUOffloadOptimizer offloads the optimizer alone."""
+    both = _run(num_gpus=8, global_batch=8, framework="torchtune", offload=("params",))
+    assert both.request.offload == ("params", "optimizer")
+    assert both.memory.optimizer == 0 and both.memory.cpu > 0
+    alone = _run(num_gpus=8, global_batch=8, framework="torchtune", offload=("optimizer",))
+    assert alone.request.offload == ("optimizer",) and alone.memory.master_weights > 0
+
+
 def test_gpipe_keeps_every_micro_batch_on_the_last_stage() -> None:
     kw = dict(num_gpus=4, pp=4, global_batch=16, seq=4096, framework="megatron")
     gpipe = _run(schedule="gpipe", **kw).memory

@@ -280,7 +280,7 @@ def _stronger_shardings(req: TrainRequest, lay) -> list[dict]:
         if req.framework == "megatron":
             stages = [z for z in stages if z == 1] or []  # Megatron: the distributed optimizer; beyond it, FSDP
         return [dict(zero=z, _label=f"ZeRO {base_zero(req)} -> {z}") for z in stages]
-    return [dict(fsdp="full", _label="DDP -> FSDP full shard (ZeRO-3)")]
+    return [dict(fsdp="full", zero=None, _label="DDP -> FSDP full shard (ZeRO-3)")]  # --zero 0 asked for DDP
 
 
 def base_zero(req: TrainRequest) -> int | None:

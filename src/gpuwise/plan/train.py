@@ -230,9 +230,12 @@ class TrainRequest:
                                   f"here is {framework}")
         if framework == "torchtitan" and self.pp > 1:
             self._torchtitan_pipeline_defaults()
-        # FSDP2's CPUOffloadPolicy (asked for, or the framework's own full shard): the step runs on the host too
+        # FSDP2's CPUOffloadPolicy (asked for, or the framework's own full shard): the step runs on the host too.
+        # torchtune's fsdp_cpu_offload is the same policy; it also offloads the optimizer alone (CPUOffloadOptimizer),
+        # which the other FSDP2 frameworks refuse below.
         fsdp2 = (self.fsdp is not None or self._sharded_by_default) and framework in FSDP2_OFFLOAD_ALL
-        if fsdp2 and "params" in self.offload and "optimizer" not in self.offload:
+        policy = fsdp2 or ((self.fsdp is not None or self._sharded_by_default) and framework == "torchtune")
+        if policy and "params" in self.offload and "optimizer" not in self.offload:
             object.__setattr__(self, "offload", (*self.offload, "optimizer"))
         recompute = resolve_recompute(self, framework)
         chunks = self.loss_chunks if self.loss_chunks is not None else (8 if framework == "torchtune" else 1)
