@@ -122,8 +122,11 @@ def _data() -> dict:
 
 
 def _merge(into: dict, row: dict, origin: str, sources: dict[str, str]) -> None:
+    """`row`'s figures over `into`'s, each with its source: the row's `sources` table for that key, else the row's
+    `source`, else `origin`."""
+    own = row.get("sources", {})
     for key, value in row.items():
-        if key in ("source", "note"):
+        if key in ("source", "sources", "note"):
             continue
         if key == "matmul_efficiency":
             into.setdefault(key, {}).update(value)
@@ -131,7 +134,7 @@ def _merge(into: dict, row: dict, origin: str, sources: dict[str, str]) -> None:
                 sources[f"matmul_efficiency.{dt}"] = row.get("source", origin)
         else:
             into[key] = value
-            sources[key] = row.get("source", origin)
+            sources[key] = own.get(key, row.get("source", origin))
 
 
 _DEFAULTS: dict[tuple[str, float | None], DeviceProfile] = {}
@@ -313,9 +316,14 @@ def load_profile(path: str | Path, gpu: GPU) -> DeviceProfile:
         changes["host_copy_bytes_per_s"] = float(doc["host_to_device_gb_s"]) * GB
     for key in changes:
         if key != "matmul_efficiency":
-            sources[key] = origin
+            sources[_CATALOG_KEY.get(key, key)] = origin
     changes["sources"] = sources
     return replace(base, **changes)
+
+
+_CATALOG_KEY = {"gemm_overhead_s": "gemm_overhead_us", "kernel_overhead_s": "kernel_overhead_us",
+                "host_copy_bytes_per_s": "host_to_device_gb_s"}
+"""Profile fields whose `sources` key is the devices.toml name (microseconds, GB/s) rather than the field's own."""
 
 
 def _microseconds(name: str, us: object) -> float:
