@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
@@ -148,6 +149,7 @@ def test_decode_is_memory_bound_and_batching_is_nearly_free():
     above = gpuwise.roofline("llama-3.1-8b", gpu="h100-sxm", batch=turn * 2).roofline
     mlp = lambda rf: next(op for op in rf.ops if op.name == "mlp")  # noqa: E731
     assert below.bound(mlp(below)) == "memory" and above.bound(mlp(above)) == "compute"
+    assert turn == math.ceil(below.achievable_ridge)  # bf16 weights: 2 FLOPs per 2 bytes per sequence
 
 
 def test_samples_share_the_prefill():

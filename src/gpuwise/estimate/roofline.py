@@ -3,9 +3,11 @@
 For one phase (prefill of `batch` x `seq` tokens, or one decode step of `batch` sequences at `seq` cached
 tokens), every kind of kernel of a transformer block is placed on the GPU's roofline: attainable FLOP/s =
 min(peak, intensity x bandwidth). The ridge point (peak / bandwidth, FLOP per byte) separates memory-bound
-operations (left) from compute-bound ones (right). Times use the datasheet roofline (`time = max(FLOPs / peak,
-bytes / bandwidth)`); the achievable line (peak x matmul efficiency, bandwidth x memory efficiency) is shown
-beside it. Sums are over all blocks.
+operations (left) from compute-bound ones (right). The achievable line is shown beside the datasheet one: peak x
+matmul efficiency, and the rate a memory-bound GEMM streams its operands at (DeviceProfile.gemm_bandwidth, what
+estimate/kernels.matmul_s costs the weight GEMMs at), since the operations whose bound matters are the GEMMs; each
+operation's time is max(FLOPs / achievable peak, bytes / its bandwidth), the streaming kernels (attention over the
+cache, norms) at the copy bandwidth. Sums are over all blocks.
 """
 
 from __future__ import annotations
@@ -70,7 +72,8 @@ def roofline(spec: ModelSpec, profile: DeviceProfile, *, dtype: str, phase: str,
     peak = gpu.peak_flops[dtype]
     bw = gpu.memory_bandwidth_bytes_per_s
     a_peak = profile.matmul_flops(dtype)
-    a_bw = profile.bandwidth
+    a_bw = profile.gemm_bandwidth
+    streaming = ("attention (scores, values)", "norms, residuals, activation")
     decode = phase == "decode"
     rows = batch if decode else batch * seq
     e = 2.0
@@ -94,6 +97,7 @@ def roofline(spec: ModelSpec, profile: DeviceProfile, *, dtype: str, phase: str,
         add("norms, residuals, activation", 0.0, ops.stream_bytes)
     hg = head_gemm(spec, batch)
     add("lm head", hg.flops, hg.n * hg.k * weight_bytes_per_param + (hg.m * hg.k + hg.m * hg.n) * e)
-    out = tuple(RooflineOp(name, f, b, max(f / a_peak, b / a_bw)) for name, (f, b) in sums.items())
+    out = tuple(RooflineOp(name, f, b, max(f / a_peak, b / (profile.bandwidth if name in streaming else a_bw)))
+                for name, (f, b) in sums.items())
     return Roofline(dtype=dtype, peak_flops=peak, bandwidth_bytes_per_s=bw, achievable_flops=a_peak,
                     achievable_bandwidth_bytes_per_s=a_bw, ops=out)

@@ -2,9 +2,11 @@
 
 The model (estimate/kernels.py: tile and wave quantization at one large-GEMM efficiency, a roofline against DRAM,
 a fixed per-kernel time) is fitted per dtype: the efficiency that minimizes the squared log error over all shapes.
-Everything else in that model is what the same run measured, never the catalog's figures for the board: the copy
+The model's time and bandwidth figures are what the same run measured, not the catalog's for the board: the copy
 bandwidth, the launch overhead and, when the one-row sweep ran, the GEMM line (its intercept is the GEMMs' fixed time,
-its rate their streaming bandwidth); without a line the GEMMs take the launch overhead and the copy bandwidth.
+its rate their streaming bandwidth); without a line the GEMMs take the launch overhead and the copy bandwidth. The
+catalog's tile and matmul_shape_efficiency stay in the model (loading the profile applies the same factor again, so
+the fitted efficiency round-trips).
 The device profile stores that fitted efficiency; the best single shape (the "maximum achievable matmul FLOPS") is
 reported next to it.
 """

@@ -172,7 +172,9 @@ def _train_dict(r: TrainResult) -> dict[str, Any]:
 def profile_to_dict(p) -> dict[str, Any]:
     return {"gpu": p.gpu.id, "matmul_efficiency": dict(p.matmul_efficiency),
             "matmul_shape_efficiency": p.matmul_shape_efficiency,
-            "matmul_memory_efficiency": p.matmul_memory_efficiency, "memory_efficiency": p.memory_efficiency,
+            "matmul_memory_efficiency": (p.gemm_bandwidth / p.gpu.memory_bandwidth_bytes_per_s
+                                         if p.gpu.memory_bandwidth_bytes_per_s else None),
+            "memory_efficiency": p.memory_efficiency,
             "attention_forward_efficiency": p.attention_forward_efficiency,
             "attention_backward_efficiency": p.attention_backward_efficiency,
             "sdpa_forward_efficiency": p.sdpa_forward_efficiency,
