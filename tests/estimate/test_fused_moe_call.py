@@ -67,3 +67,20 @@ def test_each_moe_layer_of_a_fused_moe_engine_pays_the_call():
         forward_pass_s(dense.spec, profile=ks.profile, topo=ks.topo, engine=dataclasses.replace(vllm, fused_moe=False),
                        dtype=ks.dtype, weight_bytes_per_param=2.0, kv_bytes_per_element=2.0, rows=8, sequences=8,
                        context=1000, num_gpus=1, decode=True, logits_rows=8).seconds)  # dense models: unchanged
+
+
+@pytest.mark.parametrize("model", ["deepseek-v3", "qwen3-30b-a3b", "mixtral-8x7b"])
+def test_a_moe_block_charges_the_streaming_kernels_the_fused_call_replaces(model):
+    """The call's excess is its time beyond the kernels the model already charges for what it stands for (four
+    streaming kernels and two grouped GEMMs): a MoE block charges at least those four besides a dense block's, whatever
+    number of GEMMs its attention has (MLA's five, GQA's two)."""
+    from gpuwise.estimate.infer_time import FUSED_MOE_KERNELS
+    from gpuwise.estimate.layer_ops import block_ops
+
+    spec = load_model(model).spec
+    moe_layer = spec.moe.moe_layers.index(True)
+    ops = block_ops(spec, moe_layer, tokens=8, keys=100)
+    streaming = ops.kernels - len(ops.gemms) - 1  # less the attention kernel
+    dense = block_ops(load_model("llama-3.1-8b").spec, 0, tokens=8, keys=100)
+    dense_streaming = dense.kernels - len(dense.gemms) - 1
+    assert streaming - (FUSED_MOE_KERNELS - 2) >= dense_streaming - 1  # the dense activation is among the four

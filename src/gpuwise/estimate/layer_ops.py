@@ -64,7 +64,8 @@ class BlockOps:
     stream_bytes: float
     """Bytes read + written by the streaming kernels (norms, residuals, RoPE, activation, layout copies)."""
     kernels: int
-    """Kernels launched by the forward pass of the block."""
+    """Kernels launched by the forward pass of the block: its GEMMs, the attention kernel and the streaming ones
+    (norms, two residual adds, RoPE, the activation; for MoE also top-k, permute and unpermute)."""
 
 
 def _moe_expert_tokens(spec: ModelSpec, tokens: int, ep: int) -> tuple[int, int]:
@@ -159,19 +160,20 @@ def block_ops(spec: ModelSpec, layer: int, *, tokens: int, keys: float, tp: int 
             s_i = moe.shared_intermediate_size
             gemms += [Gemm("shared_up", tokens, (mats - 1) * s_i // tp, h), Gemm("shared_down", tokens, h, s_i // tp)]
             act += act_bytes * s_i / tp
-        kernels_mlp = 8  # router, top-k, permute, two grouped GEMMs, activation, unpermute, shared
+        mlp_streaming = 4 + (1 if moe.shared_intermediate_size else 0)  # top-k, permute, activation, unpermute;
+        # the shared experts' activation
     else:
         i = spec.intermediate_size
         gemms += [Gemm("mlp_up", tokens, (mats - 1) * i // tp, h), Gemm("mlp_down", tokens, h, i // tp)]
         act += act_bytes * i / tp
-        kernels_mlp = 3
+        mlp_streaming = 1  # the activation
     # Norms and residuals run on the full hidden width (replicated over TP without sequence parallelism).
     stream = (sb["norm"] * (spec.norms_per_layer * h + extra_norms) + sb["residual"] * 2 * h + sb["rope"] * rope_elems
               + sb["attn_copy"] * (q_width + kv_width) + act)
     io = tokens * (q_width + value_dim) + (tokens if kv_rows is None else kv_rows) * kv_width
     return BlockOps(gemms=tuple(gemms), attention_flops=2.0 * (score_dim + value_dim) * keys * tokens,
                     attention_io_elements=io, stream_bytes=stream * tokens,
-                    kernels=spec.norms_per_layer + 2 + 2 + (1 if rope_elems else 0) + 1 + kernels_mlp)
+                    kernels=len(gemms) + 1 + spec.norms_per_layer + 2 + (1 if rope_elems else 0) + mlp_streaming)
 
 
 @dataclass(frozen=True, slots=True)
