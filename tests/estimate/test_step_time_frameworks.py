@@ -156,3 +156,22 @@ def test_megatron_quantizes_fp8_weights_once_per_step_torchao_in_every_micro_bat
         steps[fw] = t8 / t1
     assert steps["torchtitan"] == pytest.approx(8.0, rel=1e-9)
     assert 7.0 < steps["megatron"] < 8.0  # the weights' quantization is paid once, not eight times
+
+
+def test_a_gemms_fixed_time_is_charged_once():
+    """matmul_s carries each GEMM's fixed time (the GEMM line's intercept) and attention_s the attention kernel's;
+    the per-kernel overhead is charged once to each other kernel: one more microsecond per kernel adds (kernels - GEMMs)
+    microseconds to a block's forward (the streaming kernels and the attention kernel)."""
+    from dataclasses import replace
+
+    from gpuwise.catalog.models import load_model
+    from gpuwise.estimate.layer_ops import block_ops
+
+    spec = load_model(MODEL).spec
+    base = default_profile(get_gpu("h100-sxm"))
+    slower = replace(base, kernel_overhead_s=base.kernel_overhead_s + 1e-6)
+    args = (4096, 4096, 1, 1, 1, "bf16", 2.0, "none", False, "megatron", "flash", False, None)
+    f0 = st._time_block(base, spec, 0, *args).forward
+    f1 = st._time_block(slower, spec, 0, *args).forward
+    ops = block_ops(spec, 0, tokens=4096, keys=2048)
+    assert f1 - f0 == pytest.approx((ops.kernels - len(ops.gemms)) * 1e-6, rel=1e-6)

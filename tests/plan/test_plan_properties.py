@@ -17,6 +17,11 @@ COMM = ("tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm")
        seq=st.sampled_from([1024, 4096, 8192]), batch=st.sampled_from([8, 32, 128]),
        n=st.sampled_from([1, 2, 4, 8, 16]), framework=st.sampled_from(["megatron", "torchtitan", "deepspeed"]))
 def test_doubling_gpus_never_slows_the_best_beyond_its_communication(model, gpu, seq, batch, n, framework):
+    """The best plan on 2n GPUs is no slower than the best on n beyond what it spends communicating or idle in its
+    pipeline: crossing a node boundary can leave only layouts that trade the inter-node exchange for a bubble
+    (Qwen1.5-MoE, 8 sequences of 1,024 tokens on 16 H100 with torchtitan: TP 4 x PP 4 with a 27 ms bubble and no
+    data-parallel exchange beats TP 2 x PP 2 x DP 4, whose FSDP crosses the nodes for 45 ms, and is 9 ms slower than
+    the 8-GPU best)."""
     small = gpuwise.plan(model, gpu=gpu, num_gpus=n, seq=seq, global_batch=batch, framework=framework, top=1)
     big = gpuwise.plan(model, gpu=gpu, num_gpus=2 * n, seq=seq, global_batch=batch, framework=framework, top=1)
     if not small.plans:
@@ -27,4 +32,4 @@ def test_doubling_gpus_never_slows_the_best_beyond_its_communication(model, gpu,
     assert big.plans, "a job that fits on n GPUs must fit on 2n (data parallel shards or replicates it)"
     a, b = small.plans[0], big.plans[0]
     comm = sum(b.step.breakdown.get(k, 0.0) for k in COMM)
-    assert b.step_time_s <= a.step_time_s + comm + 1e-12
+    assert b.step_time_s <= a.step_time_s + comm + b.step.breakdown.get("bubble", 0.0) + 1e-12

@@ -196,7 +196,8 @@ def _time_block(profile: DeviceProfile, spec: ModelSpec, layer: int, tokens: int
                              sdpa=sdpa_flash, seq=kernel_seq)
         attn_b = attention_s(profile, 2.5 * ops.attention_flops, 2 * attn_bytes, backward=True, dtype=attn_dtype,
                              sdpa=sdpa_flash, seq=kernel_seq)
-    stream = memory_s(profile, ops.stream_bytes * e / 2) + ops.kernels * profile.kernel_overhead_s
+    # the streaming kernels' fixed time (each GEMM's is in matmul_s, the attention kernel's in attention_s)
+    stream = memory_s(profile, ops.stream_bytes * e / 2) + (ops.kernels - len(ops.gemms) - 1) * profile.kernel_overhead_s
     cast_f = cast_b = weight_cast = 0.0
     if dtype == "fp8":  # every weight GEMM's operands quantized (forward) and transposed (backward)
         c = FP8_CAST_BYTES[style]
