@@ -75,3 +75,32 @@ def test_latency_never_falls_as_the_rate_rises_under_sglang_rules():
         assert r.ttft_s.mean >= last_ttft * 0.999
         assert r.e2e_s.mean >= last_e2e * 0.999
         last_ttft, last_e2e = r.ttft_s.mean, r.e2e_s.mean
+
+
+def test_an_eager_prefill_step_takes_at_least_its_launches():
+    """SGLang runs prompt chunks without CUDA graphs: a step with a prompt chunk takes at least the host's launches
+    (StepCost.prefill_host_s); decode steps, graphed, do not."""
+    from dataclasses import replace
+
+    wl = _wl(n=1, prompt=20, out=50, arrival_times=(0.0,))
+    limits = EngineLimits(max_num_seqs=8, max_num_batched_tokens=2048, kv_capacity_tokens=10_000, prefill_first=True)
+    graphed = simulate(_cost(), wl, limits)
+    eager = simulate(replace(_cost(), prefill_host_s=0.05), wl, limits)
+    assert eager.ttft_s.p50 == pytest.approx(graphed.ttft_s.p50 + 0.05 - 5e-3, rel=1e-3)  # 50 ms, not the 5 ms floor
+    assert eager.tpot_s.p50 == pytest.approx(graphed.tpot_s.p50)
+
+
+def test_sglangs_eager_prefill_reproduces_its_source():
+    """engine_perf.toml's per-kernel figure against its source: graphing SGLang's prefill saved 10.3 ms of TTFT for
+    Llama-3.1-8B-Instruct-FP8 at TP 8 with 1,024 prompt tokens (PR #13094), about 1 ms per block for DeepSeek-V3
+    (82.6 -> 23.1 ms for a one-token prefill, PR #12160); gpuwise's eager launches less the same pass's kernels land
+    within a factor of 1.6 of each."""
+    import gpuwise
+
+    llama = gpuwise.infer("llama-3.1-8b", gpu="h100-sxm", num_gpus=8, engine="sglang", weights="fp8",
+                          prompt_tokens=1024, output_tokens=16).prefill
+    saved = llama.host_s - (llama.gemm_s + llama.attention_s + llama.stream_s + llama.comm_s)
+    assert 10.3e-3 / 1.6 < saved < 10.3e-3 * 1.6
+    ds = gpuwise.infer("deepseek-v3", gpu="h200-sxm", num_gpus=8, engine="sglang", prompt_tokens=1,
+                       output_tokens=16).prefill
+    assert 82.6e-3 / 1.6 < ds.host_s < 82.6e-3 * 1.6 and ds.bound == "host"

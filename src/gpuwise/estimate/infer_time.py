@@ -62,6 +62,10 @@ class EnginePerf:
     fused_moe: bool = False
     """A MoE layer's routed experts run as the Triton fused_moe call (vLLM, SGLang): the profile's measured
     `fused_moe_call_s` stands for the routing, sort, quantization, grouped GEMM and sum kernels' fixed cost."""
+    prefill_host_s_per_kernel: float = 0.0
+    """Host time per kernel of a prefill pass the engine runs eagerly (SGLang's "extend" without
+    --enable-piecewise-cuda-graph): the CPU launches the block's kernels one by one, so a short prefill takes
+    max(its kernels' GPU time, the launches); 0: prefill costs no host time beyond the kernels (graphed or compiled)."""
 
 
 FUSED_MOE_KERNELS = 6
@@ -89,7 +93,7 @@ def engine_perf(name: str) -> EnginePerf:
                       float(r.get("frontend_latency_ms", 0.0)) * 1e-3, float(r.get("frontend_request_ms", 0.0)) * 1e-3,
                       float(r.get("frontend_token_us", 0.0)) * 1e-6,
                       float(r.get("step_overhead_us_per_request", 0.0)) * 1e-6, bool(r.get("paged_decode", False)),
-                      bool(r.get("fused_moe", False)))
+                      bool(r.get("fused_moe", False)), float(r.get("prefill_host_us_per_kernel", 0.0)) * 1e-6)
 
 
 def decode_kv_bandwidth(profile: DeviceProfile, engine: EnginePerf, spec: ModelSpec) -> float:
@@ -179,6 +183,7 @@ def forward_pass_s(spec: ModelSpec, *, profile: DeviceProfile, topo: Topology, e
     gemm = attn = stream = comm = 0.0
     flops = nbytes = 0.0
     kernels = 0
+    launched = 0  # the model's own kernels of the pass (block_ops), for an eager prefill's launches
     cache: dict = {}
     for layer in range(spec.num_layers):
         sig = block_signature(spec, layer)
@@ -230,13 +235,14 @@ def forward_pass_s(spec: ModelSpec, *, profile: DeviceProfile, topo: Topology, e
                 # the fused call's measured fixed cost, beyond the per-kernel costs of the kernels it stands for
                 # (top-k, sort, activation, sum and the two grouped GEMMs)
                 s += max(0.0, profile.fused_moe_call_s - fused_moe_kernel_costs(profile))
-            hit = cache[key] = (g, a, s, f + attn_flops, b + attn_bytes + ops.stream_bytes)
+            hit = cache[key] = (g, a, s, f + attn_flops, b + attn_bytes + ops.stream_bytes, ops.kernels)
         gemm += hit[0]
         attn += hit[1]
         stream += hit[2]
         flops += hit[3]
         nbytes += hit[4]
         kernels += engine.kernels_per_block
+        launched += hit[5] + (2 if tp > 1 else 0)  # and the two all-reduces
         if tp > 1:
             comm += 2 * topo.collective_s("all_reduce", rows * spec.hidden_size * e, tp)
         if dp > 1 and spec.moe.moe_layers[layer]:
@@ -251,6 +257,8 @@ def forward_pass_s(spec: ModelSpec, *, profile: DeviceProfile, topo: Topology, e
         comm += (num_gpus - 1) * topo.collective_s("send_recv", rows * spec.hidden_size * e, 2, topo.gpus_per_node)
     graphed = engine.cuda_graphs and decode
     host = 0.0 if graphed else kernels * engine.host_s_per_kernel
+    if not decode and engine.prefill_host_s_per_kernel:
+        host = max(host, (launched + 1) * engine.prefill_host_s_per_kernel)  # + the LM head
     gaps = 0.0 if graphed else kernels * engine.launch_gap_s
     gpu = gemm + attn + stream + comm + gaps
     overhead = engine.step_overhead_s + sequences * engine.step_overhead_s_per_request if decode else 0.0

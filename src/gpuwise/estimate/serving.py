@@ -65,18 +65,30 @@ class StepCost:
     step_overhead_s_per_request: float = 0.0
     """Host time per running request per step (scheduling it, preparing its inputs, processing its output) that
     the GPU waits for: engines that schedule step n + 1 only after step n (vLLM without --async-scheduling)."""
+    prefill_host_s: float = 0.0
+    """Host time to launch a step with prompt chunks that the engine runs eagerly (SGLang's extend): such a step's
+    kernels take at least this long (`EnginePerf.prefill_host_s_per_kernel`); 0: graphed or compiled."""
 
     def seconds(self, rows: int, logits_rows: int, kv_tokens: float, attention_pairs: float,
                 requests: int = 0) -> float:
-        return (self.rows_time(rows) + self.head_time(logits_rows) + kv_tokens * self.kv_read_s_per_token
-                + attention_pairs * self.prefill_attention_s_per_pair + self.step_overhead_s
-                + requests * self.step_overhead_s_per_request)
+        return _step_seconds(self, self.rows_time(rows), self.head_time(logits_rows), kv_tokens, attention_pairs,
+                             requests)
 
     def rows_time(self, rows: int) -> float:
         return _interp(self.rows_grid, self.rows_s, rows)
 
     def head_time(self, rows: int) -> float:
         return _interp(self.head_grid, self.head_s, rows)
+
+
+def _step_seconds(cost, rows_s: float, head_s: float, kv_tokens: float, attention_pairs: float,
+                  requests: int) -> float:
+    """One step: its kernels (at least the eager launches of a step with prompt chunks), then the host's time."""
+    kernels = (rows_s + head_s + kv_tokens * cost.kv_read_s_per_token
+               + attention_pairs * cost.prefill_attention_s_per_pair)
+    if attention_pairs > 0 and kernels < cost.prefill_host_s:
+        kernels = cost.prefill_host_s
+    return kernels + cost.step_overhead_s + requests * cost.step_overhead_s_per_request
 
 
 def _interp(xs: tuple[int, ...], ys: tuple[float, ...], x: float) -> float:
@@ -343,14 +355,15 @@ class _Memo:
     again and again)."""
 
     __slots__ = ("cost", "rows", "head", "kv_read_s_per_token", "prefill_attention_s_per_pair", "step_overhead_s",
-                 "per_request_s")
+                 "step_overhead_s_per_request", "prefill_host_s")
 
     def __init__(self, cost: StepCost) -> None:
         self.cost, self.rows, self.head = cost, {}, {}
         self.kv_read_s_per_token = cost.kv_read_s_per_token
         self.prefill_attention_s_per_pair = cost.prefill_attention_s_per_pair
         self.step_overhead_s = cost.step_overhead_s
-        self.per_request_s = cost.step_overhead_s_per_request
+        self.step_overhead_s_per_request = cost.step_overhead_s_per_request
+        self.prefill_host_s = cost.prefill_host_s
 
     def rows_time(self, n: int) -> float:
         t = self.rows.get(n)
@@ -366,9 +379,8 @@ class _Memo:
 
     def seconds(self, rows: int, logits_rows: int, kv_tokens: float, attention_pairs: float,
                 requests: int = 0) -> float:
-        return (self.rows_time(rows) + self.head_time(logits_rows) + kv_tokens * self.kv_read_s_per_token
-                + attention_pairs * self.prefill_attention_s_per_pair + self.step_overhead_s
-                + requests * self.per_request_s)
+        return _step_seconds(self, self.rows_time(rows), self.head_time(logits_rows), kv_tokens, attention_pairs,
+                             requests)
 
 
 class _Req:

@@ -153,7 +153,8 @@ def step_cost(step, *, spec, profile, engine, kv_bytes_per_element: float, tp: i
                     kv_read_s_per_token=kv_bytes / decode_kv_bandwidth(profile, engine, spec),
                     prefill_attention_s_per_pair=flops_per_pair * s_per_flop,
                     step_overhead_s=engine.step_overhead_s,
-                    step_overhead_s_per_request=engine.step_overhead_s_per_request)
+                    step_overhead_s_per_request=engine.step_overhead_s_per_request,
+                    prefill_host_s=step(1, 1, 1, False, 1).host_s if engine.prefill_host_s_per_kernel else 0.0)
 
 
 def run(cost: StepCost, load: LoadSpec) -> ServingResult:
