@@ -193,3 +193,15 @@ def test_the_python_api_says_where_the_plot_went(tmp_path):
     pytest.importorskip("matplotlib")
     r = gpuwise.roofline("llama-3.1-8b", gpu="h100-sxm", plot=str(tmp_path / "r.png"))
     assert r.plot == str(tmp_path / "r.png")
+
+
+def test_a_streaming_kernel_is_placed_against_the_copy_rate_it_is_timed_at():
+    """The roofline's achievable line is the GEMMs' streaming rate; attention over the cache and the norms are timed
+    at the copy rate, and their bound follows that rate: a 580-token prefill's attention (232 FLOP per byte on an
+    H100, between the GEMM ridge 225 and the copy ridge 240) is memory-bound, as its time says."""
+    rf = gpuwise.roofline("llama-3.1-8b", gpu="h100-sxm", phase="prefill", seq=580).roofline
+    attn = next(op for op in rf.ops if op.name == "attention (scores, values)")
+    copy_ridge = rf.achievable_flops / rf.copy_bandwidth_bytes_per_s
+    assert rf.achievable_ridge < attn.intensity < copy_ridge
+    assert rf.bound(attn) == "memory"
+    assert attn.time_s == pytest.approx(attn.bytes / rf.copy_bandwidth_bytes_per_s)

@@ -91,10 +91,10 @@ def test_an_eager_prefill_step_takes_at_least_its_launches():
 
 
 def test_sglangs_eager_prefill_reproduces_its_source():
-    """engine_perf.toml's per-kernel figure against its source: graphing SGLang's prefill saved 10.3 ms of TTFT for
-    Llama-3.1-8B-Instruct-FP8 at TP 8 with 1,024 prompt tokens (PR #13094), about 1 ms per block for DeepSeek-V3
-    (82.6 -> 23.1 ms for a one-token prefill, PR #12160); gpuwise's eager launches less the same pass's kernels land
-    within a factor of 1.6 of each."""
+    """engine_perf.toml's per-kernel figure against its sources: graphing SGLang's prefill saved 10.3 ms of TTFT for
+    Llama-3.1-8B-Instruct-FP8 at TP 8 with 1,024 prompt tokens (PR #13094: gpuwise's launches less the same pass's
+    kernels), and DeepSeek-V3's one-token prefill took 82.6 ms eager, host-bound (PR #12160: gpuwise's launches); both
+    within a factor of 1.6."""
     import gpuwise
 
     llama = gpuwise.infer("llama-3.1-8b", gpu="h100-sxm", num_gpus=8, engine="sglang", weights="fp8",

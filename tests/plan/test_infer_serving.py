@@ -184,6 +184,23 @@ def test_dp_attention_trades_weight_memory_for_kv_capacity(capsys) -> None:
     assert code == 2 and "mixture-of-experts" in err
 
 
+def test_an_sglang_decode_instance_pays_no_eager_prefill(monkeypatch) -> None:
+    """SGLang's decode instance receives each request's KV and runs its last prompt row inside a graphed decode step:
+    the eager prefill's launch time (StepCost.prefill_host_s) belongs to the prefill instance only, so the decode
+    side's time per output token is the same with or without it."""
+    from dataclasses import replace
+
+    from gpuwise.plan import serve
+
+    base = dict(model=load_model("llama-3.1-8b"), gpu=get_gpu("h100-sxm"), engine="sglang", prompt_tokens=1000,
+                output_tokens=200, request_rate=20.0, num_prompts=300, pd_disaggregation="1P1D")
+    with_host = infer(InferRequest(**base)).serving.result
+    real = serve.step_cost
+    monkeypatch.setattr(serve, "step_cost", lambda *a, **k: replace(real(*a, **k), prefill_host_s=0.0))
+    without = infer(InferRequest(**base)).serving.result
+    assert with_host.tpot_s.p50 == pytest.approx(without.tpot_s.p50, rel=1e-6)
+
+
 def test_disaggregated_decode_has_no_prefill_interference(capsys) -> None:
     """1P1D: decode steps carry no prompt chunks, so the inter-token latency tail collapses, and more decode
     instances never slow decoding; the transfer of the KV sits inside TTFT."""

@@ -246,6 +246,7 @@ def forward_pass_s(spec: ModelSpec, *, profile: DeviceProfile, topo: Topology, e
         if tp > 1:
             comm += 2 * topo.collective_s("all_reduce", rows * spec.hidden_size * e, tp)
         if dp > 1 and spec.moe.moe_layers[layer]:
+            launched += 2  # the all-gather before the experts and the reduce-scatter after
             gathered = rows * dp * spec.hidden_size * e
             comm += (topo.collective_s("all_gather", gathered, dp) + topo.collective_s("reduce_scatter", gathered, dp))
     hg = head_gemm(spec, logits_rows, tp)

@@ -19,6 +19,9 @@ from ..catalog.devices import DeviceProfile
 from ..model.spec import ModelSpec
 from .layer_ops import block_ops, head_gemm, keys_per_query
 
+STREAMING_OPS = ("attention (scores, values)", "norms, residuals, activation")
+"""The operation groups that are not weight GEMMs: timed at the copy bandwidth."""
+
 Phase = Literal["prefill", "decode"]
 PHASES: tuple[str, ...] = get_args(Phase)
 
@@ -44,7 +47,10 @@ class Roofline:
     bandwidth_bytes_per_s: float
     achievable_flops: float
     achievable_bandwidth_bytes_per_s: float
+    """The rate a memory-bound GEMM streams its operands at (the achievable line)."""
     ops: tuple[RooflineOp, ...]
+    copy_bandwidth_bytes_per_s: float = 0.0
+    """The streaming kernels' rate (attention over the cache, norms); 0: the achievable line's."""
 
     @property
     def ridge(self) -> float:
@@ -55,8 +61,14 @@ class Roofline:
     def achievable_ridge(self) -> float:
         return self.achievable_flops / self.achievable_bandwidth_bytes_per_s
 
+    def bandwidth(self, op: RooflineOp) -> float:
+        """Bytes/s `op` streams at: the copy rate for the streaming kernels, the GEMMs' rate for the rest."""
+        if op.name in STREAMING_OPS and self.copy_bandwidth_bytes_per_s:
+            return self.copy_bandwidth_bytes_per_s
+        return self.achievable_bandwidth_bytes_per_s
+
     def bound(self, op: RooflineOp) -> str:
-        return "compute" if op.intensity >= self.achievable_ridge else "memory"
+        return "compute" if op.intensity >= self.achievable_flops / self.bandwidth(op) else "memory"
 
 
 def ridge_point(peak_flops: float, bandwidth_bytes_per_s: float) -> float:
@@ -73,7 +85,6 @@ def roofline(spec: ModelSpec, profile: DeviceProfile, *, dtype: str, phase: str,
     bw = gpu.memory_bandwidth_bytes_per_s
     a_peak = profile.matmul_flops(dtype)
     a_bw = profile.gemm_bandwidth
-    streaming = ("attention (scores, values)", "norms, residuals, activation")
     decode = phase == "decode"
     rows = batch if decode else batch * seq
     e = 2.0
@@ -97,7 +108,7 @@ def roofline(spec: ModelSpec, profile: DeviceProfile, *, dtype: str, phase: str,
         add("norms, residuals, activation", 0.0, ops.stream_bytes)
     hg = head_gemm(spec, batch)
     add("lm head", hg.flops, hg.n * hg.k * weight_bytes_per_param + (hg.m * hg.k + hg.m * hg.n) * e)
-    out = tuple(RooflineOp(name, f, b, max(f / a_peak, b / (profile.bandwidth if name in streaming else a_bw)))
+    out = tuple(RooflineOp(name, f, b, max(f / a_peak, b / (profile.bandwidth if name in STREAMING_OPS else a_bw)))
                 for name, (f, b) in sums.items())
     return Roofline(dtype=dtype, peak_flops=peak, bandwidth_bytes_per_s=bw, achievable_flops=a_peak,
-                    achievable_bandwidth_bytes_per_s=a_bw, ops=out)
+                    achievable_bandwidth_bytes_per_s=a_bw, ops=out, copy_bandwidth_bytes_per_s=profile.bandwidth)

@@ -359,7 +359,9 @@ def disaggregated(cost: StepCost, load: LoadSpec, *, prefill: int, decode: int,
     wd = Workload(prompt_tokens=tuple(wl.prompt_tokens[i] for i in mine),
                   output_tokens=tuple(wl.output_tokens[i] - 1 for i in mine),
                   arrival_times=tuple(ready[i] for i in mine), prefilled=True)
-    rd = simulate(cost, wd, lim, speculation=load.speculation)
+    # the decode instance's requests arrive with their KV: their last prompt row runs in a graphed decode step, not
+    # an eager prefill pass
+    rd = simulate(replace(cost, prefill_host_s=0.0), wd, lim, speculation=load.speculation)
     ttft = [rd.first_token_at[j] - sends[i] for j, i in enumerate(mine)]
     e2e = [rd.finished_at[j] - sends[i] for j, i in enumerate(mine)]
     tpot = [(e - t) / (wl.output_tokens[i] - 1) if wl.output_tokens[i] > 2 else 0.0

@@ -45,7 +45,7 @@ def save_roofline(result: RooflineResult, path: str) -> Path:
     ax.annotate(f"ridge {rf.ridge:.0f} FLOP/B", (rf.ridge, rf.peak_flops / 1e12), textcoords="offset points",
                 xytext=(4, -14), fontsize=8, color="0.35")
     for op, x in zip(ops, xs):
-        y = min(rf.achievable_flops, x * rf.achievable_bandwidth_bytes_per_s) / 1e12
+        y = min(rf.achievable_flops, x * rf.bandwidth(op)) / 1e12  # a streaming kernel sits on the copy rate
         color = "tab:red" if rf.bound(op) == "memory" else "tab:green"
         ax.scatter([x], [y], color=color, zorder=3, s=28)
         ax.annotate(op.name, (x, y), textcoords="offset points", xytext=(5, 4), fontsize=8)
