@@ -259,3 +259,16 @@ def test_sglang_runs_prompt_chunks_alone_unless_mixed_chunk_is_on() -> None:
     assert alone.load.limits.output_reservation is not None and mixed.load.limits.output_reservation is not None
     assert "--enable-mixed-chunk" in mixed.load.limits_reason and "steps of their own" in alone.load.limits_reason
     assert alone.result.itl_s.p99 > 1.5 * mixed.result.itl_s.p99
+
+
+def test_sglangs_piecewise_cuda_graph_removes_the_prefill_launches(capsys) -> None:
+    """--enable-piecewise-cuda-graph (SGLang's option): a short prompt's pass no longer waits for its launches, so the
+    static TTFT falls to the kernels' time; decode is unchanged; other engines refuse the option."""
+    base = dict(model=load_model("llama-3.1-8b"), gpu=get_gpu("h100-sxm"), num_gpus=8, engine="sglang",
+                prompt_tokens=1024, output_tokens=16)
+    eager = infer(InferRequest(**base))
+    graphed = infer(InferRequest(**base, enable_piecewise_cuda_graph=True))
+    assert eager.prefill.bound == "host" and graphed.prefill.host_s == 0.0
+    assert graphed.ttft_s < eager.ttft_s and graphed.tpot_s == pytest.approx(eager.tpot_s)
+    code, _, err = run(capsys, "infer", "llama-3.1-8b", "--gpu", "h100-sxm", "--enable-piecewise-cuda-graph")
+    assert code == 2 and "SGLang" in err

@@ -106,6 +106,10 @@ class InferRequest:
     enable_mixed_chunk: bool = False
     """Under load, SGLang: put prompt chunks into the decode steps (SGLang --enable-mixed-chunk) instead of running
     them in steps of their own ahead of the decodes, SGLang's default."""
+    enable_piecewise_cuda_graph: bool = False
+    """SGLang: capture prefill in piecewise CUDA graphs (SGLang --enable-piecewise-cuda-graph), so a prompt's pass
+    no longer waits for its kernels' launches from the host (catalog/data/engine_perf.toml prefill_host_us_per_kernel);
+    off by default, SGLang's default."""
     offline: bool = False
     """Under load: the engine's in-process API with no HTTP server (vLLM's LLM class, trtllm-bench, SGLang's
     Engine): no frontend taking requests in and streaming tokens (catalog/data/engine_perf.toml)."""
@@ -171,6 +175,9 @@ class InferRequest:
                                   "sglang or trtllm")
         if self.enable_expert_parallel and self.model.spec.moe is None:
             raise InvalidArgument("--enable-expert-parallel applies to mixture-of-experts models")
+        if self.enable_piecewise_cuda_graph and self.engine != "sglang":
+            raise InvalidArgument(f"--enable-piecewise-cuda-graph is SGLang's option (vLLM compiles and graphs its "
+                                  f"prefill by default); this engine is {self.engine}")
         if self.enable_mixed_chunk and self.engine != "sglang":
             raise InvalidArgument(f"--enable-mixed-chunk is SGLang's option (the other engines always mix prompt "
                                   f"chunks into decode steps); this engine is {self.engine}")
@@ -272,6 +279,8 @@ def kernel_setup(req: InferRequest) -> KernelSetup:
                          max_num_batched_tokens=req.max_num_batched_tokens if vllm else None,
                          mem_fraction_static=req.mem_fraction_static, enable_dp_attention=req.enable_dp_attention))
     eng = engine_perf(req.engine)
+    if req.enable_piecewise_cuda_graph:
+        eng = replace(eng, prefill_host_s_per_kernel=0.0)
     profile = device_profile(req.gpu, req.profile)
     topo = topology(req.gpu, num_gpus=req.num_gpus, overrides=network_overrides(req.profile))
     w = mem.weights
