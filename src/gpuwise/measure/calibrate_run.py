@@ -19,6 +19,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from ..catalog.gpus import GPU, get_gpu
+from ..dtypes import peak_operand_bytes
 from ..errors import GpuwiseError, UnknownGPUError
 from ..units import GB
 from ._deps import require_torch, resolve_device, set_tf32
@@ -130,7 +131,7 @@ def calibrate(*, device: str | None = None, quick: bool = False, dtypes: tuple[s
     for k, n in rows:  # memory-bound GEMMs: a decode step's weights, one row against each
         if (stats := timed(line_dtype, 1, n, k)) is None:
             continue
-        moved = int((k * n + k + n) * (4 if line_dtype == "fp32" else 2))
+        moved = int((k * n + k + n) * peak_operand_bytes(line_dtype))
         line_points.append((moved, stats.median_s))
         bar.step(f"{line_dtype} one-row GEMM 1x{n}x{k}: {moved / stats.median_s / GB:,.1f} GB/s")
     gemm_line = None

@@ -230,7 +230,8 @@ class InferResult:
     """Batches back to back: batch x samples completions per request_s."""
     compute_bound_batch: int | None
     """Batch at which the weight GEMMs of a decode step turn compute-bound (achievable GEMM rate / the GEMMs'
-    streaming rate x bytes per weight / 2); None when the GPU has no peak for the compute dtype. Attention over the KV cache stays memory-bound."""
+    streaming rate x bytes per weight / 2); None when the GPU has no peak for the compute dtype. Attention over the
+    KV cache stays memory-bound."""
     usd_per_gpu_hour: float | None
     usd_source: str
     usd_per_million_output_tokens: float | None
