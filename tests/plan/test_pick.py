@@ -180,8 +180,10 @@ def test_serve_sizes_replicas_for_the_rate_and_the_targets():
 @pytest.mark.parametrize(("argv", "needle"), [
     (["--task", "serve"], "--request-rate"),
     (["--task", "serve", "--request-rate", "inf"], "finite"),
-    (["--task", "infer", "--slo-ttft-ms", "100"], "apply to --task serve"),
-    (["--task", "serve", "--request-rate", "2", "--engine", "hf"], "continuous-batching"),
+    (["--task", "infer", "--slo-ttft-ms", "100"], "--slo-ttft-ms applies to --task serve"),
+    (["--task", "infer", "--slo-ttft-ms", "100", "--request-rate", "2"],
+     "--request-rate, --slo-ttft-ms apply to --task serve"),
+    (["--task", "serve", "--request-rate", "2", "--engine", "hf"], "vllm, sglang, trtllm or llamacpp"),
     (["--task", "serve", "--request-rate", "2", "--slo-tpot-ms", "1", "--gpus", "h100-sxm,l4"], "best reachable"),
 ])
 def test_serve_bad_options_are_one_line(capsys, argv, needle):

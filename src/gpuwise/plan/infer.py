@@ -168,7 +168,8 @@ class InferRequest:
         if self.acceptance_rate is not None and not 0 <= self.acceptance_rate < 1:
             raise InvalidArgument(f"--acceptance-rate must be in [0, 1), got {self.acceptance_rate}")
         if load_only and not self.under_load:
-            raise InvalidArgument(f"{', '.join(load_only)} describe serving under load: add --request-rate or "
+            verb = "describes" if len(load_only) == 1 else "describe"
+            raise InvalidArgument(f"{', '.join(load_only)} {verb} serving under load: add --request-rate or "
                                   "--max-concurrency")
         if self.enable_expert_parallel and self.engine not in ("vllm", "sglang", "trtllm"):
             raise InvalidArgument(f"--enable-expert-parallel: {self.engine} splits layers, not experts; use vllm, "

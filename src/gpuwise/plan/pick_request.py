@@ -115,7 +115,8 @@ class PickRequest:
         serve_only = [n for n, v in (("--request-rate", self.request_rate), ("--slo-ttft-ms", self.slo_ttft_ms),
                                      ("--slo-tpot-ms", self.slo_tpot_ms)) if v is not None]
         if self.task != "serve" and serve_only:
-            raise InvalidArgument(f"{', '.join(serve_only)} apply to --task serve")
+            verb = "applies" if len(serve_only) == 1 else "apply"
+            raise InvalidArgument(f"{', '.join(serve_only)} {verb} to --task serve")
         if self.task == "serve":
             if self.request_rate is None or not (0 < self.request_rate < float("inf")):
                 raise InvalidArgument("--task serve needs --request-rate: a finite number of requests per second")
@@ -123,7 +124,8 @@ class PickRequest:
                 if v is not None:
                     require_positive_number(n, v, 1e9)
             if self.engine == "hf":
-                raise InvalidArgument("--task serve needs a continuous-batching engine: vllm, trtllm or llamacpp")
+                raise InvalidArgument("--task serve needs a continuous-batching engine: vllm, sglang, trtllm or "
+                                      "llamacpp")
             if self.slo_percentile not in (50, 90, 99):
                 raise InvalidArgument(f"--slo-percentile: unknown value '{self.slo_percentile}'; valid: 50, 90, 99")
 
