@@ -59,6 +59,19 @@ def test_layer_split_that_is_no_faster_is_rejected_by_communication():
     assert all("layer split" in c.reason for c in r.rejected)
 
 
+def test_a_memory_rejection_names_the_engines_own_budget():
+    """The memory rule's reason names the share the engine takes: vLLM's gpu_memory_utilization, SGLang's
+    mem_fraction_static at its default for that GPU's memory (its own rule, estimate/engines.py)."""
+    from gpuwise.estimate.engines import SGLANG
+
+    for engine, needle in (("vllm", "gpu_memory_utilization 0.9"), ("sglang", "mem_fraction_static")):
+        r = gpuwise.pick("llama-3.1-70b", task="infer", engine=engine, weights="bf16", gpus=["l4"], max_gpus=1)
+        c = next(c for c in r.rejected if c.rule == "memory")
+        assert needle in c.reason, c.reason
+        if engine == "sglang":
+            assert f"{SGLANG.mem_fraction_static(c.gpu.memory_bytes, c.count):g}" in c.reason
+
+
 def test_mig_slices_are_pro_rata_and_single():
     h100 = get_gpu("h100-sxm")
     slices = mig_slices(h100)

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 from ..catalog.devices import rental_price, speed_figures_missing
 from ..catalog.gpus import GPU, all_gpus
 from ..catalog.mig import mig_slices
+from ..estimate.engines import SGLANG
 from ..units import GiB
 from .pick_request import ENGINE_VENDORS, RULES, TRAIN_VENDORS, Candidate, PickRequest, PickResult
 from ..errors import GpuwiseError
@@ -234,8 +235,12 @@ def _judge(req: PickRequest, kind: list[Candidate]) -> list[Candidate]:
         if not c.fits:
             need = f"{c.memory_bytes / GiB:.1f} GiB per GPU" if c.memory_bytes else "more than it has"
             how = f" ({c.setup})" if c.setup else ""
-            budget = (", of which vLLM takes gpu_memory_utilization 0.9" if req.task != "train"
-                      and req.engine in ("vllm", "trtllm") else "")
+            budget = ""
+            if req.task != "train" and req.engine in ("vllm", "trtllm"):
+                budget = ", of which vLLM takes gpu_memory_utilization 0.9"
+            elif req.task != "train" and req.engine == "sglang":  # its default for this memory and tp = the count
+                frac = SGLANG.mem_fraction_static(c.gpu.memory_bytes, c.count)
+                budget = f", of which SGLang takes mem_fraction_static {frac:g}"
             out.append(replace(c, rule="memory", reason=f"needs {need}{how}; {c.gpu.name} has "
                                                         f"{c.gpu.memory_bytes / GiB:.1f} GiB{budget}"))
             continue
