@@ -24,7 +24,7 @@ Framework = Literal["megatron", "torchtitan", "fsdp", "torchtune", "hf", "unslot
 HF_TRAINERS: tuple[str, ...] = ("hf", "unsloth")
 """Frameworks training a transformers model with PEFT under the HF Trainer (fp32 adapters, torch optimizers)."""
 Precision = Literal["fp32", "bf16", "fp16", "bf16-pure", "fp8"]
-Optimizer = Literal["adamw", "adamw-8bit", "sgd", "adafactor", "none"]
+Optimizer = Literal["adamw", "adamw-8bit", "sgd", "adafactor", "muon", "none"]
 OptimizerImpl = Literal["fused", "foreach"]
 Recompute = str
 """none | selective | full | op | layer:N | block:K | uniform:K (estimate/recompute.py; each framework's own
@@ -41,6 +41,9 @@ OffloadTarget = Literal["optimizer", "params", "activations"]
 FRAMEWORKS: tuple[str, ...] = get_args(Framework)
 PRECISIONS: tuple[str, ...] = get_args(Precision)
 OPTIMIZERS: tuple[str, ...] = get_args(Optimizer)
+OFFLOADABLE_OPTIMIZERS: tuple[str, ...] = tuple(o for o in OPTIMIZERS if o not in ("none", "muon"))
+"""Optimizers whose states CPU offload can move (ZeRO-Offload's, FSDP's CPUOffloadPolicy's): not Muon, whose
+Newton-Schulz iterations are GPU matmuls that no framework runs on the host, and not `none`."""
 OPTIMIZER_IMPLS: tuple[str, ...] = get_args(OptimizerImpl)
 OWN_FUSED_OPTIMIZERS: tuple[str, ...] = ("megatron", "deepspeed")
 """Frameworks that step with their own fused, in-place optimizers (Apex / Transformer Engine FusedAdam, DeepSpeed's
@@ -212,6 +215,9 @@ class TrainJob:
                                   f"got {self.lora_dropout!r}")
         if not isinstance(self.loss_chunks, int) or not 1 <= self.loss_chunks <= 1 << 16:
             raise InvalidArgument(f"--loss-chunks must be a whole number from 1 to 65536, got {self.loss_chunks!r}")
+        if self.optimizer == "muon" and "optimizer" in self.offload:  # see OFFLOADABLE_OPTIMIZERS
+            raise InvalidArgument("--optimizer muon orthogonalizes its updates with GPU matmuls; no framework offloads "
+                                  "it to the CPU: drop --offload optimizer or use adamw")
         bad = sorted(o for o in self.offload if o not in OFFLOAD_TARGETS)
         if bad:
             raise InvalidArgument(f"--offload: unknown target '{bad[0]}'; valid: {', '.join(OFFLOAD_TARGETS)}")

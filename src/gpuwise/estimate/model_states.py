@@ -16,6 +16,7 @@ from ..errors import InvalidArgument
 from ..memo import remember
 from ..model.params import Tensor, tensor_inventory
 from ..model.spec import ModelSpec
+from . import muon
 from .job import FRAMEWORKS, HF_TRAINERS, OPTIMIZERS, PYTORCH_NATIVE, TE_FP8, TrainJob
 from .layout import Layout
 from .pipeline import stage_blocks, stage_layers
@@ -107,6 +108,10 @@ def optimizer_state_bytes(optimizer: str, t: Tensor, numel: float, state: float)
         rows, cols = t.shape[0], t.shape[-1]
         share = numel / t.numel
         return state * t.experts * (rows * share + cols)
+    if optimizer == "muon":
+        # one momentum buffer per 2-D hidden matrix; AdamW's two states for the embeddings, the output layer and
+        # the vectors (estimate/muon.py)
+        return state * numel if muon.updates(t) else 2 * state * numel
     if optimizer == "none":
         return 0.0
     raise InvalidArgument(f"unknown optimizer '{optimizer}'; valid: {', '.join(OPTIMIZERS)}")

@@ -42,7 +42,8 @@ from .job import TrainJob, fp8_gemm_needs_transpose, pipeline_keeps_unsharded
 from .kernels import attention_s, matmul_s, memory_s
 from .layer_ops import block_ops, block_signature, head_gemm, keys_per_query, unfused_attention
 from .layout import Layout
-from .model_states import ModelStates
+from . import muon
+from .model_states import ModelStates, stage_tensors
 from .pipeline import bubble_fraction, bubble_time_s, distinct_stages, stage_blocks, stage_layers
 from .recompute import module_share, op_saved_matmul_share, recompute_plan
 
@@ -438,6 +439,12 @@ def step_time(spec: ModelSpec, layout: Layout, job: TrainJob, *, profile: Device
         if job.optimizer_foreach and job.optimizer == "adamw":
             streamed += FOREACH_ADAMW_EXTRA_ACCESSES * states.optimizer / 2
         opt = memory_s(profile, streamed)
+        if job.optimizer == "muon" and not frozen_base:  # Newton-Schulz on whole matrices, in 16 bits
+            ranks = shard if sh.optimizer else 1
+            expert_ranks = max(1, ranks * tp // (ep * layout.expert_tp)) if sh.optimizer else 1
+            opt += muon.orthogonalize_s(profile, stage_tensors(spec, layout, slowest).groups,
+                                        dtype=gemm_dtype(profile.gpu.peak_flops, "bf16"), ranks=ranks,
+                                        expert_ranks=expert_ranks, ep=ep)
     breakdown["optimizer"] = opt
     if offload - {"activations"}:
         breakdown["offload"] = _offload_s(profile, offload, trainable_params / shard, params_on_rank / group_params(

@@ -25,6 +25,7 @@ from .engines import CUBLAS_WORKSPACE_BYTES, CUDA_CONTEXT_BYTES
 from .job import HF_TRAINERS, PYTORCH_NATIVE, TrainJob, pipeline_keeps_unsharded
 from .recompute import recompute_plan
 from .layout import Layout
+from . import muon
 from .model_states import ModelStates, model_states, stage_tensors
 from .pipeline import distinct_stages, in_flight_microbatches, loss_in_flight, stage_layers
 
@@ -440,6 +441,8 @@ def _stage(spec: ModelSpec, layout: Layout, stage: int, job: TrainJob) -> _Stage
     if job.optimizer_foreach and "optimizer" not in offload and not job.optimizer_in_backward:
         shard = layout.shard_size if layout.sharding_spec.optimizer else 1
         temp = states.optimizer / 2 if optimizer == "adamw" else 4 * states.trainable_params / shard
+    if optimizer == "muon" and not job.frozen_base and "optimizer" not in offload:
+        temp += muon.workspace_bytes(held.groups, tp=layout.tp, etp=layout.expert_tp)  # Newton-Schulz buffers
     ddp = parts.get("ddp_buckets", 0.0)
     step = states.total - states.transient_params + temp + ddp
     step_total = TrainMemory.sum_parts(states.params - states.transient_params, states.master_weights, states.grads,

@@ -18,6 +18,7 @@ from typing import Literal, get_args
 
 from ..catalog.gpus import GPU, all_gpus
 from ..errors import GpuwiseError, InvalidArgument, require_positive_number
+from ..estimate.job import OFFLOADABLE_OPTIMIZERS
 from ..estimate.layout import PARAM_OFFLOAD_SHARDINGS, divisors
 from ..estimate.parallel import cp_splits
 from ..estimate.recompute import recompute_plan
@@ -290,7 +291,9 @@ def base_zero(req: TrainRequest) -> int | None:
 
 
 def _offloads(req: TrainRequest, base: TrainResult, remedy):
-    if "optimizer" not in req.offload and req.optimizer != "none":
+    if req.optimizer not in OFFLOADABLE_OPTIMIZERS:
+        return
+    if "optimizer" not in req.offload:
         yield remedy("offload", "optimizer states -> CPU memory (ZeRO-Offload)", offload=req.offload + ("optimizer",))
     if "params" not in req.offload and base.layout.sharding in PARAM_OFFLOAD_SHARDINGS:
         yield remedy("offload", "parameters and optimizer -> CPU memory (ZeRO-Infinity style)",
@@ -397,7 +400,7 @@ def _knob_search(req: TrainRequest, base: TrainResult, remedy, hardware: dict, c
     shardings = [dict()] + [{k: v for k, v in s.items() if k != "_label"} for s in _stronger_shardings(req, lay)]
     optimizers = [req.optimizer] + (["adamw-8bit"] if req.optimizer == "adamw" and req.finetune == "full" else [])
     offloads = [req.offload]
-    if "optimizer" not in req.offload and req.optimizer != "none":
+    if "optimizer" not in req.offload and req.optimizer in OFFLOADABLE_OPTIMIZERS:
         offloads.append(req.offload + ("optimizer",))
     drop = _fp8_transpose_drop(req)
     fp8_caches = [dict()] + ([{k: v for k, v in drop.items() if k != "_label"}] if drop else [])

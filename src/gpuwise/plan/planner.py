@@ -32,8 +32,8 @@ from ..catalog.models import LoadedModel
 from ..errors import InvalidArgument, require_positive_int, require_positive_number
 from ..estimate.comm import Topology
 from ..estimate.flops import gemm_dtype, job_flops, utilization
-from ..estimate.job import (FSDP2_OFFLOAD_ALL, RECOMPUTE, Optimizer, Precision, SdpaBackend, TrainJob,
-                            fp8_transpose_cached, job_default)
+from ..estimate.job import (FSDP2_OFFLOAD_ALL, OFFLOADABLE_OPTIMIZERS, RECOMPUTE, Optimizer, Precision, SdpaBackend,
+                            TrainJob, fp8_transpose_cached, job_default)
 from ..estimate.layout import PARAM_OFFLOAD_SHARDINGS, Layout, divisors, multiples_near, nearby
 from ..estimate.model_states import ModelStates
 from ..estimate.parallel import (cp_splits, ep_fits, hsdp_holds_experts, sp_splits, tp_conflict,
@@ -311,7 +311,7 @@ def _layouts(req: PlanRequest, per_node: int) -> Iterator[Layout]:
 def _offloads(req: PlanRequest, layout: Layout) -> tuple[tuple[str, ...], ...]:
     """The offload variants of a layout, cheapest first: none; the optimizer states (with an optimizer to
     offload); also the parameters, where the sharding shards them."""
-    if req.no_offload or req.optimizer == "none":
+    if req.no_offload or req.optimizer not in OFFLOADABLE_OPTIMIZERS:
         return OFFLOADS[:1]
     if req.framework in FSDP2_OFFLOAD_ALL and layout.sharding != "ddp":
         # CPUOffloadPolicy moves parameters, gradients and states together (where parameters are sharded)
@@ -385,7 +385,8 @@ def plan(req: PlanRequest) -> PlanResult:
     profile, topo = cluster(gpu, num_gpus=req.num_gpus, gpus_per_node=req.gpus_per_node,
                             inter_node_gbps=req.inter_node_gbps, profile=req.profile)
     peak = gpu.peak_flops.get(gemm_dtype(gpu.peak_flops, req.precision))
-    jobs = {(off, rc): req.job(rc, off) for off in OFFLOADS for rc in RECOMPUTE}
+    jobs = {(off, rc): req.job(rc, off) for off in OFFLOADS if not off or req.optimizer in OFFLOADABLE_OPTIMIZERS
+            for rc in RECOMPUTE}
     flops = {rc: job_flops(spec, jobs[(), rc], global_batch=req.global_batch).model for rc in RECOMPUTE}
     search = _Search(req, profile, topo, gpu.memory_bytes - req.reserve_gib * GiB, peak, jobs, flops)
     results: list[Plan] = []
