@@ -96,7 +96,8 @@ def score(row: dict) -> Scored:
                           architecture=req.gpu.architecture or "", precision=req.precision, framework=r.framework,
                           tp=lay.tp, pp=lay.pp)
     config = {"gpu": req.gpu.id, "precision": req.precision, "framework": r.framework, "num_gpus": req.num_gpus,
-              "seq": req.seq, "finetune": req.finetune, "power_limit_w": req.gpu.power_limit_w,
+              "seq": req.seq, "finetune": req.finetune, "optimizer": req.optimizer,
+              "power_limit_w": req.gpu.power_limit_w,
               "degrees": {"tp": lay.tp, "pp": lay.pp, "cp": lay.cp, "ep": lay.ep}}
     return Scored(row["category"], row["split"], row["name"], row["metric"], published, predicted, error,
                   required <= capacity, required, capacity, rule, config)
@@ -220,6 +221,7 @@ def bands_toml(scored: list[Scored]) -> str:
     limits = sorted({(c["gpu"], c["power_limit_w"]) for c in cover if c["power_limit_w"]})
     out.extend(["[covered]", f"gpus = {strings('gpu')}", f"precisions = {strings('precision')}",
                 f"frameworks = {strings('framework')}", f"finetunes = {strings('finetune')}",
+                f"optimizers = {strings('optimizer')}",
                 f"max_gpus = {max(c['num_gpus'] for c in cover)}",
                 f"max_seq = {max(c['seq'] for c in cover)}",
                 "power_limits = [" + ", ".join(f'"{g} at {w:g} W"' for g, w in limits) + "]",

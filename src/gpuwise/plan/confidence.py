@@ -80,7 +80,8 @@ class SpeedConfidence:
 
 
 def speed_confidence(*, category: str, gpu: str, precision: str, framework: str, degrees: dict[str, int],
-                     num_gpus: int, seq: int, finetune: str, power_limit_w: float | None = None) -> SpeedConfidence:
+                     num_gpus: int, seq: int, finetune: str, power_limit_w: float | None = None,
+                     optimizer: str = "adamw") -> SpeedConfidence:
     data = _bands()
     cats = data["held_out"]
     own = cats.get(category)
@@ -106,6 +107,8 @@ def speed_confidence(*, category: str, gpu: str, precision: str, framework: str,
         outside.append(f"a {power_limit_w:g} W power limit (validated: {', '.join(validated_limits) or 'none'})")
     if finetune not in cov.get("finetunes", ("full",)):
         outside.append(f"{finetune} fine-tuning (no published speed run)")
+    if optimizer not in cov.get("optimizers", ("adamw",)):
+        outside.append(f"optimizer {optimizer} (no published speed run)")
     return SpeedConfidence(category=category, runs=int(band["runs"]), of_category=band is own,
                            median_abs_error=float(band["median"]), p90_abs_error=float(band["p90"]),
                            bias=float(band["bias"]), outside=tuple(outside))

@@ -508,7 +508,8 @@ def train_confidence(req: TrainRequest, layout: Layout) -> SpeedConfidence:
                               framework=req.job.framework, tp=layout.tp, pp=layout.pp)
     return speed_confidence(category=category, gpu=gpu.id, precision=req.precision, framework=req.job.framework,
                             degrees={"tp": layout.tp, "pp": layout.pp, "cp": layout.cp, "ep": layout.ep},
-                            num_gpus=req.num_gpus, seq=req.seq, finetune=req.finetune, power_limit_w=gpu.power_limit_w)
+                            num_gpus=req.num_gpus, seq=req.seq, finetune=req.finetune, power_limit_w=gpu.power_limit_w,
+                            optimizer=req.optimizer)
 
 
 def _assumptions(req: TrainRequest, framework: str, layout: Layout, mem: TrainMemory) -> tuple[str, ...]:
