@@ -229,6 +229,19 @@ def test_zero_bytes_per_parameter_are_the_papers():
     assert n["model_state_bytes_zero3"] == pytest.approx(2 * p)
 
 
+def test_optimizer_states_are_what_train_charges():
+    """The per-optimizer state bytes are `gpuwise train`'s (one GPU, Megatron: FP32 states), and Muon's
+    Newton-Schulz FLOPs are its five iterations' three products on every hidden matrix."""
+    import gpuwise
+
+    n = explain("muon", model=MODEL, gpu=GPU).numbers  # an alias of optimizer-states
+    for name in ("adamw", "adamw-8bit", "muon"):
+        r = gpuwise.train(MODEL, gpu="b200", num_gpus=1, framework="megatron", optimizer=name)
+        assert n[f"optimizer_state_bytes_{name.replace('-', '_')}"] == pytest.approx(r.memory.optimizer)
+    assert n["optimizer_state_bytes_muon"] < n["optimizer_state_bytes_sgd"] * 1.2 < n["optimizer_state_bytes_adamw"]
+    assert n["muon_newton_schulz_flops_per_step"] == pytest.approx(6.66e14, rel=0.01)  # Llama-3.1-8B, as in docs
+
+
 def test_model_numbers_use_the_estimators():
     e = explain("kv-cache", model="llama-3-8b")
     assert e.numbers["kv_bytes_per_token_bf16"] == 131072  # 2 x 32 layers x 8 KV heads x 128 x 2 bytes

@@ -1,6 +1,6 @@
 """Numbers for the training terms: MFU and HFU, ZeRO / FSDP / HSDP model-state sharding, activation checkpointing,
-gradient accumulation and offload. FLOPs, model-state bytes and activation bytes come from the estimators
-`gpuwise train` uses (imported when a term needs them)."""
+gradient accumulation, offload and optimizer states. FLOPs, model-state bytes and activation bytes come from the
+estimators `gpuwise train` uses (imported when a term needs them)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from ...catalog.devices import pcie_x16_bytes_per_s
 from ...catalog.gpus import GPU
 from ...catalog.models import LoadedModel
 from ...estimate.pipeline import bubble_fraction
-from ...units import fmt_count, fmt_gib
+from ...units import fmt_bytes, fmt_count, fmt_gib
 from .examples import (ACCUMULATION_EXAMPLE, ACCUMULATION_PP, EXAMPLE_DP, EXAMPLE_HSDP_GPUS, EXAMPLE_HSDP_GROUP,
                        EXAMPLE_MFU, EXAMPLE_SEQ)
 from .facts import (Fact, Provider, gbs, gpu_fact, layer_activation_bytes, model_fact, need_model, params, pct,
@@ -160,8 +160,47 @@ def _offload(g: GPU, m: LoadedModel | None) -> list[Fact]:
     return out
 
 
+def _optimizer_states(g: GPU, m: LoadedModel | None) -> list[Fact]:
+    """States of each optimizer for the model (the memory model's own rule per tensor: Muon's split between its
+    matrices and AdamW's rest is exact), and Muon's Newton-Schulz work on the GPU."""
+    from ...estimate import muon
+    from ...estimate.job import TrainJob
+    from ...estimate.layout import Layout
+    from ...estimate.model_states import model_states, stage_tensors
+
+    if m is None:
+        return [(None, None, "Optimizer-state bytes per trained parameter in FP32: AdamW 8, 8-bit AdamW ~2.03, "
+                             "SGD 4, Muon 4 on its matrices (8 on the AdamW rest), Adafactor a row and a column "
+                             "per matrix."), need_model("its optimizer-state memory and Muon's work per step")]
+    layout = Layout(num_gpus=1)
+    n = params(m)
+    out: list[Fact] = [model_fact(m), gpu_fact(g)]
+    parts = []
+    for name in ("adamw", "adamw-8bit", "adafactor", "sgd", "muon"):
+        b = model_states(m.spec, layout, 0, TrainJob(framework="megatron", optimizer=name)).optimizer
+        out.append((f"optimizer_state_bytes_{name.replace('-', '_')}", b, None))
+        parts.append(f"{name} {fmt_bytes(b)}")
+    out.append((None, None, f"{m.id} ({fmt_count(n)} parameters), optimizer states on one GPU (FP32, unsharded): "
+                            + ", ".join(parts) + "; the FP32 master weights and the gradients come on top."))
+    groups = stage_tensors(m.spec, layout, 0).groups
+    flops = sum(rt.count * rt.tensor.experts * muon.NS_STEPS
+                * sum(2 * a * b * c for a, b, c in muon._iteration_gemms(rt.tensor.shape))
+                for rt in groups if muon.updates(rt.tensor))
+    out.append(("muon_newton_schulz_flops_per_step", flops, None))
+    if g.peak_flops:
+        from ...catalog.devices import default_profile
+        from ...estimate.flops import gemm_dtype
+
+        s = muon.orthogonalize_s(default_profile(g), groups, dtype=gemm_dtype(g.peak_flops, "bf16"), ranks=1,
+                                 expert_ranks=1, ep=1)
+        out.append(("muon_newton_schulz_s_per_step_one_gpu", s, None))
+        out.append((None, None, f"Muon's {muon.NS_STEPS} Newton-Schulz iterations: {flops / 1e12:,.0f} TFLOP per step, "
+                                f"{s:.2f} s on one {g.id}; a distributed optimizer over N GPUs gives each 1/N of it."))
+    return out
+
+
 NUMBERS: dict[str, Provider] = {
     "mfu": _mfu, "hfu": _hfu, "zero": _zero, "fsdp": _fsdp, "hsdp": _hsdp,
     "activation-checkpointing": _activation_checkpointing, "gradient-accumulation": _gradient_accumulation,
-    "offload": _offload,
+    "offload": _offload, "optimizer-states": _optimizer_states,
 }
