@@ -199,6 +199,9 @@ class TrainJob:
             if self.optimizer_impl not in OPTIMIZER_IMPLS:
                 raise InvalidArgument(f"--optimizer-impl: unknown value '{self.optimizer_impl}'; valid: "
                                       f"{', '.join(OPTIMIZER_IMPLS)}")
+            if self.optimizer not in ("adamw", "sgd"):
+                raise InvalidArgument(f"--optimizer-impl chooses torch.optim's AdamW or SGD implementation (fused or "
+                                      f"foreach); {self.optimizer} has one: drop it")
             if self.framework in OWN_FUSED_OPTIMIZERS:
                 raise InvalidArgument(f"--optimizer-impl chooses torch.optim's implementation, and {self.framework} "
                                       "steps with its own fused optimizer: drop it, or pass --framework torchtitan, "
@@ -216,8 +219,9 @@ class TrainJob:
         if not isinstance(self.loss_chunks, int) or not 1 <= self.loss_chunks <= 1 << 16:
             raise InvalidArgument(f"--loss-chunks must be a whole number from 1 to 65536, got {self.loss_chunks!r}")
         if self.optimizer == "muon" and "optimizer" in self.offload:  # see OFFLOADABLE_OPTIMIZERS
-            raise InvalidArgument("--optimizer muon orthogonalizes its updates with GPU matmuls; no framework offloads "
-                                  "it to the CPU: drop --offload optimizer or use adamw")
+            raise InvalidArgument("--optimizer muon orthogonalizes its updates with GPU matmuls and no framework runs "
+                                  "its step on the CPU: drop the optimizer offload (FSDP2's parameter offload, "
+                                  "CPUOffloadPolicy, moves the step to the host too) or use adamw")
         bad = sorted(o for o in self.offload if o not in OFFLOAD_TARGETS)
         if bad:
             raise InvalidArgument(f"--offload: unknown target '{bad[0]}'; valid: {', '.join(OFFLOAD_TARGETS)}")

@@ -10,12 +10,14 @@ parameters"). Routed experts are one 2-D matrix each (Megatron's grouped linears
 
 One quintic iteration on X (m x n, m <= n; the momentum normalized, transposed when it is tall) is
 A = X X^T (2 m^2 n FLOPs), B = b A + c A A (2 m^3), X = a X + B X (2 m^2 n): three GEMMs, 5 iterations by default
-(Megatron's `--muon-num-ns-steps 5`, Keller Jordan's reference). They run in 16 bits (the reference casts to bf16;
-Megatron's `--muon-fp32-matmul-prec medium`). Each matrix is orthogonalized whole: Megatron's default
-`--muon-tp-mode duplicated` all-gathers a tensor-parallel matrix and every TP rank runs its iterations, and the
-distributed optimizers (Megatron's, torchtitan's DistMuon) give each data-parallel rank whole matrices to
-orthogonalize, so the work divides over the ranks that shard the optimizer (and is repeated on every replica
-without sharding)."""
+(Megatron's `--muon-num-ns-steps 5`, Keller Jordan's reference). They run in bf16 (torch.optim.Muon casts the
+momentum with `.bfloat16()`; Megatron's `--muon-fp32-matmul-prec medium`), so a GPU without bf16 tensor cores runs
+them at its fp32 rate. Each matrix is orthogonalized whole: Megatron's `--muon-tp-mode` defaults to `duplicated`
+(megatron/training/arguments.py and megatron/core/optimizer/optimizer_config.py @d98e8a6), which all-gathers a
+tensor-parallel matrix and runs its iterations on every TP rank, and the distributed optimizers (Megatron's,
+torchtitan's DistMuon in torchtitan/distributed/flex_shard) give each data-parallel rank whole matrices to
+orthogonalize. So the work divides over the ranks that shard the optimizer, but never below the largest matrix,
+which one rank does alone; without sharding every replica repeats all of it."""
 
 from __future__ import annotations
 
@@ -41,21 +43,28 @@ def _iteration_gemms(shape: tuple[int, ...]) -> tuple[tuple[int, int, int], ...]
     return ((m, m, n), (m, m, m), (m, n, m))
 
 
+def ns_dtype(peak_flops: dict) -> str:
+    """The dtype the iterations run at: bf16, or fp32 on a GPU without bf16 tensor cores (T4, V100)."""
+    return "bf16" if peak_flops.get("bf16") else "fp32"
+
+
 def orthogonalize_s(profile: DeviceProfile, tensors, *, dtype: str, ranks: int, expert_ranks: int,
                     ep: int) -> float:
     """Seconds of Newton-Schulz iterations on one rank: every Muon matrix of `tensors` (model_states.RankTensor
     groups of one pipeline stage, each a count of identical blocks' tensors; of the routed experts the rank's
     E / ep, each whole even when expert tensor parallelism splits it), divided over the `ranks` that share the
-    optimizer's work (`expert_ranks` for the routed experts: the expert-data-parallel group)."""
-    total = 0.0
+    optimizer's work (`expert_ranks` for the routed experts: the expert-data-parallel group), and at least the
+    largest matrix's, which one rank orthogonalizes whole."""
+    total = largest = 0.0
     for rt in tensors:
         t = rt.tensor
         if not updates(t):
             continue
         matrices = rt.count * (t.experts / ep if rt.expert else 1.0)
-        one = sum(matmul_s(profile, m, n, k, dtype, 2.0) for m, n, k in _iteration_gemms(t.shape))
-        total += matrices * NS_STEPS * one / max(1, expert_ranks if rt.expert else ranks)
-    return total
+        one = NS_STEPS * sum(matmul_s(profile, m, n, k, dtype, 2.0) for m, n, k in _iteration_gemms(t.shape))
+        total += matrices * one / max(1, expert_ranks if rt.expert else ranks)
+        largest = max(largest, one)
+    return max(total, largest)
 
 
 def workspace_bytes(tensors, *, tp: int, etp: int) -> float:

@@ -439,12 +439,14 @@ def step_time(spec: ModelSpec, layout: Layout, job: TrainJob, *, profile: Device
         if job.optimizer_foreach and job.optimizer == "adamw":
             streamed += FOREACH_ADAMW_EXTRA_ACCESSES * states.optimizer / 2
         opt = memory_s(profile, streamed)
-        if job.optimizer == "muon" and not frozen_base:  # Newton-Schulz on whole matrices, in 16 bits
+        if job.optimizer == "muon" and not frozen_base:  # Newton-Schulz on whole matrices (estimate/muon.py)
             ranks = shard if sh.optimizer else 1
-            expert_ranks = max(1, ranks * tp // (ep * layout.expert_tp)) if sh.optimizer else 1
-            opt += muon.orthogonalize_s(profile, stage_tensors(spec, layout, slowest).groups,
-                                        dtype=gemm_dtype(profile.gpu.peak_flops, "bf16"), ranks=ranks,
-                                        expert_ranks=expert_ranks, ep=ep)
+            expert_ranks = layout.expert_shard_size if sh.optimizer else 1
+            # every stage steps at once after the flush: the step waits for the stage with the most of it
+            opt += max(muon.orthogonalize_s(profile, stage_tensors(spec, layout, st).groups,
+                                            dtype=muon.ns_dtype(profile.gpu.peak_flops), ranks=ranks,
+                                            expert_ranks=expert_ranks, ep=ep)
+                       for st in distinct_stages(spec, layers))
     breakdown["optimizer"] = opt
     if offload - {"activations"}:
         breakdown["offload"] = _offload_s(profile, offload, trainable_params / shard, params_on_rank / group_params(

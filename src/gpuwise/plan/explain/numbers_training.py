@@ -189,9 +189,8 @@ def _optimizer_states(g: GPU, m: LoadedModel | None) -> list[Fact]:
     out.append(("muon_newton_schulz_flops_per_step", flops, None))
     if g.peak_flops:
         from ...catalog.devices import default_profile
-        from ...estimate.flops import gemm_dtype
 
-        s = muon.orthogonalize_s(default_profile(g), groups, dtype=gemm_dtype(g.peak_flops, "bf16"), ranks=1,
+        s = muon.orthogonalize_s(default_profile(g), groups, dtype=muon.ns_dtype(g.peak_flops), ranks=1,
                                  expert_ranks=1, ep=1)
         out.append(("muon_newton_schulz_s_per_step_one_gpu", s, None))
         out.append((None, None, f"Muon's {muon.NS_STEPS} Newton-Schulz iterations: {flops / 1e12:,.0f} TFLOP per step, "
