@@ -218,3 +218,12 @@ def test_megatron_fp8_is_offered_its_transpose_cache_back(gpu, flags):
     r = gpuwise.train("llama-2-70b", gpu=gpu, **job, **flags)
     assert x.memory_bytes == pytest.approx(r.memory.total)
     assert r.memory.total < d.base.memory.total
+
+
+def test_the_8bit_adamw_remedy_drops_a_torch_optim_implementation_it_has_no_use_for():
+    """--optimizer-impl chooses torch.optim's AdamW/SGD kernels; bitsandbytes' 8-bit AdamW has none, so the remedy
+    (alone and in the combined search) leaves the flag out instead of being refused, and its words do not name it."""
+    r = gpuwise.doctor("llama-3.1-8b", gpu="h100-sxm", num_gpus=2, framework="fsdp", optimizer_impl="foreach")
+    eight = [x for x in r.remedies if x.name == "optimizer"]
+    assert eight and "8-bit" in eight[0].change
+    assert r.combination is not None and "optimizer-impl" not in r.combination.change

@@ -214,7 +214,7 @@ def _single_changes(req: TrainRequest, base: TrainResult, remedy):
         yield remedy("precision", f"{req.precision} -> fp8 matmuls (Transformer Engine)", precision="fp8",
                      note="changes numerics: validate loss curves")
     if req.optimizer == "adamw" and req.finetune == "full":
-        yield remedy("optimizer", "AdamW -> 8-bit AdamW (bitsandbytes)", optimizer="adamw-8bit")
+        yield remedy("optimizer", "AdamW -> 8-bit AdamW (bitsandbytes)", optimizer="adamw-8bit", optimizer_impl=None)
     fp8_cache = _fp8_transpose_drop(req)
     if fp8_cache is not None:
         yield remedy("fp8-cache", fp8_cache.pop("_label"), **fp8_cache)
@@ -409,6 +409,8 @@ def _knob_search(req: TrainRequest, base: TrainResult, remedy, hardware: dict, c
                                                       fp8_caches):
         changes = {k: v for k, v in dict(micro_batch=mb, recompute=rc, optimizer=opt, offload=off).items()
                    if (req.job.recompute if k == "recompute" else getattr(req, k)) != v}
+        if "optimizer" in changes and req.optimizer_impl is not None:  # bitsandbytes' has no torch.optim impl
+            changes["optimizer_impl"] = None
         changes.update(sh)
         changes.update(fc)
         if not changes and not hardware:
@@ -431,6 +433,8 @@ def _describe(req: TrainRequest, changes: dict) -> str:
 
     for k, v in changes.items():
         if k in ("gpu", "num_gpus") or current(k) == v:
+            continue
+        if k == "optimizer_impl" and v is None:  # follows the optimizer change (only AdamW and SGD have one)
             continue
         if k == "offload":
             words.append("offload " + (", ".join(v) or "none"))
