@@ -101,6 +101,7 @@ def test_newton_schulz_work_divides_over_the_sharded_optimizer_down_to_the_large
     flops = 32 * sum(k * muon.NS_STEPS * sum(2 * m * n * q for m, n, q in muon._iteration_gemms(sh))
                      for sh, k in shapes.items())
     assert flops == pytest.approx(6.66e14, rel=0.01)  # the figure docs/performance.md gives
+    assert muon.orthogonalize_flops(groups) == pytest.approx(flops)
 
 
 def test_routed_experts_are_orthogonalized_by_the_expert_data_parallel_group() -> None:

@@ -43,6 +43,17 @@ def _iteration_gemms(shape: tuple[int, ...]) -> tuple[tuple[int, int, int], ...]
     return ((m, m, n), (m, m, m), (m, n, m))
 
 
+def iteration_flops(shape: tuple[int, ...]) -> float:
+    """FLOPs of the NS_STEPS iterations on one matrix of `shape`."""
+    return NS_STEPS * sum(2.0 * m * n * k for m, n, k in _iteration_gemms(shape))
+
+
+def orthogonalize_flops(tensors) -> float:
+    """FLOPs of the iterations on every Muon matrix of `tensors` (model_states.RankTensor groups; all experts), on
+    one rank that does them all."""
+    return sum(rt.count * rt.tensor.experts * iteration_flops(rt.tensor.shape) for rt in tensors if updates(rt.tensor))
+
+
 def ns_dtype(peak_flops: dict) -> str:
     """The dtype the iterations run at: bf16, or fp32 on a GPU without bf16 tensor cores (T4, V100)."""
     return "bf16" if peak_flops.get("bf16") else "fp32"

@@ -62,13 +62,17 @@ class Roofline:
         return self.achievable_flops / self.achievable_bandwidth_bytes_per_s
 
     def bandwidth(self, op: RooflineOp) -> float:
-        """Bytes/s `op` streams at: the copy rate for the streaming kernels, the GEMMs' rate for the rest."""
-        if op.name in STREAMING_OPS and self.copy_bandwidth_bytes_per_s:
-            return self.copy_bandwidth_bytes_per_s
-        return self.achievable_bandwidth_bytes_per_s
+        """Bytes/s `op` streams at (`op_bandwidth`)."""
+        return op_bandwidth(op.name, self.achievable_bandwidth_bytes_per_s,
+                            self.copy_bandwidth_bytes_per_s or self.achievable_bandwidth_bytes_per_s)
 
     def bound(self, op: RooflineOp) -> str:
         return "compute" if op.intensity >= self.achievable_flops / self.bandwidth(op) else "memory"
+
+
+def op_bandwidth(name: str, gemm_bandwidth: float, copy_bandwidth: float) -> float:
+    """Bytes/s an operation group streams at: the copy rate for the streaming kernels, the GEMMs' rate for the rest."""
+    return copy_bandwidth if name in STREAMING_OPS else gemm_bandwidth
 
 
 def ridge_point(peak_flops: float, bandwidth_bytes_per_s: float) -> float:
@@ -108,7 +112,7 @@ def roofline(spec: ModelSpec, profile: DeviceProfile, *, dtype: str, phase: str,
         add("norms, residuals, activation", 0.0, ops.stream_bytes)
     hg = head_gemm(spec, batch)
     add("lm head", hg.flops, hg.n * hg.k * weight_bytes_per_param + (hg.m * hg.k + hg.m * hg.n) * e)
-    out = tuple(RooflineOp(name, f, b, max(f / a_peak, b / (profile.bandwidth if name in STREAMING_OPS else a_bw)))
+    out = tuple(RooflineOp(name, f, b, max(f / a_peak, b / op_bandwidth(name, a_bw, profile.bandwidth)))
                 for name, (f, b) in sums.items())
     return Roofline(dtype=dtype, peak_flops=peak, bandwidth_bytes_per_s=bw, achievable_flops=a_peak,
                     achievable_bandwidth_bytes_per_s=a_bw, ops=out, copy_bandwidth_bytes_per_s=profile.bandwidth)

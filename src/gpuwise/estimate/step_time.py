@@ -440,11 +440,10 @@ def step_time(spec: ModelSpec, layout: Layout, job: TrainJob, *, profile: Device
             streamed += FOREACH_ADAMW_EXTRA_ACCESSES * states.optimizer / 2
         opt = memory_s(profile, streamed)
         if job.optimizer == "muon" and not frozen_base:  # Newton-Schulz on whole matrices (estimate/muon.py)
-            ranks = shard if sh.optimizer else 1
             expert_ranks = layout.expert_shard_size if sh.optimizer else 1
             # every stage steps at once after the flush: the step waits for the stage with the most of it
             opt += max(muon.orthogonalize_s(profile, stage_tensors(spec, layout, st).groups,
-                                            dtype=muon.ns_dtype(profile.gpu.peak_flops), ranks=ranks,
+                                            dtype=muon.ns_dtype(profile.gpu.peak_flops), ranks=shard,
                                             expert_ranks=expert_ranks, ep=ep)
                        for st in distinct_stages(spec, layers))
     breakdown["optimizer"] = opt

@@ -183,9 +183,7 @@ def _optimizer_states(g: GPU, m: LoadedModel | None) -> list[Fact]:
     out.append((None, None, f"{m.id} ({fmt_count(n)} parameters), optimizer states on one GPU (FP32, unsharded): "
                             + ", ".join(parts) + "; the FP32 master weights and the gradients come on top."))
     groups = stage_tensors(m.spec, layout, 0).groups
-    flops = sum(rt.count * rt.tensor.experts * muon.NS_STEPS
-                * sum(2 * a * b * c for a, b, c in muon._iteration_gemms(rt.tensor.shape))
-                for rt in groups if muon.updates(rt.tensor))
+    flops = muon.orthogonalize_flops(groups)
     out.append(("muon_newton_schulz_flops_per_step", flops, None))
     if g.peak_flops:
         from ...catalog.devices import default_profile
