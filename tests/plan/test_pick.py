@@ -64,7 +64,8 @@ def test_a_memory_rejection_names_the_engines_own_budget():
     mem_fraction_static at its default for that GPU's memory (its own rule, estimate/engines.py)."""
     from gpuwise.estimate.engines import SGLANG
 
-    for engine, needle in (("vllm", "gpu_memory_utilization 0.9"), ("sglang", "mem_fraction_static")):
+    for engine, needle in (("vllm", "vLLM takes gpu_memory_utilization 0.9"), ("sglang", "mem_fraction_static"),
+                           ("trtllm", "TensorRT-LLM is given 0.9")):
         r = gpuwise.pick("llama-3.1-70b", task="infer", engine=engine, weights="bf16", gpus=["l4"], max_gpus=1)
         c = next(c for c in r.rejected if c.rule == "memory")
         assert needle in c.reason, c.reason

@@ -441,7 +441,7 @@ def _stage(spec: ModelSpec, layout: Layout, stage: int, job: TrainJob) -> _Stage
     if job.optimizer_foreach and "optimizer" not in offload and not job.optimizer_in_backward:
         shard = layout.shard_size if layout.sharding_spec.optimizer else 1
         temp = states.optimizer / 2 if optimizer == "adamw" else 4 * states.trainable_params / shard
-    if optimizer == "muon" and not job.frozen_base and "optimizer" not in offload:
+    if optimizer == "muon" and not job.frozen_base:  # (TrainJob refuses Muon with optimizer offload)
         temp += muon.workspace_bytes(held.groups, tp=layout.tp, etp=layout.expert_tp)  # Newton-Schulz buffers
     ddp = parts.get("ddp_buckets", 0.0)
     step = states.total - states.transient_params + temp + ddp

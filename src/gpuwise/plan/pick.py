@@ -236,8 +236,11 @@ def _judge(req: PickRequest, kind: list[Candidate]) -> list[Candidate]:
             need = f"{c.memory_bytes / GiB:.1f} GiB per GPU" if c.memory_bytes else "more than it has"
             how = f" ({c.setup})" if c.setup else ""
             budget = ""
-            if req.task != "train" and req.engine in ("vllm", "trtllm"):
+            if req.task != "train" and req.engine == "vllm":
                 budget = ", of which vLLM takes gpu_memory_utilization 0.9"
+            elif req.task != "train" and req.engine == "trtllm":  # sized by vLLM's rule (plan/fit.py says why)
+                budget = (", of which TensorRT-LLM is given 0.9 as vLLM's gpu_memory_utilization (its own "
+                          "free_gpu_memory_fraction 0.9 of what loading leaves is a little larger)")
             elif req.task != "train" and req.engine == "sglang":  # its default for this memory and tp = the count
                 frac = SGLANG.mem_fraction_static(c.gpu.memory_bytes, c.count)
                 budget = f", of which SGLang takes mem_fraction_static {frac:g}"

@@ -233,8 +233,9 @@ class TrainRequest:
         # FSDP2's CPUOffloadPolicy (asked for, or the framework's own full shard): the step runs on the host too.
         # torchtune's fsdp_cpu_offload is the same policy; it also offloads the optimizer alone (CPUOffloadOptimizer),
         # which the other FSDP2 frameworks refuse below.
-        fsdp2 = (self.fsdp is not None or self._sharded_by_default) and framework in FSDP2_OFFLOAD_ALL
-        policy = fsdp2 or ((self.fsdp is not None or self._sharded_by_default) and framework == "torchtune")
+        fsdp_sharded = self.fsdp is not None or self._sharded_by_default
+        fsdp2 = fsdp_sharded and framework in FSDP2_OFFLOAD_ALL
+        policy = fsdp_sharded and (fsdp2 or framework == "torchtune")
         if policy and "params" in self.offload and "optimizer" not in self.offload:
             object.__setattr__(self, "offload", (*self.offload, "optimizer"))
         recompute = resolve_recompute(self, framework)
