@@ -69,8 +69,42 @@ def test_interleaving_with_uneven_end_stages_as_llama3():
     inter = _405b(fsdp="grad-op", vpp=8).perf.step
     assert plain.bubble_fraction == pytest.approx(15 / (32 + 15))
     assert inter.bubble_fraction == pytest.approx((15 / 8) / (32 + 15 / 8))
-    # v chunks per rank: v times the pipeline sends
+    # v chunks per rank: v times the pipeline sends, all waited for without Megatron's overlapped p2p
     assert inter.breakdown["pp_comm"] == pytest.approx(8 * plain.breakdown["pp_comm"], rel=1e-6)
+
+
+def test_megatron_interleaving_can_overlap_pipeline_sends_with_the_next_chunk():
+    """--overlap-p2p-communication (Megatron's overlap_p2p_comm): each send/recv runs beside the next chunk's
+    compute, so only what exceeds a chunk's forward or backward shows, plus the slowdown of overlapped NCCL kernels;
+    a slower network can only add to it, and never beyond waiting for every send."""
+    kw = dict(fsdp="grad-op", vpp=8)
+    for gbps in (400, 25, 2):
+        over = _405b(inter_node_gbps=gbps, overlap_p2p_communication=True, **kw).perf.step
+        waited = _405b(inter_node_gbps=gbps, **kw).perf.step
+        assert over.breakdown["pp_comm"] < waited.breakdown["pp_comm"]
+        assert over.step_time_s < waited.step_time_s
+    fast, slow = (_405b(inter_node_gbps=g, overlap_p2p_communication=True, **kw).perf.step for g in (400, 2))
+    assert fast.breakdown["pp_comm"] < slow.breakdown["pp_comm"]
+    # 400 Gb/s: a 8192 x 16384 bf16 activation (256 MiB over TP 8's sequence shards: 32 MiB) takes ~0.8 ms, far less
+    # than a one-layer chunk's forward: only the overlap slowdown (OVERLAP_SLOWDOWN of the send) is left
+    assert fast.breakdown["pp_comm"] < 0.25 * _405b(**kw).perf.step.breakdown["pp_comm"]
+    # other frameworks' interleaved schedules (torchtitan's) still wait for each send
+    assert _405b(framework="torchtitan", overlap_p2p_communication=True, **kw).perf.step.breakdown["pp_comm"] == \
+        pytest.approx(_405b(framework="torchtitan", **kw).perf.step.breakdown["pp_comm"])
+
+
+def test_two_stage_interleaving_with_both_end_counts_given():
+    """Megatron-Bridge's DeepSeek-V3 on 256 GB300: PP 2 x VP 8 over 61 layers, layout 'Et*4|(t*4|)*14tmL' (32 + 29
+    layers): no middle stage, so no even-chunk rule; without the counts the even split still needs vpp to divide."""
+    spec = load_model("deepseek-v3").spec
+    ok = Layout(num_gpus=256, pp=2, vpp=8, ep=32, schedule="interleaved", pp_first_layers=32, pp_last_layers=29)
+    validate_layout(ok, spec, seq=4096, global_batch=4096, micro_batch=1)
+    llama = load_model("llama-3.1-8b").spec  # 32 layers: 16 per stage when split evenly
+    even = Layout(num_gpus=8, pp=2, vpp=3, schedule="interleaved")
+    with pytest.raises(InvalidArgument, match="vpp"):
+        validate_layout(even, llama, seq=4096, global_batch=8, micro_batch=1)
+    validate_layout(replace(even, pp_first_layers=18, pp_last_layers=14), llama, seq=4096, global_batch=8,
+                    micro_batch=1)
 
 
 def test_interleaving_still_needs_even_middle_chunks():

@@ -120,6 +120,12 @@ class TrainJob:
     in memory: Megatron-LM before --use-flash-attn, eager attention)."""
     tp_comm_overlap: bool = False
     """Tensor-parallel collectives overlapped with the split GEMMs (Megatron-LM --tp-comm-overlap)."""
+    overlap_p2p_communication: bool = False
+    """Pipeline sends and receives of each model chunk run beside the next chunk's compute, as Megatron's
+    interleaved schedule does with overlap_p2p_comm (Megatron-LM's default since 2023-10): only what exceeds that
+    chunk's forward or backward is charged. Off by default: hiding every send made the published Megatron runs
+    of the calibration part too fast (median 9.0% -> 9.6%, docs/performance.md), so gpuwise waits for each
+    send/recv unless asked; other schedules and frameworks always wait."""
     moe_token_dispatcher: MoeDispatcher = "alltoall"
     """Megatron-Core --moe-token-dispatcher-type: alltoall (NCCL all-to-all: every routed copy of a token crosses
     the network on its own) or flex (DeepEP / HybridEP: a token crosses to each destination node once and is

@@ -109,9 +109,14 @@ def validate_layout(layout: Layout, spec: ModelSpec, *, seq: int, global_batch: 
             raise InvalidArgument("--vpp needs pipeline parallelism (--pp > 1)")
         # The middle stages split into v equal chunks; the first and last stages may hold other counts (Megatron-LM's
         # --pipeline-model-parallel-layout; Llama 3 405B's first chunk holds only the embedding, its last only
-        # the head), which the step model charges as they are.
-        per_stage = max(stage_layers(layout, spec.num_layers)[1:-1] or (spec.num_layers // layout.pp,))
-        _require_divides("vpp", layout.vpp, "the layers per (middle) pipeline stage", per_stage)
+        # the head), which the step model charges as they are. Two stages with both counts given have no middle
+        # stage to check (DeepSeek-V3 on Megatron-Bridge: PP 2 x VP 8, layout 'Et*4|(t*4|)*14tmL', 32 + 29 layers).
+        stages = stage_layers(layout, spec.num_layers)
+        middle = stages[1:-1]
+        explicit = layout.pp_first_layers is not None and layout.pp_last_layers is not None
+        if middle or not explicit:
+            per_stage = max(middle or (spec.num_layers // layout.pp,))
+            _require_divides("vpp", layout.vpp, "the layers per (middle) pipeline stage", per_stage)
     model_parallel = layout.tp * layout.pp * layout.cp
     if layout.num_gpus % model_parallel:
         valid = multiples_near(layout.num_gpus, model_parallel)

@@ -16,7 +16,8 @@ attention core). Communication is timed on the topology (`comm.py`) and counted 
   each rank's NIC while NVLink carries the rest (`Topology.expert_all_to_all_s`; the flex dispatcher sends a token
   to each node once); exposed, or with `moe_a2a_overlap` only what exceeds the block's compute.
 - PP send/recv of activations and gradients: once per micro-batch, direction and model chunk (v with the
-  interleaved schedule).
+  interleaved schedule), waited for; with `overlap_p2p_communication` (Megatron's overlap_p2p_comm) the interleaved
+  schedule runs each beside the next chunk's compute and only what exceeds that chunk's forward or backward shows.
 - DP gradient all-reduce / reduce-scatter overlaps the last micro-batch's backward (bucketed): what exceeds it
   shows, and at least the last bucket (one block's gradients); with sharded gradients (ZeRO-2, ZeRO-3/FSDP full
   shard) it runs in every micro-batch's backward. ZeRO-3/FSDP all-gathers each block's parameters
@@ -376,7 +377,14 @@ def step_time(spec: ModelSpec, layout: Layout, job: TrainJob, *, profile: Device
                 + memory_s(profile, tokens * hg.n * LOSS_BYTES_PER_LOGIT / 2)
             parts["backward"] += matmul_s(profile, hg.m, hg.k, hg.n, hd, e) \
                 + matmul_s(profile, hg.k, hg.n, hg.m, hd, e) + memory_s(profile, tokens * hg.n * LOSS_BYTES_PER_LOGIT / 2)
-        if pp > 1:
+        if pp > 1 and layout.schedule == "interleaved" and framework == "megatron" and job.overlap_p2p_communication:
+            # Megatron's interleaved 1F1B posts each chunk's send/recv and waits for it only before the chunk that
+            # needs it (TrainJob.overlap_p2p_communication): the exchange runs beside the next chunk's forward or
+            # backward
+            v_chunks = layout.vpp
+            parts["pp_comm"] += v_chunks * (_exposed(pp_p2p, parts["forward"] / v_chunks)
+                                            + _exposed(pp_p2p, (parts["backward"] + parts["recompute"]) / v_chunks))
+        elif pp > 1:
             # activations forward and gradients backward at each of the rank's v model chunks
             parts["pp_comm"] += 2 * pp_p2p * (layout.vpp if layout.schedule == "interleaved" else 1)
         stage_fb[stage] = (sum(parts.values()), parts)

@@ -173,6 +173,7 @@ class TrainRequest:
     flops_convention: FlopsConvention = job_default("flops_convention")
     attention: Attention = job_default("attention")
     tp_comm_overlap: bool = job_default("tp_comm_overlap")
+    overlap_p2p_communication: bool = job_default("overlap_p2p_communication")
     moe_token_dispatcher: MoeDispatcher = job_default("moe_token_dispatcher")
     moe_a2a_overlap: bool = job_default("moe_a2a_overlap")
     cp_comm_type: CpCommType | None = None
@@ -256,6 +257,7 @@ class TrainRequest:
                        kbit_upcast=self.kbit_upcast and framework == "hf" and self.finetune == "qlora",
                        offload=frozenset(self.offload), attention=self.attention,
                        tp_comm_overlap=self.tp_comm_overlap, moe_token_dispatcher=self.moe_token_dispatcher,
+                       overlap_p2p_communication=self.overlap_p2p_communication,
                        moe_a2a_overlap=self.moe_a2a_overlap, cp_comm_type=self.cp_comm_type,
                        sdpa_backend=self.sdpa_backend,
                        flops_convention=self.flops_convention,
