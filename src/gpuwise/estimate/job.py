@@ -123,8 +123,8 @@ class TrainJob:
     overlap_p2p_communication: bool = False
     """Pipeline sends and receives of each model chunk run beside the next chunk's compute, as Megatron's
     interleaved schedule does with overlap_p2p_comm (Megatron-LM's default since 2023-10): only what exceeds that
-    chunk's forward or backward is charged. Off by default: hiding every send made the published Megatron runs
-    of the calibration part too fast (median 9.0% -> 9.6%, docs/performance.md), so gpuwise waits for each
+    chunk's forward or backward is charged. Off by default: hiding every send made the calibration part's
+    published Megatron runs too fast (docs/performance.md, "Overlapped pipeline sends"), so gpuwise waits for each
     send/recv unless asked; other schedules and frameworks always wait."""
     moe_token_dispatcher: MoeDispatcher = "alltoall"
     """Megatron-Core --moe-token-dispatcher-type: alltoall (NCCL all-to-all: every routed copy of a token crosses

@@ -381,9 +381,9 @@ def step_time(spec: ModelSpec, layout: Layout, job: TrainJob, *, profile: Device
             # Megatron's interleaved 1F1B posts each chunk's send/recv and waits for it only before the chunk that
             # needs it (TrainJob.overlap_p2p_communication): the exchange runs beside the next chunk's forward or
             # backward
-            v_chunks = layout.vpp
-            parts["pp_comm"] += v_chunks * (_exposed(pp_p2p, parts["forward"] / v_chunks)
-                                            + _exposed(pp_p2p, (parts["backward"] + parts["recompute"]) / v_chunks))
+            v = layout.vpp
+            parts["pp_comm"] += v * (_exposed(pp_p2p, parts["forward"] / v)
+                                     + _exposed(pp_p2p, (parts["backward"] + parts["recompute"]) / v))
         elif pp > 1:
             # activations forward and gradients backward at each of the rank's v model chunks
             parts["pp_comm"] += 2 * pp_p2p * (layout.vpp if layout.schedule == "interleaved" else 1)
