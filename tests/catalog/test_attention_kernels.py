@@ -71,3 +71,46 @@ def test_a_profile_may_name_its_attention_kernel(tmp_path):
     path.write_text('{"attention_kernel": "xformers"}')
     with pytest.raises(InvalidArgument, match="attention_kernel"):
         load_profile(path, gpu)
+
+
+def test_small_heads_follow_the_papers_head_dim_64_panels():
+    """FA3 paper Fig. 5-6, head dim 64 (H100, BF16): causal forward at 16k FA2 299, cuDNN 388, FA3 473 against 335,
+    539, 616 at head dim 128; FA3's backward at 2k 422 (non-causal) against 561 at 16k, head dim 128."""
+    assert shape("fa2", 16384, backward=False, head_dim=64) == pytest.approx(299 / 335)
+    assert shape("cudnn", 16384, backward=False, head_dim=64) == pytest.approx(388 / 539)
+    assert shape("fa3", 16384, backward=False, head_dim=64) == pytest.approx(473 / 616)
+    assert shape("fa3", 2048, backward=True, causal=False, head_dim=64) == pytest.approx(422 / 561)
+    # halfway between the panels at head dim 96; the panels' ends hold outside 64..128
+    mid = shape("cudnn", 4096, backward=False, head_dim=96)
+    lo, hi = (shape("cudnn", 4096, backward=False, head_dim=d) for d in (64, 128))
+    assert mid == pytest.approx((lo + hi) / 2)
+    assert shape("cudnn", 4096, backward=False, head_dim=32) == lo
+    assert shape("cudnn", 4096, backward=False, head_dim=256) == hi == shape("cudnn", 4096, backward=False)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("backward", [False, True])
+@pytest.mark.parametrize("causal", [False, True])
+def test_throughput_never_falls_as_heads_grow(family, backward, causal):
+    for s in LENGTHS:
+        dims = (32, 64, 80, 96, 112, 128, 256)
+        values = [shape(family, s, backward=backward, causal=causal, head_dim=d) for d in dims]
+        assert values == sorted(values)
+
+
+def test_step_time_runs_small_heads_at_their_rate():
+    """GPT-OSS's heads of 64 run attention at the cuDNN head-dim-64 rate; the same FLOPs in a head-dim-128 model do
+    not. MLA (DeepSeek-V3) counts its q.k size, 192: the 128 curve."""
+    from gpuwise.catalog.models import load_model
+    from gpuwise.estimate.layer_ops import attention_head_dim
+
+    h100 = default_profile(get_gpu("h100-sxm"))
+    assert attention_head_dim(load_model("gpt-oss-120b").spec) == 64
+    assert attention_head_dim(load_model("deepseek-v3").spec) == 192
+    assert attention_head_dim(load_model("llama-3-8b").spec) == 128
+    overhead = h100.kernel_overhead_s
+    small = attention_s(h100, 1e12, 0.0, backward=False, seq=4096, head_dim=64) - overhead
+    big = attention_s(h100, 1e12, 0.0, backward=False, seq=4096, head_dim=128) - overhead
+    assert big == attention_s(h100, 1e12, 0.0, backward=False, seq=4096) - overhead
+    assert small / big == pytest.approx(shape("cudnn", 4096, backward=False) / shape("cudnn", 4096, backward=False,
+                                                                                       head_dim=64))

@@ -1,7 +1,8 @@
-"""How a flash-attention kernel's throughput falls at short sequences (`data/attention_kernels.toml`).
+"""How a flash-attention kernel's throughput falls at short sequences and small heads (`data/attention_kernels.toml`).
 
-The device profile holds each GPU's attention efficiency on long sequences (the plateau); `shape` scales it to a
-kernel whose queries iterate over `seq` keys, from the FlashAttention-3 paper's H100 measurements per kernel family.
+The device profile holds each GPU's attention efficiency on long sequences at head dimension 128 (the plateau);
+`shape` scales it to a kernel whose queries iterate over `seq` keys with heads of `head_dim`, from the
+FlashAttention-3 paper's H100 measurements per kernel family.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from ._toml import load_toml
 
 FAMILIES = ("fa2", "cudnn", "fa3")
 PLATEAU_SEQ = 16384
+PLATEAU_HEAD_DIM = 128
+SMALL_HEAD_DIM = 64
 
 
 @lru_cache(maxsize=1)
@@ -35,21 +38,37 @@ def _interp(seqs: list[int], values: list[float], seq: float) -> float:
     return float(values[-1])  # pragma: no cover - unreachable
 
 
-def _throughput(family: str, seq: float, backward: bool, causal: bool) -> float:
+def _throughput(family: str, seq: float, backward: bool, causal: bool, suffix: str = "") -> float:
+    """The paper's TFLOP/s at `seq`; `suffix` "_hd64" reads the head-dim-64 panels, "" the head-dim-128 ones."""
     data = _data()
     seqs, row = data["seq"], data[family]
-    fwd_key = "forward_causal" if causal else "forward"
+    fwd, fwd_causal = row["forward" + suffix], row["forward_causal" + suffix]
     if not backward:
-        return _interp(seqs, row[fwd_key], seq)
-    bwd = _interp(seqs, row["backward"], seq)
-    if causal:  # the forward's masking penalty at the same length
-        bwd *= _interp(seqs, row["forward_causal"], seq) / _interp(seqs, row["forward"], seq)
+        return _interp(seqs, fwd_causal if causal else fwd, seq)
+    bwd = _interp(seqs, row["backward" + suffix], seq)
+    if causal:  # the forward's masking penalty at the same length and head size
+        bwd *= _interp(seqs, fwd_causal, seq) / _interp(seqs, fwd, seq)
     return bwd
 
 
+def _at_head_dim(family: str, seq: float, backward: bool, causal: bool, head_dim: float) -> float:
+    """Linear in the head dimension between the 64 and 128 panels; the nearest panel outside them."""
+    big = _throughput(family, seq, backward, causal)
+    if head_dim >= PLATEAU_HEAD_DIM:
+        return big
+    small = _throughput(family, seq, backward, causal, "_hd64")
+    if head_dim <= SMALL_HEAD_DIM:
+        return small
+    t = (head_dim - SMALL_HEAD_DIM) / (PLATEAU_HEAD_DIM - SMALL_HEAD_DIM)
+    return small + t * (big - small)
+
+
 @lru_cache(maxsize=4096)
-def shape(family: str, seq: float, *, backward: bool, causal: bool = True) -> float:
-    """Throughput of `family` at `seq` keys per query over its long-sequence (16k) throughput: at most ~1."""
+def shape(family: str, seq: float, *, backward: bool, causal: bool = True,
+          head_dim: float = PLATEAU_HEAD_DIM) -> float:
+    """Throughput of `family` at `seq` keys per query and heads of `head_dim` over its long-sequence (16k) throughput
+    at head dimension 128: at most ~1."""
     if family not in FAMILIES:
         raise KeyError(family)
-    return _throughput(family, seq, backward, causal) / _throughput(family, PLATEAU_SEQ, backward, causal)
+    return (_at_head_dim(family, seq, backward, causal, head_dim)
+            / _throughput(family, PLATEAU_SEQ, backward, causal))

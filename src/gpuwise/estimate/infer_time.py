@@ -27,7 +27,7 @@ from ..units import GB
 from .comm import Topology
 from .engines import SERVING_ENGINES as ENGINES
 from .kernels import attention_s, matmul_s, memory_s
-from .layer_ops import block_ops, block_signature, head_gemm, keys_per_query
+from .layer_ops import attention_head_dim, block_ops, block_signature, head_gemm, keys_per_query
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,7 +229,8 @@ def forward_pass_s(spec: ModelSpec, *, profile: DeviceProfile, topo: Topology, e
             window = spec.sliding_window if (spec.sliding_window and sig[1] == "sliding") else None
             kernel_seq = None if decode else min(context, window or context)
             a = attention_s(profile, attn_flops, attn_bytes, backward=False, seq=kernel_seq,
-                            bandwidth=decode_kv_bandwidth(profile, engine, spec) if decode else None)
+                            bandwidth=decode_kv_bandwidth(profile, engine, spec) if decode else None,
+                            head_dim=None if decode else attention_head_dim(spec))
             s = memory_s(profile, ops.stream_bytes) + (ops.kernels - len(ops.gemms) - 1) * profile.kernel_overhead_s
             if engine.fused_moe and profile.fused_moe_call_s and spec.moe is not None and spec.moe.moe_layers[layer]:
                 # the fused call's measured fixed cost, beyond the per-kernel costs of the kernels it stands for

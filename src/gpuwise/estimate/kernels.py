@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from functools import lru_cache
 
+from ..catalog.attention_kernels import PLATEAU_HEAD_DIM, PLATEAU_SEQ
 from ..catalog.attention_kernels import shape as attention_shape
 from ..catalog.devices import DeviceProfile
 
@@ -48,15 +49,18 @@ def matmul_s(profile: DeviceProfile, m: int, n: int, k: int, dtype: str, operand
 
 
 def attention_s(profile: DeviceProfile, flops: float, nbytes: float, *, backward: bool, dtype: str = "bf16",
-                sdpa: bool = False, seq: float | None = None, bandwidth: float | None = None) -> float:
+                sdpa: bool = False, seq: float | None = None, bandwidth: float | None = None,
+                head_dim: int | None = None) -> float:
     """A flash-attention kernel: `flops` at the flash efficiency of the 16-bit peak, or its IO if larger.
 
     `flops` for the backward pass is the usual 2.5x the forward (recomputing the scores plus four matmuls).
     `sdpa`: PyTorch's scaled_dot_product_attention (FlashAttention-2 kernels) instead of the device's best kernel.
     `seq`: keys each query block iterates over in one call (the sequence, or a context-parallel chunk of it); the
     profile's efficiency is the long-sequence plateau, scaled down at short lengths by the kernel family's measured
-    curve (`catalog.attention_kernels`). None: the plateau. `bandwidth`: bytes/s its IO streams at (a paged decode
-    kernel's, `DeviceProfile.paged_decode_bandwidth`); None: the profile's copy bandwidth.
+    curve (`catalog.attention_kernels`). None: the plateau. `head_dim`: the q.k head size; below 128 the same
+    family's measured head-dim-64 curve blends in (`attention_kernels.shape`); None: 128, the plateau's.
+    `bandwidth`: bytes/s its IO streams at (a paged decode kernel's, `DeviceProfile.paged_decode_bandwidth`); None:
+    the profile's copy bandwidth.
     """
     bw = bandwidth or profile.bandwidth
     peak = profile.gpu.peak_flops.get(dtype) or profile.gpu.peak_flops.get("fp16") or profile.gpu.peak_flops.get("fp32")
@@ -66,6 +70,8 @@ def attention_s(profile: DeviceProfile, flops: float, nbytes: float, *, backward
         eff = profile.sdpa_backward_efficiency if backward else profile.sdpa_forward_efficiency
     else:
         eff = profile.attention_backward_efficiency if backward else profile.attention_forward_efficiency
-    if seq is not None:
-        eff *= attention_shape(profile.sdpa_kernel if sdpa else profile.attention_kernel, seq, backward=backward)
+    if seq is not None or head_dim is not None:
+        eff *= attention_shape(profile.sdpa_kernel if sdpa else profile.attention_kernel,
+                               PLATEAU_SEQ if seq is None else seq, backward=backward,
+                               head_dim=PLATEAU_HEAD_DIM if head_dim is None else head_dim)
     return max(flops / (peak * eff), nbytes / bw) + profile.kernel_overhead_s

@@ -211,6 +211,12 @@ def keys_per_query(spec: ModelSpec, layer: int, context: int, *, causal: bool = 
     return (window * (window + 1) / 2 + (context - window) * window) / context
 
 
+def attention_head_dim(spec: ModelSpec) -> int:
+    """The q.k head size a flash-attention kernel runs (MLA: the no-RoPE and RoPE parts together), which sets its
+    FLOP rate (`kernels.attention_s`)."""
+    return spec.mla.qk_head_dim if spec.mla is not None else spec.head_dim
+
+
 def head_gemm(spec: ModelSpec, tokens: int, tp: int = 1) -> Gemm:
     """The LM head (vocabulary-parallel over tp)."""
     return Gemm("lm_head", tokens, max(1, spec.vocab_size // tp), spec.embed_proj_dim or spec.hidden_size)

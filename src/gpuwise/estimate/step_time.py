@@ -41,7 +41,7 @@ from .comm import Topology
 from .flops import gemm_dtype
 from .job import TrainJob, fp8_gemm_needs_transpose, pipeline_keeps_unsharded
 from .kernels import attention_s, matmul_s, memory_s
-from .layer_ops import block_ops, block_signature, head_gemm, keys_per_query, unfused_attention
+from .layer_ops import attention_head_dim, block_ops, block_signature, head_gemm, keys_per_query, unfused_attention
 from .layout import Layout
 from . import muon
 from .model_states import ModelStates, stage_tensors
@@ -194,10 +194,11 @@ def _time_block(profile: DeviceProfile, spec: ModelSpec, layer: int, tokens: int
         attn_bytes = ops.attention_io_elements * e
         # fp8 recipes keep attention in 16 bits; fp32 training runs it at the fp32 (TF32) rate, no flash kernel
         attn_dtype = dtype if dtype in ("fp32", "tf32") else "bf16"
+        hd = attention_head_dim(spec)
         attn_f = attention_s(profile, ops.attention_flops, attn_bytes, backward=False, dtype=attn_dtype,
-                             sdpa=sdpa_flash, seq=kernel_seq)
+                             sdpa=sdpa_flash, seq=kernel_seq, head_dim=hd)
         attn_b = attention_s(profile, 2.5 * ops.attention_flops, 2 * attn_bytes, backward=True, dtype=attn_dtype,
-                             sdpa=sdpa_flash, seq=kernel_seq)
+                             sdpa=sdpa_flash, seq=kernel_seq, head_dim=hd)
     # the streaming kernels' fixed time (each GEMM's is in matmul_s, the attention kernel's in attention_s)
     stream = memory_s(profile, ops.stream_bytes * e / 2) + (ops.kernels - len(ops.gemms) - 1) * profile.kernel_overhead_s
     cast_f = cast_b = weight_cast = 0.0

@@ -21,7 +21,7 @@ from ..estimate import engines
 from ..estimate.infer_time import PassTime, decode_kv_bandwidth, engine_perf
 from ..estimate.kernels import attention_s
 from ..estimate.kv_cache import kv_cache_bytes
-from ..estimate.layer_ops import block_ops
+from ..estimate.layer_ops import attention_head_dim, block_ops
 from ..estimate.serving import (EngineLimits, Frontend, OutputReservation, ServingResult, Speculation, StepCost,
                                 Workload, simulate, stats)
 
@@ -147,7 +147,8 @@ def step_cost(step, *, spec, profile, engine, kv_bytes_per_element: float, tp: i
     flops_per_pair = sum(block_ops(spec, i, tokens=1, keys=1, tp=tp).attention_flops for i in range(spec.num_layers))
     # the flash kernel's rate at the workload's mean prompt length (the per-launch cost is in rows_s)
     probe = 1e15
-    s_per_flop = (attention_s(profile, probe, 0.0, backward=False, seq=max(1.0, mean_prompt))
+    s_per_flop = (attention_s(profile, probe, 0.0, backward=False, seq=max(1.0, mean_prompt),
+                              head_dim=attention_head_dim(spec))
                   - profile.kernel_overhead_s) / probe
     return StepCost(rows_grid=tuple(grid), rows_s=tuple(rows_s), head_grid=tuple(head_grid), head_s=tuple(head_s),
                     kv_read_s_per_token=kv_bytes / decode_kv_bandwidth(profile, engine, spec),
