@@ -36,6 +36,22 @@ def test_a_lone_request_costs_its_prefill_step_then_one_step_per_token():
     assert r.completed == 1 and r.steps == 10
 
 
+def test_requests_finishing_inside_a_decode_stretch_cost_exactly_their_steps():
+    """Two requests sent together, 4 and 9 output tokens: one prefill step for both, 3 steps decoding both (the first
+    finishes in the third, inside the decode-only stretch), then 5 steps decoding the second alone."""
+    cost = _cost()
+    wl = Workload(prompt_tokens=(300, 200), output_tokens=(4, 9))
+    r = simulate(cost, wl, LIMITS)
+    prefill = cost.seconds(500, 2, 0, 300 * 301 / 2 + 200 * 201 / 2)
+    both = [cost.seconds(2, 2, 301 + 201 + 2 * k, 0, 2) for k in range(3)]
+    alone = [cost.seconds(1, 1, 201 + 3 + k, 0, 1) for k in range(5)]
+    assert r.steps == 1 + 3 + 5 and r.completed == 2
+    assert r.finished_at[0] == pytest.approx(prefill + sum(both))
+    assert r.finished_at[1] == pytest.approx(prefill + sum(both) + sum(alone))
+    assert r.tpot_values[0] == pytest.approx(sum(both) / 3)
+    assert r.tpot_values[1] == pytest.approx((sum(both) + sum(alone)) / 8)
+
+
 def test_a_long_prompt_is_chunked_by_the_token_budget():
     cost = _cost()
     limits = EngineLimits(max_num_seqs=8, max_num_batched_tokens=512, kv_capacity_tokens=100_000)

@@ -543,6 +543,20 @@ def simulate(cost: StepCost, workload: Workload, limits: EngineLimits, *, specul
                 break
         fe_t = max(fe_t, to)
 
+    def retire() -> None:
+        """Decoding requests whose last token came out in the step just run (at `dec_counter`) finish."""
+        nonlocal dec_ctx_sum
+        while finish_heap and finish_heap[0][0] <= dec_counter:
+            _, i = heapq.heappop(finish_heap)
+            r = reqs[i]
+            if i not in decoding or r.dec0 + steps_for(r.out - r.produced) != dec_counter:
+                continue  # stale entry (the request was preempted)
+            del decoding[i]
+            res_leave(r)
+            dec_ctx_sum -= r.ctx0 + (dec_counter - r.dec0) * per_step
+            r.produced = r.out
+            finish(r)
+
     def preempt_last() -> bool:
         nonlocal dec_ctx_sum, preemptions
         # the most recently admitted running request
@@ -716,7 +730,8 @@ def simulate(cost: StepCost, workload: Workload, limits: EngineLimits, *, specul
                                                                                - reqs[finish_heap[0][1]].produced)
                                    != finish_heap[0][0]):
                 heapq.heappop(finish_heap)  # stale entries of preempted requests
-            k_max = (finish_heap[0][0] - dec_counter - 1) if finish_heap else 0
+            # through the step in which the next request finishes (it is retired below, as a slow step would)
+            k_max = (finish_heap[0][0] - dec_counter) if finish_heap else 0
             room = cap_blocks - used_blocks()
             k_max = min(k_max, int(room * bs / (n_dec * per_step)) - 1)
             next_send = pending[0].sent if (pending and in_flight < conc) else math.inf
@@ -732,6 +747,12 @@ def simulate(cost: StepCost, workload: Workload, limits: EngineLimits, *, specul
             if k:
                 dec_counter += k
                 steps += k
+                if finish_heap and finish_heap[0][0] <= dec_counter:  # the stretch's last step finishes requests
+                    cur_step = steps
+                    if fe is None:
+                        delivered[cur_step] = now
+                    else:
+                        outq[-1][0] = cur_step
                 running_sum += k * n_dec
                 max_running = max(max_running, n_dec)
                 waited = min(stall_n, n_dec)
@@ -747,6 +768,7 @@ def simulate(cost: StepCost, workload: Workload, limits: EngineLimits, *, specul
                 peak_kv = max(peak_kv, usage)
                 if len(timeline) < 20 * timeline_points:
                     timeline.append((now - first_send, usage))
+                retire()
                 continue
         budget = budget_max
         rows = 0
@@ -813,16 +835,7 @@ def simulate(cost: StepCost, workload: Workload, limits: EngineLimits, *, specul
             stall_s, stall_n = 0.0, 0
             if res is not None:
                 ratio = max(ratio - res.decay, res.minimum)
-            while finish_heap and finish_heap[0][0] <= dec_counter:
-                _, i = heapq.heappop(finish_heap)
-                r = reqs[i]
-                if i not in decoding or r.dec0 + steps_for(r.out - r.produced) != dec_counter:
-                    continue  # stale entry (the request was preempted)
-                del decoding[i]
-                res_leave(r)
-                dec_ctx_sum -= r.ctx0 + (dec_counter - r.dec0) * per_step
-                r.produced = r.out
-                finish(r)
+            retire()
         else:
             dec_counter += 1
         # requests whose prompt completed: first token (or the next token after a recompute)

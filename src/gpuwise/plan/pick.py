@@ -126,14 +126,15 @@ class _Kind:
 
 def _pick_serve(req: PickRequest) -> tuple[list[Candidate], list[GpuwiseError], int]:
     """--task serve as a best-first search on what each deployment costs at least: a kind and replica size of n
-    GPUs costs at least n x its price per hour; after its first simulation (the memory check and one replica's
-    saturation rate) at least its replicas at their saturation rate, each n GPUs; the rate search within the targets
-    (about eight simulations) gives the cost itself. The candidate with the lowest floor is always taken next; once
+    GPUs costs at least n x its price per hour; after its memory check and step cost, at least its replicas at the
+    analytical ceiling of one replica's rate (`saturation_ceiling`), each n GPUs; after its first simulation (one
+    replica's saturation rate) at least its replicas at that rate; the rate search within the targets (about eight
+    simulations) gives the cost itself. The candidate with the lowest floor is always taken next; once
     `top` deployments are accepted, the ones whose floor is above the top-th best's cost cannot enter the ranking
     and are rejected by the cost rule, with that floor, unsimulated. The ranking is the one a full search gives."""
     import heapq
 
-    from .pick_setups import ServeProbe, serve_probe, serve_search
+    from .pick_setups import ServeBound, ServeProbe, serve_bound, serve_saturation, serve_search
 
     candidates: list[Candidate] = []
     errors: list[GpuwiseError] = []
@@ -160,20 +161,24 @@ def _pick_serve(req: PickRequest) -> tuple[list[Candidate], list[GpuwiseError], 
                 best.append(c.usd_per_hour)
                 best.sort()
             continue
-        kind = kinds[item[0]]
-        gpu = kind.gpu
-        try:
-            p = serve_probe(req, gpu, item[1], kind.price, kind.source)
-        except GpuwiseError as exc:
-            kind.errors.append(exc)
-            continue
-        kind.costed += 1
-        evaluated += 1
+        if isinstance(item, ServeBound):
+            p = serve_saturation(req, item)
+            stage = 2
+        else:
+            kind = kinds[item[0]]
+            try:
+                p = serve_bound(req, kind.gpu, item[1], kind.price, kind.source)
+            except GpuwiseError as exc:
+                kind.errors.append(exc)
+                continue
+            kind.costed += 1
+            evaluated += 1
+            stage = 1
         if isinstance(p, Candidate):
             candidates.extend(_judge_serve(req, [p]))
         else:
             key = p.floor_usd_per_hour(rate)
-            heapq.heappush(heap, (key if key is not None else math.inf, gpu.id, item[1], 1, p))
+            heapq.heappush(heap, (key if key is not None else math.inf, p.gpu.id, p.n, stage, p))
     for kind in kinds.values():
         errors += kind.errors
         if not kind.costed and not kind.skipped and kind.errors:  # no count could be costed: said, with the reason
@@ -183,11 +188,15 @@ def _pick_serve(req: PickRequest) -> tuple[list[Candidate], list[GpuwiseError], 
 
 def _cost_rejection(req: PickRequest, item, floor: float, kth: float, kinds: dict) -> Candidate:
     """The cost rule: a deployment whose floor is above the top-th best's cost, with what that floor rests on."""
-    from .pick_setups import ServeProbe
+    from .pick_setups import ServeBound, ServeProbe
 
     if isinstance(item, ServeProbe):
         gpu, n, source, memory, setup = item.gpu, item.n, item.source, item.ks.mem.estimate.memory.total, item.setup
         why = f"with every replica at its saturation rate ({item.saturation:.3g} requests/s)"
+    elif isinstance(item, ServeBound):
+        gpu, n, source, memory, setup = item.gpu, item.n, item.source, item.ks.mem.estimate.memory.total, item.setup
+        why = (f"with every replica at the most one can finish ({item.ceiling:.3g} requests/s, its KV pool's largest "
+               "decode batch)")
     else:
         kind = kinds[item[0]]
         kind.skipped += 1

@@ -177,6 +177,28 @@ SERVE_BISECTIONS = 6
 
 
 @dataclass(frozen=True)
+class ServeBound:
+    """A serving candidate that fits, before any simulation: its step cost, its engine's limits and the most
+    requests/s one replica could finish (`saturation_ceiling`, an analytical upper bound), enough to bound what the
+    deployment costs from below (`floor_usd_per_hour`) without simulating it."""
+    gpu: GPU
+    n: int
+    price: float | None
+    source: str
+    ireq: InferRequest
+    ks: KernelSetup
+    cost: StepCost
+    load: LoadSpec
+    setup: str
+    ceiling: float
+    """Requests/s one replica cannot exceed (its KV pool's largest decode batch at its decode-only step time)."""
+
+    def floor_usd_per_hour(self, rate: float) -> float | None:
+        """The least this deployment can cost: the replicas the rate needs at the ceiling rate, each n GPUs."""
+        return None if self.price is None else self.price * self.n * math.ceil(rate / self.ceiling)
+
+
+@dataclass(frozen=True)
 class ServeProbe:
     """A serving candidate after its first simulation (one replica's saturation rate), before the rate search:
     enough to bound what the deployment costs (`floor_usd_per_hour`)."""
@@ -204,10 +226,17 @@ def _serve(req: PickRequest, gpu: GPU, n: int, price: float | None, source: str)
     return probe if isinstance(probe, Candidate) else serve_search(req, probe)
 
 
-def serve_probe(req: PickRequest, gpu: GPU, n: int, price: float | None, source: str) -> Candidate | ServeProbe:
-    """The candidate's memory check and one replica's saturation rate; a Candidate when that already decides it
-    (does not fit, or needs more than SERVE_MAX_REPLICAS replicas)."""
-    from ..estimate.serving import Workload, saturation_ceiling, simulate
+def _too_many(req: PickRequest, b: ServeBound, why: str) -> Candidate:
+    return Candidate(gpu=b.gpu, count=b.n, fits=True, memory_bytes=b.ks.mem.estimate.memory.total, tokens_per_s=None,
+                     usd_per_hour=None, usd_per_million_tokens=None, kwh_per_million_tokens=None, setup=b.setup,
+                     interconnect="", price_source=b.source, rule="scale", reason=(
+                         f"{why}: {req.request_rate:g}/s would need more than {SERVE_MAX_REPLICAS} replicas"))
+
+
+def serve_bound(req: PickRequest, gpu: GPU, n: int, price: float | None, source: str) -> Candidate | ServeBound:
+    """The candidate's memory check, step cost and saturation ceiling, without simulating; a Candidate when that
+    already decides it (does not fit, or needs more than SERVE_MAX_REPLICAS replicas even at the ceiling)."""
+    from ..estimate.serving import Workload, saturation_ceiling
     from .infer import InferRequest, kernel_setup, serving_model
 
     if req.engine == "llamacpp" and n > 1:
@@ -223,22 +252,33 @@ def serve_probe(req: PickRequest, gpu: GPU, n: int, price: float | None, source:
                          usd_per_hour=None, usd_per_million_tokens=None, kwh_per_million_tokens=None, setup=setup,
                          interconnect="", price_source=source)
     cost, load, _, _ = serving_model(ireq, ks)
-    wl, lim = load.workload, load.limits
+    wl = load.workload
     at_once = Workload(prompt_tokens=wl.prompt_tokens, output_tokens=wl.output_tokens, request_rate=float("inf"))
-    ceiling = saturation_ceiling(cost, at_once, lim)
+    b = ServeBound(gpu, n, price, source, ireq, ks, cost, load, setup, saturation_ceiling(cost, at_once, load.limits))
+    if req.request_rate / b.ceiling > SERVE_MAX_REPLICAS:  # decided without simulating (tiny pools simulate slowest)
+        return _too_many(req, b, f"one replica finishes at most {b.ceiling:.3g} requests/s (its KV pool's largest "
+                                 "decode batch)")
+    return b
 
-    def too_many(why: str) -> Candidate:
-        return Candidate(gpu=gpu, count=n, fits=True, memory_bytes=ks.mem.estimate.memory.total, tokens_per_s=None,
-                         usd_per_hour=None, usd_per_million_tokens=None, kwh_per_million_tokens=None, setup=setup,
-                         interconnect="", price_source=source, rule="scale", reason=(
-                             f"{why}: {req.request_rate:g}/s would need more than {SERVE_MAX_REPLICAS} replicas"))
 
-    if req.request_rate / ceiling > SERVE_MAX_REPLICAS:  # decided without simulating (tiny pools simulate slowest)
-        return too_many(f"one replica finishes at most {ceiling:.3g} requests/s (its KV pool's largest decode batch)")
-    saturation = simulate(cost, at_once, lim).request_throughput
+def serve_saturation(req: PickRequest, b: ServeBound) -> Candidate | ServeProbe:
+    """One replica's saturation rate, simulated with every request queued at once; a Candidate when it needs more
+    than SERVE_MAX_REPLICAS replicas."""
+    from ..estimate.serving import Workload, simulate
+
+    wl = b.load.workload
+    at_once = Workload(prompt_tokens=wl.prompt_tokens, output_tokens=wl.output_tokens, request_rate=float("inf"))
+    saturation = simulate(b.cost, at_once, b.load.limits).request_throughput
     if req.request_rate / saturation > SERVE_MAX_REPLICAS:
-        return too_many(f"one replica saturates at {saturation:.3g} requests/s")
-    return ServeProbe(gpu, n, price, source, ireq, ks, cost, load, setup, saturation)
+        return _too_many(req, b, f"one replica saturates at {saturation:.3g} requests/s")
+    return ServeProbe(b.gpu, b.n, b.price, b.source, b.ireq, b.ks, b.cost, b.load, b.setup, saturation)
+
+
+def serve_probe(req: PickRequest, gpu: GPU, n: int, price: float | None, source: str) -> Candidate | ServeProbe:
+    """The candidate's memory check and one replica's saturation rate; a Candidate when that already decides it
+    (does not fit, or needs more than SERVE_MAX_REPLICAS replicas)."""
+    b = serve_bound(req, gpu, n, price, source)
+    return b if isinstance(b, Candidate) else serve_saturation(req, b)
 
 
 def serve_search(req: PickRequest, probe: ServeProbe) -> Candidate:
