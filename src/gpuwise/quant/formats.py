@@ -92,7 +92,27 @@ def _weight_bytes(fmt: WeightFormat, spec: ModelSpec) -> int:
     if fmt.kind == "gguf":
         pre, layers, post = weight_bytes_by_layer(fmt, spec)
         return int(round(pre + sum(layers) + post))
-    return int(round(sum(b for _, b in tensor_bytes(fmt, spec))))
+    # every block repeats the same few tensors: each kind's bytes once, times how many there are
+    return int(round(sum(count * t.numel * _bits(fmt, t) / 8 for t, count in _tensor_kinds(spec))))
+
+
+@lru_cache(maxsize=256)
+def _tensor_kinds(spec: ModelSpec) -> tuple[tuple[Tensor, int], ...]:
+    """The stored tensors grouped by (role, shape, experts), each group's first tensor with its count."""
+    groups: dict[tuple, list] = {}
+    for t in tensor_inventory(spec):
+        g = groups.setdefault((t.role, t.shape, t.experts), [t, 0])
+        g[1] += 1
+    return tuple((t, n) for t, n in groups.values())
+
+
+def _bits(fmt: WeightFormat, t: Tensor) -> float:
+    """Bits per element of tensor `t` under a float / integer / microscaling format (not GGUF)."""
+    if fmt.kind == "float":
+        return fmt.bits
+    if t.role in _NOT_QUANTIZED or not t.is_matrix or (fmt.experts_only and not t.role.endswith("_exps")):
+        return fmt.keep_dtype_bits
+    return fmt.matrix_bits(t)
 
 
 @lru_cache(maxsize=512)
@@ -104,16 +124,7 @@ def tensor_bytes(fmt: WeightFormat, spec: ModelSpec) -> tuple[tuple[Tensor, floa
             (t, float(gguf.tensor_bytes(gguf.tensor_type(ftype, t, spec, imatrix=fmt.imatrix), t.numel)))
             for t in gguf.gguf_tensors(spec)
         )
-    out = []
-    for t in tensor_inventory(spec):
-        if fmt.kind == "float":
-            bits = fmt.bits
-        elif t.role in _NOT_QUANTIZED or not t.is_matrix or (fmt.experts_only and not t.role.endswith("_exps")):
-            bits = fmt.keep_dtype_bits
-        else:
-            bits = fmt.matrix_bits(t)
-        out.append((t, t.numel * bits / 8))
-    return tuple(out)
+    return tuple((t, t.numel * _bits(fmt, t) / 8) for t in tensor_inventory(spec))
 
 
 @lru_cache(maxsize=256)
