@@ -227,6 +227,10 @@ def test_serve_search_skips_only_what_cannot_rank():
     assert not any(c.rule == "cost" for c in full.rejected)
     skipped = [c for c in short.rejected if c.rule == "cost"]
     assert skipped  # the bound did prune something, so the comparison below is not vacuous
+    # each stage's floor prunes: the price of one replica, the analytic ceiling (before any simulation), and the
+    # simulated saturation rate
+    for stage in ("for a single replica", "at the most one can finish", "at its saturation rate"):
+        assert any(stage in c.reason for c in skipped), stage
     assert [(c.gpu.id, c.count, c.usd_per_hour) for c in short.ranked] == \
            [(c.gpu.id, c.count, c.usd_per_hour) for c in full.ranked[:3]]
     worst_ranked = short.ranked[-1].usd_per_hour
