@@ -4,6 +4,8 @@ FSDP's gradient pool on its own stream once the loss no longer sets the backward
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from gpuwise.catalog.gpus import get_gpu
@@ -65,6 +67,34 @@ def test_no_compile_loss_is_torchtitan_s_option() -> None:
     with pytest.raises(InvalidArgument, match="torchtitan"):
         TrainRequest(model=load_model("llama-3-8b"), gpu=get_gpu("h100-sxm"), framework="megatron",
                      compile_loss=False)
+
+
+def test_compile_components_names_what_torchtitan_compiles() -> None:
+    """compile.components ["loss"]: the loss compiled, the blocks eager (torchtitan's DeepSeek-V3 configs);
+    ["model", "loss"] is --compile, ["model"] is --compile --no-compile-loss."""
+    tokens_logits = 8192 * load_model("llama-3-8b").spec.vocab_size
+    loss_only = train(_llama8b(compile_components="loss"))
+    assert loss_only.request.compile is False and loss_only.request.job.compile_loss
+    assert loss_only.memory.logits == pytest.approx(tokens_logits * (2 + 2), rel=1e-6)
+    # the blocks keep what eager PyTorch keeps: the same activations as no compile at all
+    assert loss_only.memory.activations == train(_llama8b()).memory.activations
+    both = train(_llama8b(compile_components="model, loss")).memory
+    assert both == train(_llama8b(compile=True)).memory
+    model_only = train(_llama8b(compile_components="model")).memory
+    assert model_only == train(_llama8b(compile=True, compile_loss=False)).memory
+    assert train(_llama8b(compile_components="")).memory == train(_llama8b()).memory
+
+
+@pytest.mark.parametrize(("kw", "needle"), [
+    ({"compile_components": "loss,optimizer"}, "unknown component 'optimizer'"),
+    ({"compile_components": "loss", "framework": "fsdp"}, "torchtitan's compile.components"),
+    ({"compile_components": "loss", "compile": True}, "--compile compiles the model"),
+    ({"compile_components": "model,loss", "compile_loss": False}, "--no-compile-loss leaves the loss out"),
+])
+def test_compile_components_refuses_what_it_cannot_mean(kw, needle) -> None:
+    base = dict(model=load_model("llama-3-8b"), gpu=get_gpu("h100-sxm"), framework="torchtitan")
+    with pytest.raises(InvalidArgument, match=re.escape(needle)):
+        TrainRequest(**{**base, **kw})
 
 
 def test_fsdp_s_gradient_pool_is_reserved_beside_the_backward_s_start() -> None:

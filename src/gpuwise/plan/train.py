@@ -136,6 +136,10 @@ class TrainRequest:
     """torchtitan with --compile: the loss is compiled too (compile.components default ["model", "loss"], since
     torchtitan 2025-04-02): no fp32 copy of the logits. --no-compile-loss: the loss runs eager (compile.components
     ["model"], or a torchtitan from 2024-12-18 to 2025-04-02)."""
+    compile_components: str | None = None
+    """torchtitan's compile.components, comma-separated: model (the blocks: as --compile) and loss (the
+    cross-entropy: no fp32 copy of the logits); 'loss' alone compiles the loss with the blocks eager, as torchtitan's
+    DeepSeek-V3 configs do. Given, it decides both (--compile and --no-compile-loss must agree with it)."""
     loss_chunks: int | None = None
     """Cross-entropy over this many sequence chunks, upcast to fp32 one at a time (default 8 for torchtune, whose
     recipes use CEWithChunkedOutputLoss, else 1: the whole logits at once)."""
@@ -229,6 +233,9 @@ class TrainRequest:
         if not self.compile_loss and framework != "torchtitan":
             raise InvalidArgument(f"--no-compile-loss is torchtitan's compile.components without 'loss'; the framework "
                                   f"here is {framework}")
+        loss_compiled = self.compile and self.compile_loss and framework == "torchtitan"
+        if self.compile_components is not None:
+            loss_compiled = self._resolve_compile_components(framework)
         if framework == "torchtitan" and self.pp > 1:
             self._torchtitan_pipeline_defaults()
         # FSDP2's CPUOffloadPolicy (asked for, or the framework's own full shard): the step runs on the host too.
@@ -262,7 +269,7 @@ class TrainRequest:
                        sdpa_backend=self.sdpa_backend,
                        flops_convention=self.flops_convention,
                        compile=self.compile, loss_chunks=chunks, fused_loss=self.fused_loss,
-                       compile_loss=self.compile and self.compile_loss and framework == "torchtitan",
+                       compile_loss=loss_compiled,
                        norm_type=self.norm_type or "rmsnorm",
                        fp8_param_gather=self.fp8_param_gather, grad_reduce_in_fp32=self.grad_reduce_in_fp32,
                        optimizer_in_backward=self.optimizer_in_backward, optimizer_impl=self.optimizer_impl,
@@ -298,6 +305,26 @@ class TrainRequest:
                                   f"learned positions")
         object.__setattr__(self, "_job", job)
         object.__setattr__(self, "_framework_reason", why)
+
+    def _resolve_compile_components(self, framework: str) -> bool:
+        """--compile-components sets --compile (model) and whether the loss is compiled; returns the latter."""
+        parts = [p.strip() for p in str(self.compile_components).split(",") if p.strip()]
+        unknown = sorted(set(parts) - {"model", "loss"})
+        if unknown:
+            raise InvalidArgument(f"--compile-components: unknown component '{unknown[0]}'; valid: model, loss "
+                                  "(comma-separated, as torchtitan's compile.components)")
+        if framework != "torchtitan":
+            raise InvalidArgument(f"--compile-components is torchtitan's compile.components; the framework here is "
+                                  f"{framework} (use --compile)")
+        model, loss = "model" in parts, "loss" in parts
+        if self.compile and not model:
+            raise InvalidArgument("--compile compiles the model, and --compile-components leaves it out: "
+                                  "give one of them")
+        if not self.compile_loss and loss:
+            raise InvalidArgument("--no-compile-loss leaves the loss out, and --compile-components has it: "
+                                  "give one of them")
+        object.__setattr__(self, "compile", model)
+        return loss
 
     def _torchtitan_pipeline_defaults(self) -> None:
         """What torchtitan does with pipeline options left unset: two stages per rank for a multi-stage schedule
@@ -571,6 +598,9 @@ def _assumptions(req: TrainRequest, framework: str, layout: Layout, mem: TrainMe
         out.append("torch.compile: the blocks keep matmul and attention tensors; pointwise ops are recomputed"
                    + ("; the loss is compiled too: 16-bit logits and gradient, no fp32 copy (torchtitan's "
                       "compile.components; --no-compile-loss if it is not)" if req.job.compile_loss else ""))
+    elif req.job.compile_loss:
+        out.append("torch.compile on the loss only (compile.components ['loss']): 16-bit logits and gradient, no "
+                   "fp32 copy; the blocks run eager")
     if req.job.loss_chunks > 1:
         out.append(f"cross-entropy over {req.job.loss_chunks} chunks: one chunk's fp32 temporaries at a time")
     if layout.sp and layout.tp == 1:
