@@ -40,14 +40,15 @@ def _close(a: float, b: float) -> bool:
        num_gpus=st.sampled_from([2, 8, 16, 64]), seq=st.sampled_from([2048, 4096, 8192]),
        batch=st.sampled_from([16, 64, 256]),
        framework=st.sampled_from(["megatron", "torchtitan", "fsdp", "deepspeed"]),
-       precision=st.sampled_from(["bf16", "fp8"]))
+       precision=st.sampled_from(["bf16", "fp8"]), compiled=st.booleans())
 def test_every_plan_runs_in_train_with_the_same_step_and_memory(kind, gpu, num_gpus, seq, batch, framework,
-                                                                 precision, capsys):
+                                                                 precision, compiled, capsys):
     if precision == "fp8" and gpu == "a100-sxm-80gb":
         precision = "bf16"  # no fp8 tensor cores
+    compile_flag = ["--compile"] if compiled and framework in ("torchtitan", "fsdp") else []
     doc = _run(["plan", MODELS[kind], "--gpu", gpu, "--num-gpus", str(num_gpus), "--seq", str(seq),
                 "--global-batch", str(batch), "--framework", framework, "--precision", precision, "--top", "4",
-                "--json"], capsys)
+                *compile_flag, "--json"], capsys)
     assume(doc["plans"])  # a job no layout fits (or splits) says so instead; those are other tests'
     for p in doc["plans"]:
         argv = shlex.split(p["train_command"])

@@ -49,6 +49,9 @@ from .train import TrainRequest
 Objective = Literal["time", "cost", "memory"]
 PlanFramework = Literal["megatron", "torchtitan", "fsdp", "deepspeed"]
 """The trainers the planner searches for (transformers + PEFT has no layouts to search)."""
+COMPILING_FRAMEWORKS: tuple[str, ...] = ("torchtitan", "fsdp")
+"""Planner frameworks whose runs torch.compile (`--compile`): torchtitan's compile.enable, a PyTorch FSDP script's
+torch.compile; Megatron and DeepSpeed plans keep their own kernels."""
 OBJECTIVES: tuple[str, ...] = get_args(Objective)
 SHARDINGS_BY_FRAMEWORK = {
     "megatron": ("zero1",),  # the distributed optimizer
@@ -118,6 +121,7 @@ class PlanRequest:
     inter_node_gbps: float | None = None
     profile: str | None = None
     sdpa_backend: SdpaBackend | None = None
+    compile: bool = job_default("compile")
 
     def __post_init__(self) -> None:
         for name in ("num_gpus", "seq", "global_batch", "top"):
@@ -130,6 +134,9 @@ class PlanRequest:
         if self.framework not in SHARDINGS_BY_FRAMEWORK:
             raise InvalidArgument(f"--framework: unknown value '{self.framework}'; valid: "
                                   f"{', '.join(SHARDINGS_BY_FRAMEWORK)}")
+        if self.compile and self.framework not in COMPILING_FRAMEWORKS:
+            raise InvalidArgument(f"--compile is torch.compile of a PyTorch-native trainer ({', '.join(COMPILING_FRAMEWORKS)}"
+                                  f"); {self.framework} plans are priced with its own fused kernels")
         if self.no_pp and self.pp not in (None, 1):
             raise InvalidArgument(f"--no-pp and --pp {self.pp} both set: choose one")
         if self.gpus_per_node is not None:
@@ -175,7 +182,8 @@ class PlanRequest:
         return TrainJob(framework=self.framework, precision=self.precision, optimizer=self.optimizer, seq=self.seq,
                         recompute=framework_mode(recompute, self.framework), offload=frozenset(offload),
                         fp8_transpose_cache=fp8_transpose_cached(self.gpu.architecture),
-                        sdpa_backend=self.sdpa_backend)
+                        sdpa_backend=self.sdpa_backend, compile=self.compile,
+                        compile_loss=self.compile and self.framework == "torchtitan")
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,7 +213,7 @@ class Plan:
                          recompute=self.recompute, offload=tuple(self.offload),
                          optimizer=req.optimizer, precision=req.precision, framework=req.framework,
                          gpus_per_node=req.gpus_per_node, inter_node_gbps=req.inter_node_gbps, profile=req.profile,
-                         sdpa_backend=req.sdpa_backend)
+                         sdpa_backend=req.sdpa_backend, compile=req.compile)
         out.update(TRAIN_SHARDING[lay.sharding])
         if lay.sharding == "hsdp":
             out["shard_group"] = lay.shard_group

@@ -38,6 +38,9 @@ def _deepspeed_config(job: _Job) -> tuple[str, str, list[str]]:
             differs.append("parameter offload needs ZeRO-3; not written")
     if "activations" in job.offload:
         differs.append("activation offload is not expressed")
+    if job.req.compile:
+        differs.append("torch.compile is not written (DeepSpeed's \"compile\" section is left to you); the plan was "
+                       "priced compiled")
     cfg: dict = {
         "train_batch_size": req.global_batch,
         "train_micro_batch_size_per_gpu": p.micro_batch,

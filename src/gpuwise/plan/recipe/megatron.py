@@ -175,6 +175,9 @@ def _megatron_args(job: _Job) -> tuple[str, str, list[str]]:
         offload = ["--optimizer-cpu-offload", "--optimizer-offload-fraction 1.0", "--use-precision-aware-optimizer"]
     if "params" in job.offload:
         differs.append("parameter offload: Megatron-LM has none")
+    if req.compile:
+        differs.append("torch.compile: not a Megatron-LM option (Transformer Engine's fused kernels instead); the plan "
+                       "was priced compiled")
     if "activations" in job.offload:
         differs.append("activation offload is not expressed")
     if req.optimizer not in ("adamw", "sgd"):
