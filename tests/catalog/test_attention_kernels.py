@@ -73,44 +73,67 @@ def test_a_profile_may_name_its_attention_kernel(tmp_path):
         load_profile(path, gpu)
 
 
-def test_small_heads_follow_the_papers_head_dim_64_panels():
-    """FA3 paper Fig. 5-6, head dim 64 (H100, BF16): causal forward at 16k FA2 299, cuDNN 388, FA3 473 against 335,
-    539, 616 at head dim 128; FA3's backward at 2k 422 (non-causal) against 561 at 16k, head dim 128."""
+def test_head_sizes_follow_the_papers_panels():
+    """FA3 paper Fig. 5-6 (H100, BF16): causal forward at 16k FA2 299, cuDNN 388, FA3 473 at head dim 64 and 298, 509,
+    642 at 256, against 335, 539, 616 at 128; FA3's backward at 2k 422 (non-causal, head dim 64) against 561 at 16k,
+    head dim 128. No backward is charted at 256: the 128 backward times the forward's 256 / 128 ratio."""
     assert shape("fa2", 16384, backward=False, head_dim=64) == pytest.approx(299 / 335)
     assert shape("cudnn", 16384, backward=False, head_dim=64) == pytest.approx(388 / 539)
     assert shape("fa3", 16384, backward=False, head_dim=64) == pytest.approx(473 / 616)
     assert shape("fa3", 2048, backward=True, causal=False, head_dim=64) == pytest.approx(422 / 561)
-    # halfway between the panels at head dim 96; the panels' ends hold outside 64..128
-    mid = shape("cudnn", 4096, backward=False, head_dim=96)
-    lo, hi = (shape("cudnn", 4096, backward=False, head_dim=d) for d in (64, 128))
-    assert mid == pytest.approx((lo + hi) / 2)
-    assert shape("cudnn", 4096, backward=False, head_dim=32) == lo
-    assert shape("cudnn", 4096, backward=False, head_dim=256) == hi == shape("cudnn", 4096, backward=False)
+    assert shape("fa2", 16384, backward=False, head_dim=256) == pytest.approx(298 / 335)
+    assert shape("fa3", 16384, backward=False, head_dim=256) == pytest.approx(642 / 616)
+    assert shape("fa2", 16384, backward=True, causal=False, head_dim=256) == pytest.approx(326 / 370)
+    # halfway between panels at 96 and 192; the end panels hold outside 64..256
+    for lo_dim, mid_dim, hi_dim in ((64, 96, 128), (128, 192, 256)):
+        lo, mid, hi = (shape("cudnn", 4096, backward=False, head_dim=d) for d in (lo_dim, mid_dim, hi_dim))
+        assert mid == pytest.approx((lo + hi) / 2)
+    assert shape("cudnn", 4096, backward=False, head_dim=32) == shape("cudnn", 4096, backward=False, head_dim=64)
+    assert shape("fa2", 4096, backward=True, head_dim=512) == shape("fa2", 4096, backward=True, head_dim=256)
+    assert shape("cudnn", 4096, backward=False, head_dim=128) == shape("cudnn", 4096, backward=False)
 
 
 @pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("backward", [False, True])
 @pytest.mark.parametrize("causal", [False, True])
-def test_throughput_never_falls_as_heads_grow(family, backward, causal):
+def test_small_heads_are_never_faster(family, backward, causal):
+    """Up to head dim 128 every family's rate rises with the head (more FLOPs per byte loaded and per softmax)."""
     for s in LENGTHS:
-        dims = (32, 64, 80, 96, 112, 128, 256)
+        dims = (32, 64, 80, 96, 112, 128)
         values = [shape(family, s, backward=backward, causal=causal, head_dim=d) for d in dims]
         assert values == sorted(values)
 
 
-def test_step_time_runs_small_heads_at_their_rate():
-    """GPT-OSS's heads of 64 run attention at the cuDNN head-dim-64 rate; the same FLOPs in a head-dim-128 model do
-    not. MLA (DeepSeek-V3) counts its q.k size, 192: the 128 curve."""
+def test_training_and_prefill_pass_the_model_s_head_size():
+    """GPT-OSS's heads of 64 run attention at the cuDNN head-dim-64 rate in a training step's block and in a prefill
+    pass; MLA (DeepSeek-V3) counts its q.k size, 192."""
+    from dataclasses import replace
+
     from gpuwise.catalog.models import load_model
+    from gpuwise.estimate import step_time as st
     from gpuwise.estimate.layer_ops import attention_head_dim
 
-    h100 = default_profile(get_gpu("h100-sxm"))
-    assert attention_head_dim(load_model("gpt-oss-120b").spec) == 64
     assert attention_head_dim(load_model("deepseek-v3").spec) == 192
-    assert attention_head_dim(load_model("llama-3-8b").spec) == 128
-    overhead = h100.kernel_overhead_s
-    small = attention_s(h100, 1e12, 0.0, backward=False, seq=4096, head_dim=64) - overhead
-    big = attention_s(h100, 1e12, 0.0, backward=False, seq=4096, head_dim=128) - overhead
-    assert big == attention_s(h100, 1e12, 0.0, backward=False, seq=4096) - overhead
-    assert small / big == pytest.approx(shape("cudnn", 4096, backward=False) / shape("cudnn", 4096, backward=False,
-                                                                                       head_dim=64))
+    spec = load_model("gpt-oss-120b").spec
+    assert attention_head_dim(spec) == 64
+    h100 = default_profile(get_gpu("h100-sxm"))
+    kw = dict(tokens=4096, seq_local=4096, cp=1, tp=1, ep=1, dtype="bf16", e=2.0, recompute="none",
+              frozen_base=False, framework="megatron", attention="flash", compile=False, etp=None, sdpa_flash=False)
+    layer = next(i for i, t in enumerate(spec.layer_types) if t != "sliding")  # a full-attention layer
+    small = st._time_block(h100, spec, layer, **kw).attention_forward - h100.kernel_overhead_s
+    # the same shapes with heads of 128 (half as many: the same q.k FLOPs), run at the 128 rate
+    big_spec = replace(spec, head_dim=128, num_heads=spec.num_heads // 2, num_kv_heads=spec.num_kv_heads // 2)
+    big = st._time_block(h100, big_spec, layer, **kw).attention_forward - h100.kernel_overhead_s
+    expected = shape("cudnn", 4096, backward=False) / shape("cudnn", 4096, backward=False, head_dim=64)
+    assert small / big == pytest.approx(expected, rel=1e-3)
+    # a prefill pass (what infer and the serving step cost price) runs its attention at the head size's rate too
+    from gpuwise.estimate.comm import topology
+    from gpuwise.estimate.infer_time import engine_perf, forward_pass_s
+
+    def prefill_attention(sp):
+        return forward_pass_s(sp, profile=h100, topo=topology(get_gpu("h100-sxm"), num_gpus=1),
+                              engine=engine_perf("vllm"), dtype="bf16", weight_bytes_per_param=2.0,
+                              kv_bytes_per_element=2.0, rows=4096, sequences=1, context=4096, num_gpus=1, decode=False,
+                              logits_rows=1).attention_s
+
+    assert prefill_attention(spec) > 1.2 * prefill_attention(big_spec)

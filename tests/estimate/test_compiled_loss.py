@@ -83,6 +83,12 @@ def test_compile_components_names_what_torchtitan_compiles() -> None:
     model_only = train(_llama8b(compile_components="model")).memory
     assert model_only == train(_llama8b(compile=True, compile_loss=False)).memory
     assert train(_llama8b(compile_components="")).memory == train(_llama8b()).memory
+    # the list is resolved into --compile / --no-compile-loss: a replace() that drops it keeps what it said
+    from dataclasses import replace
+
+    req = _llama8b(compile_components="model")
+    assert (req.compile, req.compile_loss) == (True, False)
+    assert replace(req, compile_components=None).job.compile_loss is False
 
 
 @pytest.mark.parametrize(("kw", "needle"), [

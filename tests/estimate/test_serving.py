@@ -36,12 +36,20 @@ def test_a_lone_request_costs_its_prefill_step_then_one_step_per_token():
     assert r.completed == 1 and r.steps == 10
 
 
-def test_requests_finishing_inside_a_decode_stretch_cost_exactly_their_steps():
+def test_requests_finishing_inside_a_decode_stretch_cost_exactly_their_steps(monkeypatch):
     """Two requests sent together, 4 and 9 output tokens: one prefill step for both, 3 steps decoding both (the first
-    finishes in the third, inside the decode-only stretch), then 5 steps decoding the second alone."""
+    finishes in the third, inside the decode-only stretch), then 5 steps decoding the second alone. The two stretches
+    run in the tight loop through their finishing steps: three step costs are priced in all (the prefill step and
+    each stretch's fixed part), not one per finishing step besides."""
+    import gpuwise.estimate.serving as serving
+
+    priced = []
+    real = serving._step_seconds
+    monkeypatch.setattr(serving, "_step_seconds", lambda *a: priced.append(a) or real(*a))
     cost = _cost()
     wl = Workload(prompt_tokens=(300, 200), output_tokens=(4, 9))
     r = simulate(cost, wl, LIMITS)
+    assert len(priced) == 3
     prefill = cost.seconds(500, 2, 0, 300 * 301 / 2 + 200 * 201 / 2)
     both = [cost.seconds(2, 2, 301 + 201 + 2 * k, 0, 2) for k in range(3)]
     alone = [cost.seconds(1, 1, 201 + 3 + k, 0, 1) for k in range(5)]

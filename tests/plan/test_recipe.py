@@ -356,3 +356,12 @@ def test_plan_compile_is_for_pytorch_native_trainers():
     with pytest.raises(InvalidArgument, match="--compile is torch.compile"):
         gpuwise.plan("llama-3.1-8b", gpu="h100-sxm", num_gpus=8, seq=4096, global_batch=16, framework="megatron",
                      compile=True)
+
+
+def test_a_compiled_fsdp_plan_compiles_the_blocks_only():
+    """An FSDP plan prices torch.compile on the blocks with the loss eager (only torchtitan compiles its loss): the
+    torchtitan file it also writes asks for the model alone, and launch.sh's FSDP2 notes say to compile the blocks."""
+    r = _plan("llama-3.1-8b", num_gpus=8, seq=4096, global_batch=16, framework="fsdp", compile=True)
+    files = recipes(r, r.plans[0])
+    assert tomllib.loads(files["torchtitan.toml"])["compile"]["components"] == ["model"]
+    assert "torch.compile each transformer block" in files["launch.sh"]

@@ -15,7 +15,8 @@ from ._toml import load_toml
 FAMILIES = ("fa2", "cudnn", "fa3")
 PLATEAU_SEQ = 16384
 PLATEAU_HEAD_DIM = 128
-SMALL_HEAD_DIM = 64
+PANELS = ((64, "_hd64"), (PLATEAU_HEAD_DIM, ""), (256, "_hd256"))
+"""The head dimensions the paper charts, with their rows' key suffix in attention_kernels.toml."""
 
 
 @lru_cache(maxsize=1)
@@ -39,35 +40,40 @@ def _interp(seqs: list[int], values: list[float], seq: float) -> float:
 
 
 def _throughput(family: str, seq: float, backward: bool, causal: bool, suffix: str = "") -> float:
-    """The paper's TFLOP/s at `seq`; `suffix` "_hd64" reads the head-dim-64 panels, "" the head-dim-128 ones."""
+    """The paper's TFLOP/s at `seq`; `suffix` picks the head-dim panel (`PANELS`)."""
     data = _data()
     seqs, row = data["seq"], data[family]
     fwd, fwd_causal = row["forward" + suffix], row["forward_causal" + suffix]
     if not backward:
         return _interp(seqs, fwd_causal if causal else fwd, seq)
-    bwd = _interp(seqs, row["backward" + suffix], seq)
+    if "backward" + suffix in row:
+        bwd = _interp(seqs, row["backward" + suffix], seq)
+    else:  # no backward chart at this head size: the 128 backward times this panel's forward over the 128 forward
+        bwd = _interp(seqs, row["backward"], seq) * _interp(seqs, fwd, seq) / _interp(seqs, row["forward"], seq)
     if causal:  # the forward's masking penalty at the same length and head size
         bwd *= _interp(seqs, fwd_causal, seq) / _interp(seqs, fwd, seq)
     return bwd
 
 
 def _at_head_dim(family: str, seq: float, backward: bool, causal: bool, head_dim: float) -> float:
-    """Linear in the head dimension between the 64 and 128 panels; the nearest panel outside them."""
-    big = _throughput(family, seq, backward, causal)
-    if head_dim >= PLATEAU_HEAD_DIM:
-        return big
-    small = _throughput(family, seq, backward, causal, "_hd64")
-    if head_dim <= SMALL_HEAD_DIM:
-        return small
-    t = (head_dim - SMALL_HEAD_DIM) / (PLATEAU_HEAD_DIM - SMALL_HEAD_DIM)
-    return small + t * (big - small)
+    """Linear in the head dimension between the charted panels; the nearest panel outside them."""
+    (lo_dim, lo_key), (hi_dim, hi_key) = PANELS[0], PANELS[-1]
+    if head_dim <= lo_dim:
+        return _throughput(family, seq, backward, causal, lo_key)
+    if head_dim >= hi_dim:
+        return _throughput(family, seq, backward, causal, hi_key)
+    for (d0, k0), (d1, k1) in zip(PANELS, PANELS[1:]):
+        if head_dim <= d1:
+            a, b = _throughput(family, seq, backward, causal, k0), _throughput(family, seq, backward, causal, k1)
+            return a + (head_dim - d0) / (d1 - d0) * (b - a)
+    raise AssertionError(head_dim)  # pragma: no cover - the panels cover every head size
 
 
 @lru_cache(maxsize=4096)
 def shape(family: str, seq: float, *, backward: bool, causal: bool = True,
           head_dim: float = PLATEAU_HEAD_DIM) -> float:
     """Throughput of `family` at `seq` keys per query and heads of `head_dim` over its long-sequence (16k) throughput
-    at head dimension 128: at most ~1."""
+    at head dimension 128: at most ~1 up to head dim 128 (FA3 and cuDNN exceed it with larger heads)."""
     if family not in FAMILIES:
         raise KeyError(family)
     return (_at_head_dim(family, seq, backward, causal, head_dim)

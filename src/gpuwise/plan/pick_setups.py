@@ -195,7 +195,7 @@ class ServeBound:
 
     def floor_usd_per_hour(self, rate: float) -> float | None:
         """The least this deployment can cost: the replicas the rate needs at the ceiling rate, each n GPUs."""
-        return None if self.price is None else self.price * self.n * math.ceil(rate / self.ceiling)
+        return None if self.price is None else self.price * self.n * max(1, math.ceil(rate / self.ceiling))
 
 
 @dataclass(frozen=True)

@@ -135,8 +135,9 @@ class PlanRequest:
             raise InvalidArgument(f"--framework: unknown value '{self.framework}'; valid: "
                                   f"{', '.join(SHARDINGS_BY_FRAMEWORK)}")
         if self.compile and self.framework not in COMPILING_FRAMEWORKS:
-            raise InvalidArgument(f"--compile is torch.compile of a PyTorch-native trainer ({', '.join(COMPILING_FRAMEWORKS)}"
-                                  f"); {self.framework} plans are priced with its own fused kernels")
+            raise InvalidArgument("--compile is torch.compile of a PyTorch-native trainer "
+                                  f"({', '.join(COMPILING_FRAMEWORKS)}); {self.framework} plans are priced with its "
+                                  "own fused kernels")
         if self.no_pp and self.pp not in (None, 1):
             raise InvalidArgument(f"--no-pp and --pp {self.pp} both set: choose one")
         if self.gpus_per_node is not None:

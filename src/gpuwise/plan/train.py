@@ -324,6 +324,7 @@ class TrainRequest:
             raise InvalidArgument("--no-compile-loss leaves the loss out, and --compile-components has it: "
                                   "give one of them")
         object.__setattr__(self, "compile", model)
+        object.__setattr__(self, "compile_loss", loss)
         return loss
 
     def _torchtitan_pipeline_defaults(self) -> None:

@@ -411,7 +411,8 @@ def render_plan(r) -> str:
 
     req = r.request
     lines = [f"{req.model.id} on {req.num_gpus} x {req.gpu.name}, seq {req.seq}, global batch {req.global_batch} "
-             f"sequences, framework {req.framework}, objective {req.objective}"]
+             f"sequences, framework {req.framework}" + (" with torch.compile" if req.compile else "")
+             + f", objective {req.objective}"]
     if not r.plans:
         lines.append(r.why)
     for i, p in enumerate(r.plans, 1):

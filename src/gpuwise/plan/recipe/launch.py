@@ -29,6 +29,8 @@ def _fsdp_settings(job: _Job) -> list[str]:
         f"  activation checkpointing: {job.plan.recompute}"
         + (" (checkpoint_wrapper on every block)" if job.plan.recompute == "full" else ""),
     ]
+    if req.compile:
+        lines.append("  torch.compile each transformer block (the plan was priced compiled; the loss stays eager)")
     if req.precision == "fp8":
         lines.append("  fp8: torchao's convert_to_float8_training (or Transformer Engine) on the linear layers")
     if lay.tp * lay.pp * lay.cp * lay.ep > 1:

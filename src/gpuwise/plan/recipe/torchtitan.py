@@ -156,8 +156,9 @@ def _torchtitan_toml(job: _Job) -> tuple[str, str, list[str]]:
         ("parallelism", parallelism),
         ("activation_checkpoint", ac),
     ]
-    if req.compile:  # what the plan was priced with: the blocks and the loss (torchtitan's default components)
-        sections.append(("compile", {"enable": True, "components": ["model", "loss"]}))
+    if req.compile:  # what the plan was priced with: the blocks, and the loss where the plan is torchtitan's own
+        components = ["model", "loss"] if req.framework == "torchtitan" else ["model"]
+        sections.append(("compile", {"enable": True, "components": components}))
     if req.precision == "fp8":
         fsdp = parallelism.get("data_parallel_shard_degree", 1) * lay.cp > 1
         sections.append(("quantize.linear.float8", {"recipe_name": "tensorwise",
