@@ -177,10 +177,8 @@ SERVE_BISECTIONS = 6
 
 
 @dataclass(frozen=True)
-class ServeBound:
-    """A serving candidate that fits, before any simulation: its step cost, its engine's limits and the most
-    requests/s one replica could finish (`saturation_ceiling`, an analytical upper bound), enough to bound what the
-    deployment costs from below (`floor_usd_per_hour`) without simulating it."""
+class _ServeSetup:
+    """A serving candidate that fits: its GPUs, price, kernel setup, step cost and engine limits."""
     gpu: GPU
     n: int
     price: float | None
@@ -190,33 +188,34 @@ class ServeBound:
     cost: StepCost
     load: LoadSpec
     setup: str
+
+    def _floor(self, rate: float, per_replica: float) -> float | None:
+        """What the deployment costs at least if each replica of n GPUs finishes `per_replica` requests/s."""
+        return None if self.price is None else self.price * self.n * max(1, math.ceil(rate / per_replica))
+
+
+@dataclass(frozen=True)
+class ServeBound(_ServeSetup):
+    """Before any simulation: the most requests/s one replica could finish (`saturation_ceiling`, an analytical
+    upper bound) bounds what the deployment costs from below without simulating it."""
     ceiling: float
     """Requests/s one replica cannot exceed (its KV pool's largest decode batch at its decode-only step time)."""
 
     def floor_usd_per_hour(self, rate: float) -> float | None:
         """The least this deployment can cost: the replicas the rate needs at the ceiling rate, each n GPUs."""
-        return None if self.price is None else self.price * self.n * max(1, math.ceil(rate / self.ceiling))
+        return self._floor(rate, self.ceiling)
 
 
 @dataclass(frozen=True)
-class ServeProbe:
-    """A serving candidate after its first simulation (one replica's saturation rate), before the rate search:
-    enough to bound what the deployment costs (`floor_usd_per_hour`)."""
-    gpu: GPU
-    n: int
-    price: float | None
-    source: str
-    ireq: InferRequest
-    ks: KernelSetup
-    cost: StepCost
-    load: LoadSpec
-    setup: str
+class ServeProbe(_ServeSetup):
+    """After its first simulation (one replica's saturation rate), before the rate search: enough to bound what the
+    deployment costs (`floor_usd_per_hour`)."""
     saturation: float
     """Requests/s one replica finishes with every request queued at once (no latency target)."""
 
     def floor_usd_per_hour(self, rate: float) -> float | None:
         """The least this deployment can cost: the replicas the rate needs at the saturation rate, each n GPUs."""
-        return None if self.price is None else self.price * self.n * math.ceil(rate / self.saturation)
+        return self._floor(rate, self.saturation)
 
 
 def _serve(req: PickRequest, gpu: GPU, n: int, price: float | None, source: str) -> Candidate:
