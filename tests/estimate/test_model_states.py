@@ -147,3 +147,34 @@ def test_zero1_with_fsdp2_style_weights_shards_only_the_optimizer_states() -> No
     full = bytes_per_param(framework="fsdp", precision="bf16", optimizer="adamw",
                            layout=Layout(num_gpus=8, sharding="fsdp-full"))
     assert full == {"params": 0, "master_weights": 0.5, "grads": 0.5, "optimizer": 1}
+
+
+@pytest.mark.parametrize(("exp_avg", "exp_avg_sq", "per_param"), [
+    # Megatron's precision-aware optimizer: the two AdamW moments in the dtypes given, 4 + 4 B by default
+    (None, None, 8.0), ("bf16", "bf16", 4.0), ("bf16", None, 6.0), ("fp8", "bf16", 3.0), ("fp32", "fp32", 8.0)])
+def test_precision_aware_optimizer_moments(exp_avg, exp_avg_sq, per_param) -> None:
+    spec = load_model("llama-3.1-8b").spec
+    layout = Layout(num_gpus=8, sharding="zero1")
+    job = TrainJob(framework="megatron", precision="bf16", optimizer="adamw", exp_avg_dtype=exp_avg,
+                   exp_avg_sq_dtype=exp_avg_sq)
+    base = model_states(spec, layout, 0, replace(job, exp_avg_dtype=None, exp_avg_sq_dtype=None))
+    got = model_states(spec, layout, 0, job)
+    assert got.optimizer == pytest.approx(base.optimizer * per_param / 8.0)
+    assert (got.params, got.master_weights, got.grads) == (base.params, base.master_weights, base.grads)
+
+
+def test_precision_aware_optimizer_is_megatron_s_adamw_option() -> None:
+    from gpuwise.catalog.gpus import get_gpu
+    from gpuwise.errors import InvalidArgument
+    from gpuwise.plan.train import TrainRequest, train
+
+    model, gpu = load_model("llama-3.1-8b"), get_gpu("h100-sxm")
+    with pytest.raises(InvalidArgument, match="needs --framework megatron"):
+        TrainRequest(model=model, gpu=gpu, framework="torchtitan", exp_avg_dtype="bf16")
+    with pytest.raises(InvalidArgument, match="moment of AdamW"):
+        TrainRequest(model=model, gpu=gpu, framework="megatron", optimizer="sgd", exp_avg_sq_dtype="bf16")
+    kw = dict(model=model, gpu=gpu, num_gpus=8, framework="megatron", zero=1, seq=4096, global_batch=8)
+    fp32, bf16 = (train(TrainRequest(**kw, exp_avg_dtype=d, exp_avg_sq_dtype=d)) for d in ("fp32", "bf16"))
+    assert bf16.memory.total < fp32.memory.total
+    # the step streams half the moment bytes
+    assert bf16.perf.step.breakdown["optimizer"] < fp32.perf.step.breakdown["optimizer"]

@@ -227,3 +227,26 @@ def test_the_8bit_adamw_remedy_drops_a_torch_optim_implementation_it_has_no_use_
     eight = [x for x in r.remedies if x.name == "optimizer"]
     assert eight and "8-bit" in eight[0].change
     assert r.combination is not None and "optimizer-impl" not in r.combination.change
+
+
+def test_megatron_gets_bf16_moments_and_keeps_them_while_the_job_stays_megatron():
+    """A Megatron job out of memory is offered Megatron's precision-aware optimizer (bf16 moments): what train predicts
+    for it, 4 B per parameter less before sharding. A job already on bf16 moments keeps them through the remedies
+    that stay on Megatron and drops them for the ones that leave it (LoRA runs on transformers + PEFT)."""
+    job = dict(num_gpus=8, framework="megatron", tp=8, seq=8192, global_batch=64)
+    r = doctor("llama-3.1-70b", gpu="h100-sxm", **job)
+    (moments,) = [x for x in r.remedies if x.options.get("exp_avg_dtype") == "bf16"]
+    checked = gpuwise.train("llama-3.1-70b", gpu="h100-sxm", **job, exp_avg_dtype="bf16", exp_avg_sq_dtype="bf16")
+    assert moments.memory_bytes == pytest.approx(checked.memory.total)
+    assert moments.memory_bytes < r.base.memory.total
+    already = doctor("llama-3.1-70b", gpu="h100-sxm", **job, exp_avg_dtype="bf16", exp_avg_sq_dtype="bf16")
+    assert not any("moments in bf16" in x.change for x in already.remedies)
+    for x in already.remedies:
+        options = {**job, "exp_avg_dtype": "bf16", "exp_avg_sq_dtype": "bf16", **x.options}
+        stays = (options.get("framework", "megatron") == "megatron" and options.get("finetune", "full") == "full"
+                 and options.get("optimizer", "adamw") == "adamw")
+        if not stays:
+            options.update(exp_avg_dtype=None, exp_avg_sq_dtype=None)
+        options = {k: v for k, v in options.items() if v is not None or k not in ("exp_avg_dtype", "exp_avg_sq_dtype")}
+        got = gpuwise.train("llama-3.1-70b", gpu=options.pop("gpu", "h100-sxm"), **options)
+        assert x.memory_bytes == pytest.approx(got.memory.total), x.change

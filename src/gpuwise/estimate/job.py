@@ -37,6 +37,8 @@ SdpaBackend = Literal["flash", "cudnn"]
 FlopsConvention = Literal["causal", "full"]
 NormType = Literal["rmsnorm", "fused_rmsnorm", "compiled_rmsnorm"]
 OffloadTarget = Literal["optimizer", "params", "activations"]
+StateDtype = Literal["fp32", "bf16", "fp16", "fp8"]
+STATE_DTYPE_BYTES: dict[str, float] = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0}
 
 FRAMEWORKS: tuple[str, ...] = get_args(Framework)
 PRECISIONS: tuple[str, ...] = get_args(Precision)
@@ -179,6 +181,11 @@ class TrainJob:
     optimizer_in_backward: bool = False
     """Each parameter's optimizer step runs as soon as its gradient is ready, which is then freed (torchtune
     optimizer_in_bwd): no step-wide gradients."""
+    exp_avg_dtype: StateDtype | None = None
+    """Megatron --exp-avg-dtype (with --use-precision-aware-optimizer; Megatron-Bridge's exp_avg_dtype): the dtype of
+    AdamW's first moment; None: the framework's (fp32 under mixed precision)."""
+    exp_avg_sq_dtype: StateDtype | None = None
+    """Megatron --exp-avg-sq-dtype: the dtype of AdamW's second moment; None: the framework's."""
     activation_func_fp8_input_store: bool = False
     """Megatron --activation-func-fp8-input-store: the MLP activation function (SwiGLU) keeps its input in fp8 for
     the backward (1 B instead of 2; Megatron's fused bias-SwiGLU casts it whatever the training precision)."""

@@ -17,7 +17,7 @@ from ..memo import remember
 from ..model.params import Tensor, tensor_inventory
 from ..model.spec import ModelSpec
 from . import muon
-from .job import FRAMEWORKS, HF_TRAINERS, OPTIMIZERS, PYTORCH_NATIVE, TE_FP8, TrainJob
+from .job import FRAMEWORKS, HF_TRAINERS, OPTIMIZERS, PYTORCH_NATIVE, STATE_DTYPE_BYTES, TE_FP8, TrainJob
 from .layout import Layout
 from .pipeline import stage_blocks, stage_layers
 
@@ -42,6 +42,8 @@ class PrecisionLayout:
     grad: float
     state: float
     """Bytes of one optimizer state element (fp32, or the parameter dtype in pure 16-bit training)."""
+    state_sq: float | None = None
+    """Bytes of AdamW's second-moment element where it differs from `state` (Megatron's --exp-avg-sq-dtype)."""
     grad_copy: float = 0.0
     """An fp32 copy of 16-bit gradients kept by the optimizer (Megatron fp16), sharded with the optimizer."""
     fp8_cache: float = 0.0
@@ -90,10 +92,12 @@ def precision_layout(framework: str, precision: str, *, fp8_param_gather: bool =
     raise InvalidArgument(f"unknown framework '{framework}'; valid: {', '.join(FRAMEWORKS)}")
 
 
-def optimizer_state_bytes(optimizer: str, t: Tensor, numel: float, state: float) -> float:
-    """Optimizer state bytes for `numel` elements of tensor `t` (a rank's share of it)."""
+def optimizer_state_bytes(optimizer: str, t: Tensor, numel: float, state: float,
+                          state_sq: float | None = None) -> float:
+    """Optimizer state bytes for `numel` elements of tensor `t` (a rank's share of it); `state_sq`: AdamW's second
+    moment's bytes where they differ from the first's."""
     if optimizer == "adamw":
-        return 2 * state * numel  # exp_avg and exp_avg_sq
+        return (state + (state if state_sq is None else state_sq)) * numel  # exp_avg and exp_avg_sq
     if optimizer == "sgd":
         return state * numel  # momentum buffer
     if optimizer == "adamw-8bit":
@@ -309,7 +313,7 @@ def model_states(spec: ModelSpec, layout: Layout, stage: int, job: TrainJob) -> 
            layout.shard_size,
            layout.sharding, job.framework, job.precision, job.optimizer, job.finetune, job.lora_rank, job.lora_targets,
            job.offload, job.optimizer_in_backward, job.fp8_param_gather, job.grad_reduce_in_fp32, job.kbit_upcast,
-           job.fp8_transpose_cache)
+           job.fp8_transpose_cache, job.exp_avg_dtype, job.exp_avg_sq_dtype)
     hit = _STATES_CACHE.get(key)
     if hit is not None:
         return hit[0]
@@ -323,6 +327,9 @@ def _model_states(spec: ModelSpec, layout: Layout, stage: int, job: TrainJob) ->
     precision, optimizer, finetune, offload = job.precision, job.optimizer, job.finetune, job.offload
     lay = precision_layout(job.framework, precision, fp8_param_gather=job.fp8_param_gather,
                            grad_reduce_in_fp32=job.grad_reduce_in_fp32, fp8_weight_bytes=job.fp8_weight_bytes)
+    if job.exp_avg_dtype is not None or job.exp_avg_sq_dtype is not None:  # Megatron's precision-aware optimizer
+        lay = replace(lay, state=STATE_DTYPE_BYTES[job.exp_avg_dtype] if job.exp_avg_dtype else lay.state,
+                      state_sq=STATE_DTYPE_BYTES[job.exp_avg_sq_dtype] if job.exp_avg_sq_dtype else lay.state)
     # Megatron's fp8 parameters (--fp8-param-gather; TE's fp8_model_init): every block matrix is an fp8 tensor
     # (and, on Hopper, its cached transpose), trained or frozen; embeddings, norms and the output layer stay 16-bit
     fp8_params = job.fp8_param_gather and precision == "fp8" and job.framework == "megatron"
@@ -414,7 +421,8 @@ def _tensor_states(lay: PrecisionLayout, optimizer: str, t: Tensor, n: float, sh
     moves the sharded gradients (FSDP's, not ZeRO-Infinity's)."""
     opt_n = shard if sh.optimizer else 1
     grad_n = shard if sh.grads else 1
-    states = 0.0 if optimizer == "none" else optimizer_state_bytes(optimizer, t, n, lay.state) + lay.grad_copy * n
+    states = (0.0 if optimizer == "none" else optimizer_state_bytes(optimizer, t, n, lay.state, lay.state_sq)
+              + lay.grad_copy * n)
     # Where the fp32 weights are the model's own parameters (torch.autocast, FSDP2), they exist without an
     # optimizer and are sharded only with the parameters (ZeRO-1/2 there shard the optimizer states alone).
     own_weights = not lay.persistent_working

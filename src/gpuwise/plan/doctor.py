@@ -215,6 +215,11 @@ def _single_changes(req: TrainRequest, base: TrainResult, remedy):
                      note="changes numerics: validate loss curves")
     if req.optimizer == "adamw" and req.finetune == "full":
         yield remedy("optimizer", "AdamW -> 8-bit AdamW (bitsandbytes)", optimizer="adamw-8bit", optimizer_impl=None)
+    if (req.framework == "megatron" and req.optimizer == "adamw" and req.precision != "fp32"
+            and (req.exp_avg_dtype, req.exp_avg_sq_dtype) != ("bf16", "bf16")):
+        yield remedy("optimizer", "AdamW's moments in bf16 (Megatron's precision-aware optimizer: --exp-avg-dtype "
+                     "bf16 --exp-avg-sq-dtype bf16, as Megatron-LM's MoE recipes set)", exp_avg_dtype="bf16",
+                     exp_avg_sq_dtype="bf16", note="changes numerics: validate loss curves")
     fp8_cache = _fp8_transpose_drop(req)
     if fp8_cache is not None:
         yield remedy("fp8-cache", fp8_cache.pop("_label"), **fp8_cache)
@@ -263,11 +268,14 @@ def _fp8_transpose_drop(req: TrainRequest) -> dict | None:
 def _changed(req: TrainRequest, **options) -> TrainRequest:
     """`req` with a remedy's changes, leaving behind the Megatron options the changed job cannot take (a remedy that
     moves to another framework, leaves it to be chosen, or changes the precision)."""
-    changed = replace(req, **{k: False for k in MEGATRON_OPTIONS}, **{k: v for k, v in options.items()
-                                                                         if k not in MEGATRON_OPTIONS})
+    moments = ("exp_avg_dtype", "exp_avg_sq_dtype")  # Megatron's precision-aware AdamW: kept while the job is one
+    changed = replace(req, **{k: False for k in MEGATRON_OPTIONS}, **{k: None for k in moments},
+                      **{k: v for k, v in options.items() if k not in MEGATRON_OPTIONS and k not in moments})
     wanted = {k: getattr(req, k) for k in MEGATRON_OPTIONS} | {k: v for k, v in options.items() if k in MEGATRON_OPTIONS}
-    keep = {k: True for k, on in wanted.items() if on and not megatron_option_problem(
+    keep: dict = {k: True for k, on in wanted.items() if on and not megatron_option_problem(
         k, changed.framework, changed.precision, changed.fp8_param_gather, changed.gpu.vendor)}
+    if changed.framework == "megatron" and changed.optimizer == "adamw":
+        keep |= {k: v for k in moments if (v := options.get(k, getattr(req, k))) is not None}
     return replace(changed, **keep) if keep else changed
 
 

@@ -18,7 +18,7 @@ from ..estimate.comm import Topology
 from ..estimate.flops import StepFlops, gemm_dtype, job_flops, utilization
 from ..estimate.job import (FSDP2_OFFLOAD_ALL, Attention, CpCommType, Finetune, FlopsConvention, Framework,
                             MoeDispatcher, NormType, OffloadTarget, Optimizer, OptimizerImpl, Precision, Recompute,
-                            SdpaBackend, TrainJob, fp8_transpose_cached, job_default)
+                            SdpaBackend, StateDtype, TrainJob, fp8_transpose_cached, job_default)
 from ..estimate.layout import PARAM_OFFLOAD_SHARDINGS, Layout, Schedule, divisors
 from ..estimate.model_states import adapter_input_bytes, lora_targets
 from ..estimate.parallel import validate_layout
@@ -157,6 +157,8 @@ class TrainRequest:
     built in each backward instead of kept."""
     grad_reduce_in_fp32: bool = job_default("grad_reduce_in_fp32")
     optimizer_in_backward: bool = job_default("optimizer_in_backward")
+    exp_avg_dtype: StateDtype | None = None
+    exp_avg_sq_dtype: StateDtype | None = None
     optimizer_impl: OptimizerImpl | None = None
     offload: tuple[OffloadTarget, ...] = ()
     """States kept in host memory: a comma list of optimizer, params, activations."""
@@ -273,6 +275,7 @@ class TrainRequest:
                        norm_type=self.norm_type or "rmsnorm",
                        fp8_param_gather=self.fp8_param_gather, grad_reduce_in_fp32=self.grad_reduce_in_fp32,
                        optimizer_in_backward=self.optimizer_in_backward, optimizer_impl=self.optimizer_impl,
+                       exp_avg_dtype=self.exp_avg_dtype, exp_avg_sq_dtype=self.exp_avg_sq_dtype,
                        activation_func_fp8_input_store=self.activation_func_fp8_input_store,
                        fp8_dot_product_attention=self.fp8_dot_product_attention,
                        fp8_transpose_cache=fp8_transpose_cached(self.gpu.architecture,
@@ -283,6 +286,18 @@ class TrainRequest:
                                               self.gpu.vendor)
             if getattr(self, name) and problem:
                 raise InvalidArgument(problem)
+        for name in ("exp_avg_dtype", "exp_avg_sq_dtype"):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            flag = "--" + name.replace("_", "-")
+            if value not in get_args(StateDtype):
+                raise InvalidArgument(f"{flag}: unknown dtype '{value}'; valid: {', '.join(get_args(StateDtype))}")
+            if framework != "megatron":
+                raise InvalidArgument(f"{flag} is Megatron-LM's precision-aware optimizer option: it needs --framework "
+                                      f"megatron (got {framework})")
+            if self.optimizer != "adamw":
+                raise InvalidArgument(f"{flag} sets a moment of AdamW; the optimizer here is {self.optimizer}")
         if fsdp2 and "optimizer" in self.offload and "params" not in self.offload:
             raise InvalidArgument("FSDP2 offloads parameters, gradients and optimizer states together "
                                   "(CPUOffloadPolicy): use --offload params,optimizer (or --framework deepspeed)")
