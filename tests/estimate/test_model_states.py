@@ -173,6 +173,8 @@ def test_precision_aware_optimizer_is_megatron_s_adamw_option() -> None:
         TrainRequest(model=model, gpu=gpu, framework="torchtitan", exp_avg_dtype="bf16")
     with pytest.raises(InvalidArgument, match="moment of AdamW"):
         TrainRequest(model=model, gpu=gpu, framework="megatron", optimizer="sgd", exp_avg_sq_dtype="bf16")
+    with pytest.raises(InvalidArgument, match="Megatron-LM does not run"):  # bitsandbytes' 8-bit AdamW
+        TrainRequest(model=model, gpu=gpu, framework="megatron", optimizer="adamw-8bit")
     kw = dict(model=model, gpu=gpu, num_gpus=8, framework="megatron", zero=1, seq=4096, global_batch=8)
     fp32, bf16 = (train(TrainRequest(**kw, exp_avg_dtype=d, exp_avg_sq_dtype=d)) for d in ("fp32", "bf16"))
     assert bf16.memory.total < fp32.memory.total

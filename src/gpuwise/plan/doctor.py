@@ -39,7 +39,8 @@ default recipes of torchtitan, Megatron-LM, PEFT/TRL and torchtune; FSDP/ZeRO sh
 transpose cache is a memory flag of AMD's and NVIDIA's own recipes for large models; CPU offload is the last
 resort."""
 KNOB_OF = {"no_fp8_weight_transpose_cache": "fp8_transpose_cache", "disable_parameter_transpose_cache":
-           "fp8_transpose_cache", "fp8_param_gather": "fp8_transpose_cache"}
+           "fp8_transpose_cache", "fp8_param_gather": "fp8_transpose_cache", "exp_avg_dtype": "optimizer",
+           "exp_avg_sq_dtype": "optimizer"}
 """Options that together make one knob of COMMONNESS."""
 
 
@@ -213,13 +214,10 @@ def _single_changes(req: TrainRequest, base: TrainResult, remedy):
     if req.precision in ("bf16", "fp16") and req.gpu.peak("fp8") and req.finetune != "qlora":
         yield remedy("precision", f"{req.precision} -> fp8 matmuls (Transformer Engine)", precision="fp8",
                      note="changes numerics: validate loss curves")
-    if req.optimizer == "adamw" and req.finetune == "full":
-        yield remedy("optimizer", "AdamW -> 8-bit AdamW (bitsandbytes)", optimizer="adamw-8bit", optimizer_impl=None)
-    if (req.framework == "megatron" and req.optimizer == "adamw" and req.precision != "fp32"
-            and (req.exp_avg_dtype, req.exp_avg_sq_dtype) != ("bf16", "bf16")):
-        yield remedy("optimizer", "AdamW's moments in bf16 (Megatron's precision-aware optimizer: --exp-avg-dtype "
-                     "bf16 --exp-avg-sq-dtype bf16, as Megatron-LM's MoE recipes set)", exp_avg_dtype="bf16",
-                     exp_avg_sq_dtype="bf16", note="changes numerics: validate loss curves")
+    for variant in _optimizer_variants(req):
+        label = variant.pop("_label")
+        yield remedy("optimizer", label, **variant, **({"note": "changes numerics: validate loss curves"}
+                                                       if "exp_avg_dtype" in variant else {}))
     fp8_cache = _fp8_transpose_drop(req)
     if fp8_cache is not None:
         yield remedy("fp8-cache", fp8_cache.pop("_label"), **fp8_cache)
@@ -263,6 +261,20 @@ def _fp8_transpose_drop(req: TrainRequest) -> dict | None:
                     "(ROCm Megatron-LM --no-fp8-weight-transpose-cache)")
     return dict(fp8_param_gather=True, disable_parameter_transpose_cache=True, _label="fp8 parameters, transposes "
                 "rebuilt in each backward (--fp8-param-gather --disable-parameter-transpose-cache)")
+
+
+def _optimizer_variants(req: TrainRequest) -> list[dict]:
+    """Smaller optimizer states for the same job: bitsandbytes' 8-bit AdamW, or, under Megatron (which has no 8-bit
+    AdamW), its precision-aware optimizer with bf16 moments (Megatron-LM's MoE recipes set it)."""
+    if req.optimizer != "adamw" or req.finetune != "full":
+        return []
+    if req.framework != "megatron":
+        return [dict(optimizer="adamw-8bit", optimizer_impl=None, _label="AdamW -> 8-bit AdamW (bitsandbytes)")]
+    if req.precision == "fp32" or (req.exp_avg_dtype, req.exp_avg_sq_dtype) == ("bf16", "bf16"):
+        return []
+    return [dict(exp_avg_dtype="bf16", exp_avg_sq_dtype="bf16", _label="AdamW's moments in bf16 (Megatron's "
+                 "precision-aware optimizer: --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16, as Megatron-LM's MoE "
+                 "recipes set)")]
 
 
 def _changed(req: TrainRequest, **options) -> TrainRequest:
@@ -406,7 +418,7 @@ def _knob_search(req: TrainRequest, base: TrainResult, remedy, hardware: dict, c
     mbs = [b for b in divisors(per_rank) if b <= req.micro_batch]
     rcs = [req.job.recompute, *_stronger_recompute(req.job.recompute)]
     shardings = [dict()] + [{k: v for k, v in s.items() if k != "_label"} for s in _stronger_shardings(req, lay)]
-    optimizers = [req.optimizer] + (["adamw-8bit"] if req.optimizer == "adamw" and req.finetune == "full" else [])
+    optimizers = [dict()] + [{k: v for k, v in o.items() if k != "_label"} for o in _optimizer_variants(req)]
     offloads = [req.offload]
     if "optimizer" not in req.offload and req.optimizer in OFFLOADABLE_OPTIMIZERS:
         offloads.append(req.offload + ("optimizer",))
@@ -415,10 +427,11 @@ def _knob_search(req: TrainRequest, base: TrainResult, remedy, hardware: dict, c
     found = []
     for mb, rc, sh, opt, off, fc in itertools.product(reversed(mbs), rcs, shardings, optimizers, offloads,
                                                       fp8_caches):
-        changes = {k: v for k, v in dict(micro_batch=mb, recompute=rc, optimizer=opt, offload=off).items()
+        changes = {k: v for k, v in dict(micro_batch=mb, recompute=rc, offload=off).items()
                    if (req.job.recompute if k == "recompute" else getattr(req, k)) != v}
-        if "optimizer" in changes and req.optimizer_impl is not None:  # bitsandbytes' has no torch.optim impl
-            changes["optimizer_impl"] = None
+        changes.update(opt)  # bitsandbytes' 8-bit AdamW has no torch.optim impl: the variant clears it
+        if changes.get("optimizer_impl", "") is None and req.optimizer_impl is None:
+            del changes["optimizer_impl"]
         changes.update(sh)
         changes.update(fc)
         if not changes and not hardware:
@@ -444,7 +457,12 @@ def _describe(req: TrainRequest, changes: dict) -> str:
             continue
         if k == "optimizer_impl" and v is None:  # follows the optimizer change (only AdamW and SGD have one)
             continue
-        if k == "offload":
+        if k == "exp_avg_sq_dtype" and changes.get("exp_avg_dtype") == v:  # said with the first moment
+            continue
+        if k == "exp_avg_dtype":
+            both = changes.get("exp_avg_sq_dtype") == v
+            words.append(f"AdamW moments in {v}" if both else f"exp-avg-dtype {v}")
+        elif k == "offload":
             words.append("offload " + (", ".join(v) or "none"))
         elif k in ("zero", "fsdp", "framework"):
             if v is not None:

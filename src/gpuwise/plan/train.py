@@ -286,6 +286,10 @@ class TrainRequest:
                                               self.gpu.vendor)
             if getattr(self, name) and problem:
                 raise InvalidArgument(problem)
+        if self.optimizer == "adamw-8bit" and framework == "megatron":
+            raise InvalidArgument("--optimizer adamw-8bit is bitsandbytes' optimizer, which Megatron-LM does not run; "
+                                  "its precision-aware optimizer keeps AdamW's moments in bf16 or fp8 instead "
+                                  "(--exp-avg-dtype, --exp-avg-sq-dtype)")
         for name in ("exp_avg_dtype", "exp_avg_sq_dtype"):
             value = getattr(self, name)
             if value is None:
