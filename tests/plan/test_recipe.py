@@ -365,3 +365,26 @@ def test_a_compiled_fsdp_plan_compiles_the_blocks_only():
     files = recipes(r, r.plans[0])
     assert tomllib.loads(files["torchtitan.toml"])["compile"]["components"] == ["model"]
     assert "torch.compile each transformer block" in files["launch.sh"]
+
+
+def test_a_plan_with_bf16_moments_writes_megatron_s_precision_aware_optimizer():
+    """--exp-avg-dtype / --exp-avg-sq-dtype (Megatron only): the plan is priced with 16-bit moments, Megatron's flags
+    say so, the other trainers' files say they keep fp32 moments, and the plan's train command reproduces it."""
+    from gpuwise.errors import InvalidArgument
+
+    kw = dict(num_gpus=16, seq=4096, global_batch=64, framework="megatron")
+    r = _plan("llama-3.1-8b", **kw, exp_avg_dtype="bf16", exp_avg_sq_dtype="bf16")
+    plain = _plan("llama-3.1-8b", **kw)
+    assert r.plans[0].memory_bytes < plain.plans[0].memory_bytes
+    files = recipes(r, r.plans[0])
+    args = files["megatron.args"]
+    assert "--use-precision-aware-optimizer" in args
+    assert "--exp-avg-dtype bf16" in args and "--exp-avg-sq-dtype bf16" in args
+    assert "precision-aware optimizer" in files["torchtitan.toml"]
+    opts = r.plans[0].train_options(r.request)
+    assert (opts["exp_avg_dtype"], opts["exp_avg_sq_dtype"]) == ("bf16", "bf16")
+    checked = gpuwise.train("llama-3.1-8b", gpu="h100-sxm", **opts)
+    assert checked.memory.total == pytest.approx(r.plans[0].memory_bytes)
+    with pytest.raises(InvalidArgument, match="precision-aware AdamW"):
+        gpuwise.plan("llama-3.1-8b", gpu="h100-sxm", num_gpus=8, seq=4096, global_batch=16, framework="torchtitan",
+                     exp_avg_dtype="bf16")

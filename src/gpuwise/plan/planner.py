@@ -33,7 +33,7 @@ from ..errors import InvalidArgument, require_positive_int, require_positive_num
 from ..estimate.comm import Topology
 from ..estimate.flops import gemm_dtype, job_flops, utilization
 from ..estimate.job import (FSDP2_OFFLOAD_ALL, OFFLOADABLE_OPTIMIZERS, RECOMPUTE, Optimizer, Precision, SdpaBackend,
-                            TrainJob, fp8_transpose_cached, job_default)
+                            StateDtype, TrainJob, fp8_transpose_cached, job_default)
 from ..estimate.layout import PARAM_OFFLOAD_SHARDINGS, Layout, divisors, multiples_near, nearby
 from ..estimate.model_states import ModelStates
 from ..estimate.parallel import (cp_splits, ep_fits, hsdp_holds_experts, sp_splits, tp_conflict,
@@ -122,6 +122,8 @@ class PlanRequest:
     profile: str | None = None
     sdpa_backend: SdpaBackend | None = None
     compile: bool = job_default("compile")
+    exp_avg_dtype: StateDtype | None = None
+    exp_avg_sq_dtype: StateDtype | None = None
 
     def __post_init__(self) -> None:
         for name in ("num_gpus", "seq", "global_batch", "top"):
@@ -138,6 +140,10 @@ class PlanRequest:
             raise InvalidArgument("--compile is torch.compile of a PyTorch-native trainer "
                                   f"({', '.join(COMPILING_FRAMEWORKS)}); {self.framework} plans are priced with its "
                                   "own fused kernels")
+        for name in ("exp_avg_dtype", "exp_avg_sq_dtype"):
+            if getattr(self, name) is not None and (self.framework != "megatron" or self.optimizer != "adamw"):
+                raise InvalidArgument(f"--{name.replace('_', '-')} is Megatron-LM's precision-aware AdamW option: it "
+                                      f"needs --framework megatron and --optimizer adamw")
         if self.no_pp and self.pp not in (None, 1):
             raise InvalidArgument(f"--no-pp and --pp {self.pp} both set: choose one")
         if self.gpus_per_node is not None:
@@ -184,7 +190,8 @@ class PlanRequest:
                         recompute=framework_mode(recompute, self.framework), offload=frozenset(offload),
                         fp8_transpose_cache=fp8_transpose_cached(self.gpu.architecture),
                         sdpa_backend=self.sdpa_backend, compile=self.compile,
-                        compile_loss=self.compile and self.framework == "torchtitan")
+                        compile_loss=self.compile and self.framework == "torchtitan",
+                        exp_avg_dtype=self.exp_avg_dtype, exp_avg_sq_dtype=self.exp_avg_sq_dtype)
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,7 +221,8 @@ class Plan:
                          recompute=self.recompute, offload=tuple(self.offload),
                          optimizer=req.optimizer, precision=req.precision, framework=req.framework,
                          gpus_per_node=req.gpus_per_node, inter_node_gbps=req.inter_node_gbps, profile=req.profile,
-                         sdpa_backend=req.sdpa_backend, compile=req.compile)
+                         sdpa_backend=req.sdpa_backend, compile=req.compile, exp_avg_dtype=req.exp_avg_dtype,
+                         exp_avg_sq_dtype=req.exp_avg_sq_dtype)
         out.update(TRAIN_SHARDING[lay.sharding])
         if lay.sharding == "hsdp":
             out["shard_group"] = lay.shard_group

@@ -38,6 +38,8 @@ def _deepspeed_config(job: _Job) -> tuple[str, str, list[str]]:
             differs.append("parameter offload needs ZeRO-3; not written")
     if "activations" in job.offload:
         differs.append("activation offload is not expressed")
+    if job.req.exp_avg_dtype or job.req.exp_avg_sq_dtype:
+        differs.append("AdamW's moments stay fp32: the plan's 16-bit moments are Megatron's precision-aware optimizer")
     if job.req.compile:
         differs.append("torch.compile is not written (DeepSpeed's \"compile\" section is left to you); the plan was "
                        "priced compiled")

@@ -173,6 +173,10 @@ def _megatron_args(job: _Job) -> tuple[str, str, list[str]]:
     offload = []
     if "optimizer" in job.offload:
         offload = ["--optimizer-cpu-offload", "--optimizer-offload-fraction 1.0", "--use-precision-aware-optimizer"]
+    moments = [f"--{k.replace('_', '-')} {getattr(req, k)}" for k in ("exp_avg_dtype", "exp_avg_sq_dtype")
+               if getattr(req, k) is not None]
+    if moments:  # the precision-aware optimizer's moment dtypes
+        offload = [*dict.fromkeys([*offload, "--use-precision-aware-optimizer"]), *moments]
     if "params" in job.offload:
         differs.append("parameter offload: Megatron-LM has none")
     if req.compile:

@@ -145,6 +145,8 @@ def _torchtitan_toml(job: _Job) -> tuple[str, str, list[str]]:
             differs.append("fp8 applies to nn.Linear only; routed experts (grouped GEMMs) stay in bfloat16")
     if req.optimizer != "adamw":
         differs.append(f"optimizer {req.optimizer} is not set here ([optimizer] name defaults to AdamW)")
+    if req.exp_avg_dtype or req.exp_avg_sq_dtype:
+        differs.append("AdamW's moments stay fp32: the plan's 16-bit moments are Megatron's precision-aware optimizer")
     if req.sdpa_backend == "flash":
         differs.append(f"{TORCHTITAN_VERSION} asks SDPA for cuDNN attention first (no config key changes "
                        "it); the plan was priced with SDPA's FlashAttention-2 kernels (--sdpa-backend flash)")
