@@ -230,13 +230,15 @@ def test_zero_bytes_per_parameter_are_the_papers():
 
 
 def test_optimizer_states_are_what_train_charges():
-    """The per-optimizer state bytes are `gpuwise train`'s (one GPU, Megatron: FP32 states), and Muon's
-    Newton-Schulz FLOPs are its five iterations' three products on every hidden matrix."""
+    """The per-optimizer state bytes are `gpuwise train`'s (one GPU, FP32 states: Megatron's, or DeepSpeed's for
+    bitsandbytes' 8-bit AdamW, which Megatron does not run), and Muon's Newton-Schulz FLOPs are its five iterations'
+    three products on every hidden matrix."""
     import gpuwise
 
     n = explain("muon", model=MODEL, gpu=GPU).numbers  # an alias of optimizer-states
     for name in ("adamw", "adamw-8bit", "muon"):
-        r = gpuwise.train(MODEL, gpu="b200", num_gpus=1, framework="megatron", optimizer=name)
+        framework = "deepspeed" if name == "adamw-8bit" else "megatron"
+        r = gpuwise.train(MODEL, gpu="b200", num_gpus=1, framework=framework, optimizer=name)
         assert n[f"optimizer_state_bytes_{name.replace('-', '_')}"] == pytest.approx(r.memory.optimizer)
     assert n["optimizer_state_bytes_muon"] < n["optimizer_state_bytes_sgd"] * 1.2 < n["optimizer_state_bytes_adamw"]
     # 5 iterations of X X^T, A A and B X on each hidden matrix (m <= n): 5 (4 m^2 n + 2 m^3) FLOPs; Llama-3.1-8B's

@@ -44,7 +44,7 @@ from ..estimate.step_time import StepTime, step_time
 from ..estimate.train_memory import layout_memory, required_bytes
 from ..units import GiB
 from .cluster import cluster
-from .train import TrainRequest
+from .train import TrainRequest, optimizer_problem
 
 Objective = Literal["time", "cost", "memory"]
 PlanFramework = Literal["megatron", "torchtitan", "fsdp", "deepspeed"]
@@ -140,6 +140,8 @@ class PlanRequest:
             raise InvalidArgument("--compile is torch.compile of a PyTorch-native trainer "
                                   f"({', '.join(COMPILING_FRAMEWORKS)}); {self.framework} plans are priced with its "
                                   "own fused kernels")
+        if (problem := optimizer_problem(self.framework, self.optimizer)) is not None:
+            raise InvalidArgument(problem)
         for name in ("exp_avg_dtype", "exp_avg_sq_dtype"):
             if getattr(self, name) is not None and (self.framework != "megatron" or self.optimizer != "adamw"):
                 raise InvalidArgument(f"--{name.replace('_', '-')} is Megatron-LM's precision-aware AdamW option: it "

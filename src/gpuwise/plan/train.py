@@ -72,6 +72,15 @@ def megatron_option_problem(name: str, framework: str | None, precision: str, fp
     return None
 
 
+def optimizer_problem(framework: str, optimizer: str) -> str | None:
+    """Why the framework cannot run this optimizer, or None."""
+    if optimizer == "adamw-8bit" and framework == "megatron":
+        return ("--optimizer adamw-8bit is bitsandbytes' optimizer, which Megatron-LM does not run; its "
+                "precision-aware optimizer keeps AdamW's moments in bf16 or fp8 instead (--exp-avg-dtype, "
+                "--exp-avg-sq-dtype)")
+    return None
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TrainRequest:
     """A training job on a cluster: the options of `gpuwise train`, one field each (the CLI is built from them: a
@@ -286,10 +295,8 @@ class TrainRequest:
                                               self.gpu.vendor)
             if getattr(self, name) and problem:
                 raise InvalidArgument(problem)
-        if self.optimizer == "adamw-8bit" and framework == "megatron":
-            raise InvalidArgument("--optimizer adamw-8bit is bitsandbytes' optimizer, which Megatron-LM does not run; "
-                                  "its precision-aware optimizer keeps AdamW's moments in bf16 or fp8 instead "
-                                  "(--exp-avg-dtype, --exp-avg-sq-dtype)")
+        if (problem := optimizer_problem(framework, self.optimizer)) is not None:
+            raise InvalidArgument(problem)
         for name in ("exp_avg_dtype", "exp_avg_sq_dtype"):
             value = getattr(self, name)
             if value is None:
