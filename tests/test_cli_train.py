@@ -97,3 +97,13 @@ def test_does_not_fit_names_the_cheapest_change_that_fits(capsys) -> None:
     assert f"cheapest change that fits: {fix['change']}" in out
     assert _json(capsys, "llama-3.1-8b", "--gpu", "h100-sxm", "--finetune", "lora", "--seq", "2048")[
         "cheapest_fix"] is None
+
+
+def test_json_says_what_is_compiled_and_in_which_dtype_adam_keeps_its_moments(capsys) -> None:
+    doc = _json(capsys, "llama-3.1-8b", "--gpu", "h100-sxm", "--num-gpus", "8", "--framework", "torchtitan",
+                "--compile-components", "loss")
+    assert doc["compile"] == {"blocks": False, "loss": True} and doc["adam_moment_dtypes"] is None
+    doc = _json(capsys, "llama-3.1-8b", "--gpu", "h100-sxm", "--num-gpus", "8", "--framework", "megatron",
+                "--exp-avg-dtype", "bf16", "--exp-avg-sq-dtype", "bf16")
+    assert doc["compile"] == {"blocks": False, "loss": False}
+    assert doc["adam_moment_dtypes"] == {"exp_avg": "bf16", "exp_avg_sq": "bf16"}

@@ -127,6 +127,9 @@ def _train_dict(r: TrainResult) -> dict[str, Any]:
         "precision": req.precision,
         "optimizer": req.optimizer,
         "optimizer_impl": req.job.torch_optimizer_impl,
+        "adam_moment_dtypes": ({"exp_avg": req.exp_avg_dtype, "exp_avg_sq": req.exp_avg_sq_dtype}
+                               if req.exp_avg_dtype or req.exp_avg_sq_dtype else None),
+        "compile": {"blocks": req.compile, "loss": req.job.compile_loss},
         "recompute": req.job.recompute,
         "offload": list(req.offload),
         "finetune": {"mode": req.finetune, "lora_rank": req.lora_rank if req.finetune != "full" else None,
