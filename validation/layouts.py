@@ -13,6 +13,7 @@ import os
 import statistics
 from dataclasses import dataclass
 
+from gpuwise.plan.planner import COMPILING_FRAMEWORKS
 from validation.speed import LEGACY, _model, load
 
 PLANNED = ("megatron", "torchtitan", "fsdp", "deepspeed")
@@ -60,6 +61,13 @@ def compare(row: dict) -> Compared | None:
     for key in ("gpus_per_node", "inter_node_gbps", "sdpa_backend"):
         if key in opts:
             plan_opts[key] = opts[key]
+    # the job's own choices the planner can price: torch.compile and Megatron's AdamW moment dtypes
+    if r.request.compile and r.framework in COMPILING_FRAMEWORKS:
+        plan_opts["compile"] = True
+    if r.framework == "megatron" and r.request.optimizer == "adamw":
+        for key in ("exp_avg_dtype", "exp_avg_sq_dtype"):
+            if getattr(r.request, key) is not None:
+                plan_opts[key] = getattr(r.request, key)
     p = gpuwise.plan(_model(row["model"]), gpu=row["gpu"], **plan_opts)
     published = _layout(r.layout, r.request.micro_batch)
     pub_s = r.perf.step.step_time_s
