@@ -151,7 +151,7 @@ def test_zero1_with_fsdp2_style_weights_shards_only_the_optimizer_states() -> No
 
 @pytest.mark.parametrize(("exp_avg", "exp_avg_sq", "per_param"), [
     # Megatron's precision-aware optimizer: the two AdamW moments in the dtypes given, 4 + 4 B by default
-    (None, None, 8.0), ("bf16", "bf16", 4.0), ("bf16", None, 6.0), ("fp8", "bf16", 3.0), ("fp32", "fp32", 8.0)])
+    ("bf16", "bf16", 4.0), ("bf16", None, 6.0), ("fp8", "bf16", 3.0), ("fp32", "fp32", 8.0)])
 def test_precision_aware_optimizer_moments(exp_avg, exp_avg_sq, per_param) -> None:
     spec = load_model("llama-3.1-8b").spec
     layout = Layout(num_gpus=8, sharding="zero1")
@@ -175,6 +175,15 @@ def test_precision_aware_optimizer_is_megatron_s_adamw_option() -> None:
         TrainRequest(model=model, gpu=gpu, framework="megatron", optimizer="sgd", exp_avg_sq_dtype="bf16")
     with pytest.raises(InvalidArgument, match="Megatron-LM does not run"):  # bitsandbytes' 8-bit AdamW
         TrainRequest(model=model, gpu=gpu, framework="megatron", optimizer="adamw-8bit")
+    with pytest.raises(InvalidArgument, match="add --zero 1"):  # the precision-aware optimizer is the distributed one's
+        TrainRequest(model=model, gpu=gpu, num_gpus=8, framework="megatron", exp_avg_dtype="bf16")
+    # model parallelism with 8-bit AdamW and no framework named: a trainer that runs it, not Megatron
+    assert TrainRequest(model=model, gpu=gpu, num_gpus=8, tp=2, optimizer="adamw-8bit").job.framework == "torchtitan"
+    import gpuwise
+
+    with pytest.raises(InvalidArgument, match="--exp-avg-dtype"):  # the Python API checks the value too
+        gpuwise.plan("llama-3.1-8b", gpu="h100-sxm", num_gpus=8, seq=4096, global_batch=16, framework="megatron",
+                     exp_avg_dtype="int4")
     kw = dict(model=model, gpu=gpu, num_gpus=8, framework="megatron", zero=1, seq=4096, global_batch=8)
     fp32, bf16 = (train(TrainRequest(**kw, exp_avg_dtype=d, exp_avg_sq_dtype=d)) for d in ("fp32", "bf16"))
     assert bf16.memory.total < fp32.memory.total

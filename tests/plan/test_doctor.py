@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -233,12 +234,16 @@ def test_megatron_gets_bf16_moments_and_keeps_them_while_the_job_stays_megatron(
     """A Megatron job out of memory is offered Megatron's precision-aware optimizer (bf16 moments): what train predicts
     for it, 4 B per parameter less before sharding. A job already on bf16 moments keeps them through the remedies
     that stay on Megatron and drops them for the ones that leave it (LoRA runs on transformers + PEFT)."""
-    job = dict(num_gpus=8, framework="megatron", tp=8, seq=8192, global_batch=64)
+    job = dict(num_gpus=8, framework="megatron", tp=4, zero=1, seq=8192, global_batch=64)
     r = doctor("llama-3.1-70b", gpu="h100-sxm", **job)
     (moments,) = [x for x in r.remedies if x.options.get("exp_avg_dtype") == "bf16"]
     checked = gpuwise.train("llama-3.1-70b", gpu="h100-sxm", **job, exp_avg_dtype="bf16", exp_avg_sq_dtype="bf16")
     assert moments.memory_bytes == pytest.approx(checked.memory.total)
     assert moments.memory_bytes < r.base.memory.total
+    # a DDP job gets the distributed optimizer with it (Megatron's precision-aware optimizer asserts it)
+    ddp = doctor("llama-3.1-70b", gpu="h100-sxm", **{**job, "zero": None})
+    (with_dist,) = [x for x in ddp.remedies if x.options.get("exp_avg_dtype") == "bf16"]
+    assert with_dist.options["zero"] == 1
     already = doctor("llama-3.1-70b", gpu="h100-sxm", **job, exp_avg_dtype="bf16", exp_avg_sq_dtype="bf16")
     assert not any("moments in bf16" in x.change for x in already.remedies)
     for x in already.remedies:
@@ -250,3 +255,16 @@ def test_megatron_gets_bf16_moments_and_keeps_them_while_the_job_stays_megatron(
         options = {k: v for k, v in options.items() if v is not None or k not in ("exp_avg_dtype", "exp_avg_sq_dtype")}
         got = gpuwise.train("llama-3.1-70b", gpu=options.pop("gpu", "h100-sxm"), **options)
         assert x.memory_bytes == pytest.approx(got.memory.total), x.change
+
+
+def test_the_moment_change_is_said_even_when_one_moment_was_already_narrow():
+    from gpuwise.catalog.gpus import get_gpu
+    from gpuwise.catalog.models import load_model
+    from gpuwise.plan.doctor import _describe
+    from gpuwise.plan.train import TrainRequest
+
+    req = TrainRequest(model=load_model("llama-3.1-8b"), gpu=get_gpu("h100-sxm"), num_gpus=8, framework="megatron",
+                       zero=1, exp_avg_dtype="bf16")
+    assert _describe(req, {"exp_avg_dtype": "bf16", "exp_avg_sq_dtype": "bf16"}) == "exp-avg-sq-dtype None -> bf16"
+    plain = replace(req, exp_avg_dtype=None)
+    assert _describe(plain, {"exp_avg_dtype": "bf16", "exp_avg_sq_dtype": "bf16"}) == "AdamW moments in bf16"

@@ -388,3 +388,12 @@ def test_a_plan_with_bf16_moments_writes_megatron_s_precision_aware_optimizer():
     with pytest.raises(InvalidArgument, match="precision-aware AdamW"):
         gpuwise.plan("llama-3.1-8b", gpu="h100-sxm", num_gpus=8, seq=4096, global_batch=16, framework="torchtitan",
                      exp_avg_dtype="bf16")
+
+
+def test_bf16_moments_at_one_data_parallel_rank_still_ask_for_the_distributed_optimizer():
+    """Megatron asserts the distributed optimizer under the precision-aware optimizer, even where a single
+    data-parallel rank would otherwise leave the flag out."""
+    r = _plan("llama-3.1-8b", num_gpus=8, seq=4096, global_batch=16, framework="megatron", tp=8,
+              exp_avg_dtype="bf16", exp_avg_sq_dtype="bf16")
+    args = recipes(r, r.plans[0])["megatron.args"]
+    assert r.plans[0].layout.dp == 1 and "--use-distributed-optimizer" in args

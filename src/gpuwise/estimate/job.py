@@ -205,7 +205,9 @@ class TrainJob:
                                    ("--flops-convention", self.flops_convention, CONVENTIONS),
                                    ("--moe-token-dispatcher", self.moe_token_dispatcher, DISPATCHERS),
                                    ("--cp-comm-type", self.cp_comm_type or "p2p", CP_COMM_TYPES),
-                                   ("--sdpa-backend", self.sdpa_backend or "flash", SDPA_BACKENDS)):
+                                   ("--sdpa-backend", self.sdpa_backend or "flash", SDPA_BACKENDS),
+                                   ("--exp-avg-dtype", self.exp_avg_dtype or "fp32", STATE_DTYPE_BYTES),
+                                   ("--exp-avg-sq-dtype", self.exp_avg_sq_dtype or "fp32", STATE_DTYPE_BYTES)):
             if value not in valid:
                 raise InvalidArgument(f"{name}: unknown value '{value}'; valid: {', '.join(valid)}")
         if self.optimizer_impl is not None:

@@ -18,7 +18,7 @@ from typing import Literal, get_args
 
 from ..catalog.gpus import GPU, all_gpus
 from ..errors import GpuwiseError, InvalidArgument, require_positive_number
-from ..estimate.job import OFFLOADABLE_OPTIMIZERS
+from ..estimate.job import OFFLOADABLE_OPTIMIZERS, STATE_DTYPE_BYTES
 from ..estimate.layout import PARAM_OFFLOAD_SHARDINGS, divisors
 from ..estimate.parallel import cp_splits
 from ..estimate.recompute import recompute_plan
@@ -270,11 +270,15 @@ def _optimizer_variants(req: TrainRequest) -> list[dict]:
         return []
     if req.framework != "megatron":
         return [dict(optimizer="adamw-8bit", optimizer_impl=None, _label="AdamW -> 8-bit AdamW (bitsandbytes)")]
-    if req.precision == "fp32" or (req.exp_avg_dtype, req.exp_avg_sq_dtype) == ("bf16", "bf16"):
+    narrower = {k: "bf16" for k in ("exp_avg_dtype", "exp_avg_sq_dtype")
+                if STATE_DTYPE_BYTES[getattr(req, k) or "fp32"] > STATE_DTYPE_BYTES["bf16"]}
+    if req.precision == "fp32" or not narrower:
         return []
-    return [dict(exp_avg_dtype="bf16", exp_avg_sq_dtype="bf16", _label="AdamW's moments in bf16 (Megatron's "
-                 "precision-aware optimizer: --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16, as Megatron-LM's MoE "
-                 "recipes set)")]
+    # the precision-aware optimizer runs on Megatron's distributed optimizer (--zero 1)
+    dist_opt = {"zero": 1} if req.sharding == "ddp" else {}
+    return [dict(**narrower, **dist_opt, _label="AdamW's moments in bf16 (Megatron's precision-aware optimizer: "
+                 "--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16, as Megatron-LM's DeepSeek-V3 and Qwen3-235B "
+                 "recipes set" + (", on its distributed optimizer" if dist_opt else "") + ")")]
 
 
 def _changed(req: TrainRequest, **options) -> TrainRequest:
@@ -457,10 +461,10 @@ def _describe(req: TrainRequest, changes: dict) -> str:
             continue
         if k == "optimizer_impl" and v is None:  # follows the optimizer change (only AdamW and SGD have one)
             continue
-        if k == "exp_avg_sq_dtype" and changes.get("exp_avg_dtype") == v:  # said with the first moment
-            continue
+        if k == "exp_avg_sq_dtype" and changes.get("exp_avg_dtype") == v != current("exp_avg_dtype"):
+            continue  # said with the first moment
         if k == "exp_avg_dtype":
-            both = changes.get("exp_avg_sq_dtype") == v
+            both = changes.get("exp_avg_sq_dtype") == v != current("exp_avg_sq_dtype")
             words.append(f"AdamW moments in {v}" if both else f"exp-avg-dtype {v}")
         elif k == "offload":
             words.append("offload " + (", ".join(v) or "none"))

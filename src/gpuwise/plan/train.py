@@ -309,6 +309,9 @@ class TrainRequest:
                                       f"megatron (got {framework})")
             if self.optimizer != "adamw":
                 raise InvalidArgument(f"{flag} sets a moment of AdamW; the optimizer here is {self.optimizer}")
+            if self.sharding == "ddp":  # Megatron's OptimizerConfig asserts the distributed optimizer
+                raise InvalidArgument(f"{flag}: Megatron's precision-aware optimizer runs on its distributed "
+                                      "optimizer: add --zero 1")
         if fsdp2 and "optimizer" in self.offload and "params" not in self.offload:
             raise InvalidArgument("FSDP2 offloads parameters, gradients and optimizer states together "
                                   "(CPUOffloadPolicy): use --offload params,optimizer (or --framework deepspeed)")
@@ -454,6 +457,8 @@ def choose_framework(req: TrainRequest) -> tuple[str, str]:
     if req.zero is not None:
         return "deepspeed", "--zero given: DeepSpeed ZeRO"
     if max(req.tp, req.pp, req.cp, req.ep) > 1:
+        if optimizer_problem("megatron", req.optimizer) is not None:
+            return "torchtitan", "model parallelism given, with an optimizer Megatron-LM does not run: torchtitan"
         return "megatron", "model parallelism given: Megatron-LM"
     return "fsdp", "default: PyTorch-native training (FSDP2 / DDP) with flash attention"
 

@@ -396,6 +396,8 @@ def plan_to_dict(r) -> dict:
         "model": {"id": r.request.model.id, "hf_id": r.request.model.hf_id}, "gpu": gpu_ref(r.request.gpu),
         "num_gpus": r.request.num_gpus, "seq": r.request.seq, "global_batch": r.request.global_batch, "framework": r.request.framework,
         "objective": r.request.objective, "compile": r.request.compile,
+        "adam_moment_dtypes": ({"exp_avg": r.request.exp_avg_dtype, "exp_avg_sq": r.request.exp_avg_sq_dtype}
+                               if r.request.exp_avg_dtype or r.request.exp_avg_sq_dtype else None),
         "mfu_denominator": {"flops_per_s_per_gpu": r.mfu_denominator, "what": "dense peak of the GEMM dtype"},
         "plans": plans, "why": r.why, "evaluated": r.evaluated, "timed": r.timed, "feasible": r.feasible,
         "search_time_s": round(r.search_time_s, 4),

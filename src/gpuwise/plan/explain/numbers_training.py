@@ -177,7 +177,8 @@ def _optimizer_states(g: GPU, m: LoadedModel | None) -> list[Fact]:
     out: list[Fact] = [model_fact(m), gpu_fact(g)]
     parts = []
     for name in ("adamw", "adamw-8bit", "adafactor", "sgd", "muon"):
-        b = model_states(m.spec, layout, 0, TrainJob(framework="megatron", optimizer=name)).optimizer
+        framework = "deepspeed" if name == "adamw-8bit" else "megatron"  # Megatron runs no bitsandbytes optimizer
+        b = model_states(m.spec, layout, 0, TrainJob(framework=framework, optimizer=name)).optimizer
         out.append((f"optimizer_state_bytes_{name.replace('-', '_')}", b, None))
         parts.append(f"{name} {fmt_bytes(b)}")
     out.append((None, None, f"{m.id} ({fmt_count(n)} parameters), optimizer states on one GPU (FP32, unsharded): "

@@ -46,7 +46,11 @@ def megatron_layout(segments: list[str]) -> str:
 
 
 def _megatron_sharding(job: _Job) -> tuple[list[str], list[str]]:
-    lay = job.lay
+    lay, req = job.lay, job.req
+    # the precision-aware optimizer (16-bit moments, optimizer offload) asserts the distributed optimizer, even alone
+    needs_dist_opt = bool(req.exp_avg_dtype or req.exp_avg_sq_dtype or "optimizer" in job.offload)
+    if lay.dp * lay.cp == 1 and lay.sharding == "zero1" and needs_dist_opt:
+        return ["--use-distributed-optimizer"], []
     if lay.dp * lay.cp == 1 and lay.sharding in ("zero1", "ddp"):
         return [], []
     s = lay.sharding

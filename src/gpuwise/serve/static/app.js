@@ -32,6 +32,7 @@ const PICK_SERVE = ["model", "weights", "kv_dtype", "prompt_tokens", "output_tok
   "slo_ttft_ms", "slo_tpot_ms"];
 const PICK_PRECISIONS = ["bf16", "fp16", "fp8", "fp32"];
 const PLAN_PRECISIONS = ["fp32", "bf16", "fp16", "bf16-pure", "fp8"];  // gpuwise plan --precision: train's
+const PLAN_FRAMEWORKS = ["megatron", "torchtitan", "fsdp", "deepspeed"];  // gpuwise plan --framework
 const PICK_TOP = 10, PLAN_TOP = 5, RUNNABLE_TOP = 10;
 
 const $ = (sel) => document.querySelector(sel);
@@ -360,6 +361,9 @@ function trainView(st, opts, live, primaryError) {
     if (st.task === "train" || st.finetune === "full") {
       const planParams = pickParams(st, ["model", "gpu", "gpu_memory"], { num_gpus: t.num_gpus, seq: t.seq, global_batch: t.global_batch,
         precision: PLAN_PRECISIONS.includes(t.precision) ? t.precision : "", optimizer: t.optimizer || "",
+        // the job's own trainer where the planner has it; bitsandbytes' 8-bit AdamW never on Megatron (the default)
+        framework: PLAN_FRAMEWORKS.includes(t.framework) && !(t.framework === "megatron" && t.optimizer === "adamw-8bit")
+          ? t.framework : (t.optimizer === "adamw-8bit" ? "fsdp" : ""),
         top: PLAN_TOP });
       jobs.push(call("plan", planParams, opts)
         .then((doc) => live() && fill("plan", $("#plan"), render.plan(doc)))
