@@ -238,8 +238,9 @@ def test_training_view_shows_mfu_with_its_denominator_and_the_plans(page, base_u
     page.tab.locator('details[data-explain="mfu"] .explain-body p').first.wait_for()
     assert page.tab.locator('details[data-explain="mfu"] .explain-body p').first.inner_text() == mfu_text
 
+    # the plans are for the job's own trainer (fsdp here), as the page asks for them
     plan = api(base_url, "plan", model=q["model"], gpu=q["gpu"], num_gpus=8, seq=train["seq"],
-               global_batch=train["global_batch"], precision=train["precision"], top=5)
+               global_batch=train["global_batch"], precision=train["precision"], framework=train["framework"], top=5)
     rows = page.tab.locator('[data-testid="plan-table"] tbody tr')
     assert rows.count() == len(plan["plans"])
     assert plan["plans"][0]["summary"] in rows.first.inner_text()
