@@ -103,7 +103,7 @@ def test_json_says_what_is_compiled_and_in_which_dtype_adam_keeps_its_moments(ca
     doc = _json(capsys, "llama-3.1-8b", "--gpu", "h100-sxm", "--num-gpus", "8", "--framework", "torchtitan",
                 "--compile-components", "loss")
     assert doc["compile"] == {"blocks": False, "loss": True} and doc["adam_moment_dtypes"] is None
-    doc = _json(capsys, "llama-3.1-8b", "--gpu", "h100-sxm", "--num-gpus", "8", "--framework", "megatron",
-                "--exp-avg-dtype", "bf16", "--exp-avg-sq-dtype", "bf16")
+    doc = _json(capsys, "llama-3.1-8b", "--gpu", "h100-sxm", "--num-gpus", "8", "--framework", "megatron", "--zero",
+                "1", "--exp-avg-dtype", "bf16", "--exp-avg-sq-dtype", "bf16")
     assert doc["compile"] == {"blocks": False, "loss": False}
     assert doc["adam_moment_dtypes"] == {"exp_avg": "bf16", "exp_avg_sq": "bf16"}
