@@ -25,6 +25,13 @@ if TYPE_CHECKING:  # types only: `gpuwise fit` must not load the training estima
     from ..plan.train import TrainPerf, TrainResult
 
 
+def _moment_dtypes(req) -> dict | None:
+    """AdamW's moment dtypes under Megatron's precision-aware optimizer (a train or plan request), None when unset."""
+    if not (req.exp_avg_dtype or req.exp_avg_sq_dtype):
+        return None
+    return {"exp_avg": req.exp_avg_dtype, "exp_avg_sq": req.exp_avg_sq_dtype}
+
+
 def fit_to_dict(r: FitResult, fix=None) -> dict[str, Any]:
     """`gpuwise fit --json`; `cheapest_fix` (null when it fits or no remedy does): the change `gpuwise doctor`
     heads its answer with."""
@@ -127,8 +134,7 @@ def _train_dict(r: TrainResult) -> dict[str, Any]:
         "precision": req.precision,
         "optimizer": req.optimizer,
         "optimizer_impl": req.job.torch_optimizer_impl,
-        "adam_moment_dtypes": ({"exp_avg": req.exp_avg_dtype, "exp_avg_sq": req.exp_avg_sq_dtype}
-                               if req.exp_avg_dtype or req.exp_avg_sq_dtype else None),
+        "adam_moment_dtypes": _moment_dtypes(req),
         "compile": {"blocks": req.compile, "loss": req.job.compile_loss},
         "recompute": req.job.recompute,
         "offload": list(req.offload),
@@ -396,8 +402,7 @@ def plan_to_dict(r) -> dict:
         "model": {"id": r.request.model.id, "hf_id": r.request.model.hf_id}, "gpu": gpu_ref(r.request.gpu),
         "num_gpus": r.request.num_gpus, "seq": r.request.seq, "global_batch": r.request.global_batch, "framework": r.request.framework,
         "objective": r.request.objective, "compile": r.request.compile,
-        "adam_moment_dtypes": ({"exp_avg": r.request.exp_avg_dtype, "exp_avg_sq": r.request.exp_avg_sq_dtype}
-                               if r.request.exp_avg_dtype or r.request.exp_avg_sq_dtype else None),
+        "adam_moment_dtypes": _moment_dtypes(r.request),
         "mfu_denominator": {"flops_per_s_per_gpu": r.mfu_denominator, "what": "dense peak of the GEMM dtype"},
         "plans": plans, "why": r.why, "evaluated": r.evaluated, "timed": r.timed, "feasible": r.feasible,
         "search_time_s": round(r.search_time_s, 4),

@@ -23,6 +23,8 @@ DEEPSPEED_SOURCE = ("deepspeed/runtime/constants.py, runtime/zero/config.py, run
                     "runtime/precision_config.py and runtime/activation_checkpointing/config.py of deepspeed 0.19.8")
 TORCHRUN_SOURCE = "torch.distributed.run (torchrun) of PyTorch 2.x"
 RDZV_PORT = 29500
+FP32_MOMENTS_NOTE = "AdamW's moments stay fp32: the plan's 16-bit moments are Megatron's precision-aware optimizer"
+"""What the trainers other than Megatron say of a plan priced with --exp-avg-dtype / --exp-avg-sq-dtype."""
 
 # torchtitan 0.2.2 model names and flavors (torchtitan/models/<name>/__init__.py) for catalog ids that match them.
 TORCHTITAN_FLAVORS = {

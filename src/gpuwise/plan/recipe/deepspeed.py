@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from .common import DEEPSPEED_SOURCE, DEEPSPEED_VERSION, Unsupported, _header, _Job
+from .common import DEEPSPEED_SOURCE, DEEPSPEED_VERSION, FP32_MOMENTS_NOTE, Unsupported, _header, _Job
 
 
 def _deepspeed_config(job: _Job) -> tuple[str, str, list[str]]:
@@ -39,7 +39,7 @@ def _deepspeed_config(job: _Job) -> tuple[str, str, list[str]]:
     if "activations" in job.offload:
         differs.append("activation offload is not expressed")
     if job.req.exp_avg_dtype or job.req.exp_avg_sq_dtype:
-        differs.append("AdamW's moments stay fp32: the plan's 16-bit moments are Megatron's precision-aware optimizer")
+        differs.append(FP32_MOMENTS_NOTE)
     if job.req.compile:
         differs.append("torch.compile is not written (DeepSpeed's \"compile\" section is left to you); the plan was "
                        "priced compiled")

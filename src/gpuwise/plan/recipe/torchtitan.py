@@ -7,7 +7,7 @@ import math
 
 from ...estimate.pipeline import torchtitan_split, virtual_stage_layers
 from ..planner import describe
-from .common import (TORCHTITAN_FLAVORS, TORCHTITAN_SOURCE, TORCHTITAN_VERSION, Unsupported, _commented, _differs_block,
+from .common import (FP32_MOMENTS_NOTE, TORCHTITAN_FLAVORS, TORCHTITAN_SOURCE, TORCHTITAN_VERSION, Unsupported, _commented, _differs_block,
                      _header, _Job)
 
 
@@ -146,7 +146,7 @@ def _torchtitan_toml(job: _Job) -> tuple[str, str, list[str]]:
     if req.optimizer != "adamw":
         differs.append(f"optimizer {req.optimizer} is not set here ([optimizer] name defaults to AdamW)")
     if req.exp_avg_dtype or req.exp_avg_sq_dtype:
-        differs.append("AdamW's moments stay fp32: the plan's 16-bit moments are Megatron's precision-aware optimizer")
+        differs.append(FP32_MOMENTS_NOTE)
     if req.sdpa_backend == "flash":
         differs.append(f"{TORCHTITAN_VERSION} asks SDPA for cuDNN attention first (no config key changes "
                        "it); the plan was priced with SDPA's FlashAttention-2 kernels (--sdpa-backend flash)")

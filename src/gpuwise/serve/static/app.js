@@ -361,9 +361,9 @@ function trainView(st, opts, live, primaryError) {
     if (st.task === "train" || st.finetune === "full") {
       const planParams = pickParams(st, ["model", "gpu", "gpu_memory"], { num_gpus: t.num_gpus, seq: t.seq, global_batch: t.global_batch,
         precision: PLAN_PRECISIONS.includes(t.precision) ? t.precision : "", optimizer: t.optimizer || "",
-        // the job's own trainer where the planner has it; bitsandbytes' 8-bit AdamW never on Megatron (the default)
-        framework: PLAN_FRAMEWORKS.includes(t.framework) && !(t.framework === "megatron" && t.optimizer === "adamw-8bit")
-          ? t.framework : (t.optimizer === "adamw-8bit" ? "fsdp" : ""),
+        // the job's own trainer where the planner has it; else the planner's default (Megatron), which does not run
+        // bitsandbytes' 8-bit AdamW: that is planned as FSDP
+        framework: PLAN_FRAMEWORKS.includes(t.framework) ? t.framework : (t.optimizer === "adamw-8bit" ? "fsdp" : ""),
         top: PLAN_TOP });
       jobs.push(call("plan", planParams, opts)
         .then((doc) => live() && fill("plan", $("#plan"), render.plan(doc)))
