@@ -63,6 +63,8 @@ BAD = [
     ["llama-3.1-8b", "--gpu", "h100", "--finetune", "lora", "--lora-dropout", "1"],
     ["llama-3.1-8b", "--gpu", "h100", "--finetune", "lora", "--lora-dropout", "-0.1"],
     ["llama-3.1-8b", "--gpu", "h100", "--finetune", "lora", "--lora-dropout", "nan"],
+    ["qwen3-30b-a3b", "--gpu", "h100", "--num-gpus", "8", "--framework", "megatron", "--cuda-graph-scope", "all"],
+    ["qwen3-30b-a3b", "--gpu", "h100", "--num-gpus", "8", "--framework", "torchtitan", "--cuda-graph-scope", "attn"],
 ]
 
 
@@ -107,3 +109,14 @@ def test_json_says_what_is_compiled_and_in_which_dtype_adam_keeps_its_moments(ca
                 "1", "--exp-avg-dtype", "bf16", "--exp-avg-sq-dtype", "bf16")
     assert doc["compile"] == {"blocks": False, "loss": False}
     assert doc["adam_moment_dtypes"] == {"exp_avg": "bf16", "exp_avg_sq": "bf16"}
+    assert doc["cuda_graph_scope"] == []
+
+
+def test_json_names_the_cuda_graph_scope_and_the_host_wait_it_removes(capsys) -> None:
+    argv = ["qwen3-30b-a3b", "--gpu", "h100-sxm", "--num-gpus", "8", "--framework", "megatron", "--ep", "8"]
+    eager = _json(capsys, *argv)
+    scoped = _json(capsys, *argv, "--cuda-graph-scope", "moe_router,attn")
+    whole = _json(capsys, *argv, "--cuda-graph-scope", "full_iteration")
+    assert scoped["cuda_graph_scope"] == ["attn", "moe_router"] and whole["cuda_graph_scope"] == ["full_iteration"]
+    assert eager["time_breakdown_s"]["host_sync"] == scoped["time_breakdown_s"]["host_sync"] > 0
+    assert "host_sync" not in whole["time_breakdown_s"] and whole["step_time_s"] < eager["step_time_s"]

@@ -145,6 +145,15 @@ class TrainJob:
     moe_a2a_overlap: bool = False
     """Expert-parallel dispatch and combine hidden behind another micro-batch's compute (Megatron-Core
     --overlap-moe-expert-parallel-comm, DeepSeek-V3's dual micro-batch overlap): only what exceeds the block shows."""
+    moe_pad_expert_input_to_capacity: bool = False
+    """Megatron-Core --moe-pad-expert-input-to-capacity (with --moe-expert-capacity-factor): each expert's input is
+    dropped or padded to its capacity, so the dispatch has static shapes and no host wait for the token counts. gpuwise
+    routes evenly, so at capacity factor 1 the experts' work is unchanged."""
+    cuda_graph_scope: frozenset[str] = frozenset()
+    """What Megatron-Core replays as CUDA graphs (--cuda-graph-scope: full_iteration, or Transformer Engine scoped
+    graphs of attn, mlp, moe, moe_router, moe_preprocess); empty: every kernel launched eagerly. A whole-iteration
+    graph needs a sync-free dropless MoE (no host wait for the routed token counts: `step_time.MOE_SYNC_GAP_S`);
+    scoped graphs leave that wait in place."""
     flops_convention: FlopsConvention = "causal"
     """Attention FLOPs: causal (half the score matrix) or full (what FlopCounterMode counts)."""
     compile: bool = False

@@ -25,6 +25,10 @@ attention core). Communication is timed on the topology (`comm.py`) and counted 
   what exceeds the compute of the block shows, plus the first gather. FSDP without resharding (grad-op,
   no-reshard) gathers once per step and keeps the parameters through the micro-batches.
 
+A dropless MoE layer launched eagerly by Megatron-Core also waits once per forward for its routed token counts on
+the host (`MOE_SYNC_GAP_S`, breakdown `host_sync`), unless EP overlap or a whole-iteration CUDA graph removes the
+wait.
+
 The step is (m + (p - 1) / v) times the slowest stage's micro-batch time (1F1B and GPipe: v = 1), plus the
 data-parallel communication left exposed, plus the optimizer step (memory-bound: it streams the states once).
 """
@@ -242,6 +246,31 @@ def _time_block(profile: DeviceProfile, spec: ModelSpec, layer: int, tokens: int
     return _BlockTime(forward, backward, rec, attn_f, attn_b, fwd_gemm, bwd_gemm, weight_cast)
 
 
+MOE_SYNC_GAP_S = 0.62e-3
+"""Device time lost at each forward of a dropless MoE layer in eager Megatron-Core, per micro-batch: the routed
+token counts are copied to the host (Transformer Engine's grouped GEMM takes its per-expert splits as a Python list;
+the dispatcher sizes its buffers from them), the host waits for the device to drain, and the device then idles
+while the host launches the kernels after the wait. Measured: Megatron-Bridge's rank-0 Nsight Systems comparison of
+Qwen3-30B-A3B on 16 H100 (TP 1, EP 16, HybridEP, micro-batch 1, 64 micro-batches of 48 MoE layers, forced-balance
+routing, EP overlap off): a 24.7138 s step whose GPU-active interval union is 22.821 s, i.e. 1.89 s idle = 0.62 ms
+per MoE layer and micro-batch; the host sat 3.109 s in HybridEP's metadata preprocessing, where it waits (0.670 s
+with EP overlap on). Source: github NVIDIA-NeMo/Megatron-Bridge skills/nemo-mbridge-perf-moe-comm-overlap/SKILL.md
+@067f987df03b8355b03192d88d70f1709fedf51a, 'HybridEP production-shape validation'. One measurement, on an x86 host
+and Hopper: the gap is host latency, so it is taken as the same on other GPUs."""
+
+
+def moe_sync_gap_s(spec: ModelSpec, job: TrainJob) -> float:
+    """`MOE_SYNC_GAP_S` where it applies: Megatron-Core MoE layers launched eagerly with dropless routing. With EP
+    overlap (--overlap-moe-expert-parallel-comm) the host waits while the other micro-batch's queued backward keeps the
+    device busy (Megatron's combined 1F1B schedule); a whole-iteration CUDA graph runs the sync-free dropless path;
+    experts padded to capacity (--moe-pad-expert-input-to-capacity, which graphing a whole MoE layer, scope moe,
+    also needs) have static shapes. Other frameworks: not measured, not charged."""
+    if spec.moe is None or job.framework != "megatron" or job.moe_a2a_overlap \
+            or job.moe_pad_expert_input_to_capacity or job.cuda_graph_scope & {"full_iteration", "moe"}:
+        return 0.0
+    return MOE_SYNC_GAP_S
+
+
 def _exposed(comm: float, window: float) -> float:
     """Time a collective adds to compute it overlaps: what exceeds the window, or, when it hides, the slowdown its
     NCCL kernels cause by taking SMs and memory bandwidth from the compute they run beside (OVERLAP_SLOWDOWN)."""
@@ -330,6 +359,7 @@ def step_time(spec: ModelSpec, layout: Layout, job: TrainJob, *, profile: Device
     # whole pipeline group spans (a node boundary anywhere in it is on every micro-batch's path).
     pp_p2p = topo.collective_s("send_recv", tokens * h * e / (tp if layout.sp else 1), pp, inner["pp"]) if pp > 1 else 0.0
 
+    sync_gap = moe_sync_gap_s(spec, job)
     stage_fb: dict[int, tuple[float, dict[str, float]]] = {}
     weight_casts: dict[int, float] = {}  # fp8 weights quantized once per step, per stage (TrainJob.fp8_weight_cache)
     for stage in distinct_stages(spec, layers):  # the others repeat one of these
@@ -367,6 +397,8 @@ def step_time(spec: ModelSpec, layout: Layout, job: TrainJob, *, profile: Device
                                                 + _exposed(2 * a2a, bt.forward) * whole)
                 else:
                     parts["ep_comm"] += reps * (4 * a2a + 2 * a2a * whole)
+            if sync_gap and spec.moe.moe_layers[layer]:  # each forward of the layer (and its recomputation)
+                parts["host_sync"] = parts.get("host_sync", 0.0) + reps * sync_gap * (1 + whole)
         if stage == 0:
             parts["forward"] += memory_s(profile, tokens * h * e)  # embedding gather
         if stage == pp - 1:

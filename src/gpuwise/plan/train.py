@@ -47,6 +47,10 @@ LIMITS = {"num_gpus": 1 << 20, "seq": 1 << 24, "micro_batch": 1 << 24, "tp": 1 <
 """Checked in this order: the global batch's default needs the degrees before it."""
 
 
+CUDA_GRAPH_SCOPES = ("full_iteration", "attn", "mlp", "moe", "moe_router", "moe_preprocess")
+"""Megatron-Core's --cuda-graph-scope values gpuwise reads (megatron/core/transformer/enums.py CudaGraphScope;
+mamba is not modelled)."""
+
 MEGATRON_OPTIONS = ("activation_func_fp8_input_store", "fp8_dot_product_attention",
                     "disable_parameter_transpose_cache", "no_fp8_weight_transpose_cache")
 """Megatron-LM options gpuwise models; each needs Megatron, and some its fp8 training (`megatron_option_problem`)."""
@@ -191,6 +195,13 @@ class TrainRequest:
     overlap_p2p_communication: bool = job_default("overlap_p2p_communication")
     moe_token_dispatcher: MoeDispatcher = job_default("moe_token_dispatcher")
     moe_a2a_overlap: bool = job_default("moe_a2a_overlap")
+    moe_pad_expert_input_to_capacity: bool = False
+    """Megatron-Core --moe-pad-expert-input-to-capacity (token drop with --moe-expert-capacity-factor, experts padded to
+    capacity): static dispatch shapes, no host wait for the routed token counts; gpuwise takes capacity factor 1."""
+    cuda_graph_scope: str | None = None
+    """Megatron-Core --cuda-graph-scope, comma-separated: full_iteration (--cuda-graph-impl local: the whole
+    forward-backward replayed as one graph, dropless MoE without host syncs) or Transformer Engine scoped graphs of
+    attn, mlp, moe, moe_router, moe_preprocess (--cuda-graph-impl transformer_engine). Default: none (eager)."""
     cp_comm_type: CpCommType | None = None
     """Context-parallel K/V exchange (Megatron-Core --cp-comm-type): p2p ring, allgather or a2a (Ulysses); default
     p2p for Megatron, allgather for PyTorch's context_parallel (torchtitan)."""
@@ -277,6 +288,8 @@ class TrainRequest:
                        tp_comm_overlap=self.tp_comm_overlap, moe_token_dispatcher=self.moe_token_dispatcher,
                        overlap_p2p_communication=self.overlap_p2p_communication,
                        moe_a2a_overlap=self.moe_a2a_overlap, cp_comm_type=self.cp_comm_type,
+                       cuda_graph_scope=self._cuda_graph_scope(framework),
+                       moe_pad_expert_input_to_capacity=self._pad_to_capacity(framework),
                        sdpa_backend=self.sdpa_backend,
                        flops_convention=self.flops_convention,
                        compile=self.compile, loss_chunks=chunks, fused_loss=self.fused_loss,
@@ -334,6 +347,33 @@ class TrainRequest:
                                   f"learned positions")
         object.__setattr__(self, "_job", job)
         object.__setattr__(self, "_framework_reason", why)
+
+    def _pad_to_capacity(self, framework: str) -> bool:
+        if not self.moe_pad_expert_input_to_capacity:
+            return False
+        if framework != "megatron":
+            raise InvalidArgument(f"--moe-pad-expert-input-to-capacity is Megatron-Core's option; the framework here "
+                                  f"is {framework}")
+        if self.model.spec.moe is None:
+            raise InvalidArgument("--moe-pad-expert-input-to-capacity pads routed experts: this model has none")
+        return True
+
+    def _cuda_graph_scope(self, framework: str) -> frozenset[str]:
+        """--cuda-graph-scope checked as Megatron-Core checks it (full_iteration stands alone)."""
+        if self.cuda_graph_scope is None:
+            return frozenset()
+        parts = [p.strip() for p in str(self.cuda_graph_scope).replace(" ", ",").split(",") if p.strip()]
+        unknown = sorted(set(parts) - set(CUDA_GRAPH_SCOPES))
+        if unknown or not parts:
+            raise InvalidArgument(f"--cuda-graph-scope: unknown scope '{unknown[0] if unknown else ''}'; valid: "
+                                  f"{', '.join(CUDA_GRAPH_SCOPES)} (comma-separated, Megatron-Core's names)")
+        if "full_iteration" in parts and len(set(parts)) > 1:
+            raise InvalidArgument("--cuda-graph-scope full_iteration captures the whole iteration: it cannot be "
+                                  "combined with other scopes")
+        if framework != "megatron":
+            raise InvalidArgument(f"--cuda-graph-scope is Megatron-Core's CUDA graph option; the framework here is "
+                                  f"{framework}")
+        return frozenset(parts)
 
     def _resolve_compile_components(self, framework: str) -> bool:
         """--compile-components sets --compile (model) and whether the loss is compiled; returns the latter."""

@@ -136,6 +136,7 @@ def _train_dict(r: TrainResult) -> dict[str, Any]:
         "optimizer_impl": req.job.torch_optimizer_impl,
         "adam_moment_dtypes": _moment_dtypes(req),
         "compile": {"blocks": req.compile, "loss": req.job.compile_loss},
+        "cuda_graph_scope": sorted(req.job.cuda_graph_scope),
         "recompute": req.job.recompute,
         "offload": list(req.offload),
         "finetune": {"mode": req.finetune, "lora_rank": req.lora_rank if req.finetune != "full" else None,

@@ -1,0 +1,75 @@
+"""The host wait of an eager dropless MoE layer (issue 18): Megatron-Core copies each MoE layer's routed token
+counts to the host in every forward, and the device idles while the host catches up (`MOE_SYNC_GAP_S`, measured on
+Megatron-Bridge's Qwen3-30B-A3B H100 profile). EP overlap and a whole-iteration CUDA graph remove it."""
+
+from __future__ import annotations
+
+import pytest
+
+import gpuwise
+from gpuwise.catalog.models import load_model
+from gpuwise.estimate.step_time import MOE_SYNC_GAP_S
+
+KW = dict(gpu="h100-sxm", num_gpus=16, ep=16, seq=4096, global_batch=256, micro_batch=1, zero=1,
+          framework="megatron", moe_token_dispatcher="flex")
+
+
+def _step(model="qwen3-30b-a3b", **kw):
+    return gpuwise.train(model, **{**KW, **kw}).perf.step
+
+
+def _moe_layers(model: str) -> int:
+    return sum(bool(x) for x in load_model(model).spec.moe.moe_layers)
+
+
+@pytest.mark.parametrize("model", ["qwen3-30b-a3b", "deepseek-v3"])
+def test_each_moe_layer_waits_once_per_micro_batch_forward(model):
+    """Only the MoE layers wait (DeepSeek-V3 begins with three dense blocks), once per micro-batch each."""
+    step = _step(model)
+    assert step.num_microbatches == 16
+    expected = MOE_SYNC_GAP_S * _moe_layers(model) * step.num_microbatches
+    assert step.breakdown["host_sync"] == pytest.approx(expected, rel=1e-9)
+    assert step.step_time_s == pytest.approx(sum(step.breakdown.values()), rel=1e-9)
+
+
+def test_a_recomputed_forward_waits_again():
+    plain, full = _step(), _step(recompute="full")
+    assert full.breakdown["host_sync"] == pytest.approx(2 * plain.breakdown["host_sync"], rel=1e-9)
+
+
+@pytest.mark.parametrize("change", [dict(moe_a2a_overlap=True), dict(cuda_graph_scope="full_iteration")],
+                         ids=["ep-overlap", "full-iteration-graph"])
+def test_overlap_or_a_whole_iteration_graph_remove_the_wait_and_nothing_else(change):
+    eager, other = _step(), _step(**change)
+    assert "host_sync" not in other.breakdown
+    if "cuda_graph_scope" in change:  # the rest of the step is the same
+        assert other.step_time_s == pytest.approx(eager.step_time_s - eager.breakdown["host_sync"], rel=1e-9)
+
+
+def test_scoped_graphs_leave_the_wait():
+    """Transformer Engine's scoped graphs (attn, moe_router, moe_preprocess) stop before the dispatcher's sync."""
+    assert _step(cuda_graph_scope="attn,moe_router,moe_preprocess").breakdown["host_sync"] == \
+        _step().breakdown["host_sync"]
+
+
+def test_dense_models_and_other_frameworks_do_not_wait():
+    assert "host_sync" not in gpuwise.train("llama-3.1-8b", gpu="h100-sxm", num_gpus=8, seq=4096,
+                                            framework="megatron").perf.step.breakdown
+    assert "host_sync" not in gpuwise.train("qwen3-30b-a3b", gpu="h100-sxm", num_gpus=8, seq=4096,
+                                            framework="torchtitan").perf.step.breakdown
+
+
+@pytest.mark.parametrize("scope, match", [
+    ("attn,graphs", "unknown scope 'graphs'"),
+    ("full_iteration,attn", "cannot be combined"),
+    (",", "unknown scope"),
+])
+def test_bad_scopes_are_refused(scope, match):
+    with pytest.raises(gpuwise.errors.InvalidArgument, match=match):
+        _step(cuda_graph_scope=scope)
+
+
+def test_the_scope_is_megatrons_option():
+    with pytest.raises(gpuwise.errors.InvalidArgument, match="Megatron-Core's CUDA graph option"):
+        gpuwise.train("qwen3-30b-a3b", gpu="h100-sxm", num_gpus=8, seq=4096, framework="torchtitan",
+                      cuda_graph_scope="full_iteration")
