@@ -8,6 +8,7 @@ import pytest
 import gpuwise
 from gpuwise.catalog.gpus import get_gpu
 from gpuwise.estimate.comm import topology
+from gpuwise.estimate.model_states import model_states
 
 MB = 1 << 20
 
@@ -49,3 +50,38 @@ def test_overlap_hides_the_dispatch_behind_compute_and_never_adds_time():
 def test_an_unknown_dispatcher_is_refused():
     with pytest.raises(gpuwise.errors.InvalidArgument, match="--moe-token-dispatcher"):
         gpuwise.train("qwen3-30b-a3b", gpu="h100-sxm", num_gpus=8, ep=8, moe_token_dispatcher="nccl")
+
+
+def _reductions(monkeypatch, model, **kw):
+    """The gradient reduce-scatters a Megatron ZeRO-1 step issues: (message bytes, ranks, stride)."""
+    from gpuwise.estimate.comm import Topology
+
+    seen, original = [], Topology.collective_s
+
+    def spy(self, op, message, group, inner=1):
+        if op == "reduce_scatter":
+            seen.append((message, group, inner))
+        return original(self, op, message, group, inner)
+
+    monkeypatch.setattr(Topology, "collective_s", spy)
+    r = gpuwise.train(model, gpu="h100-sxm", framework="megatron", zero=1, seq=4096, micro_batch=1, **kw)
+    return r, seen
+
+
+def test_expert_gradients_are_reduced_over_the_expert_data_parallel_ranks(monkeypatch):
+    """Parallel folding: with EP 8 over 64 data-parallel ranks each expert lives on 64 / 8 = 8 ranks, one per EP
+    group (stride 8, one per node), and only those reduce its gradient; the dense weights reduce over all 64."""
+    r, seen = _reductions(monkeypatch, "mixtral-8x7b", num_gpus=64, ep=8, global_batch=64)
+    states = model_states(r.request.model.spec, r.layout, 0, r.request.job)
+    grad = states.grad_bytes_per_param
+    assert sorted((g, s) for _, g, s in seen) == [(8, 8), (64, 1)]
+    by_group = {g: msg for msg, g, _ in seen}
+    assert by_group[8] == pytest.approx(states.expert_trainable_params * grad)
+    assert by_group[64] == pytest.approx((states.trainable_params - states.expert_trainable_params) * grad)
+    assert states.expert_trainable_params > 0.7 * states.trainable_params  # one whole expert per layer
+
+
+def test_experts_spread_over_every_data_parallel_rank_need_no_gradient_reduction(monkeypatch):
+    """EP 16 on 16 data-parallel ranks: every expert lives on one rank (expert data parallelism 1)."""
+    _, seen = _reductions(monkeypatch, "qwen3-30b-a3b", num_gpus=16, ep=16, global_batch=16)
+    assert [g for _, g, _ in seen] == [16, 1]

@@ -301,6 +301,11 @@ class ModelStates:
     head_params: float = 0.0
     """Trainable parameters of the output layer on this rank, before sharding (0 with tied embeddings, whose
     gradient is the embedding's): the first gradients a backward makes."""
+    expert_trainable_params: float = 0.0
+    """Part of `trainable_params` in routed experts: their gradients are reduced over the expert data-parallel
+    group (tp x cp x dp / (ep x etp) ranks), not the dense one."""
+    expert_params_on_rank: float = 0.0
+    """Part of `params_on_rank` in routed experts."""
 
     @property
     def total(self) -> float:
@@ -353,11 +358,13 @@ def _model_states(spec: ModelSpec, layout: Layout, stage: int, job: TrainJob) ->
 
     acc = dict(params=0.0, master=0.0, grads=0.0, optimizer=0.0, cpu=0.0, transient=0.0, casts=0.0)
     block_casts = 0.0
-    trainable = 0.0
+    trainable = expert_trainable = expert_held = 0.0
     fused_seen: set[tuple[str, int]] = set()
     for rt in held.groups:
         t, n, count = rt.tensor, rt.numel, rt.count
         shard = expert_n if rt.expert else dense_n
+        if rt.expert:
+            expert_held += count * n
         if finetune != "full":
             # Frozen base: stored once in the compute dtype (NF4 + double-quantized scales under QLoRA).
             bits = frozen_bits[t] if frozen_bits is not None else frozen_working * 8
@@ -387,6 +394,8 @@ def _model_states(spec: ModelSpec, layout: Layout, stage: int, job: TrainJob) ->
                 acc["params"] += count * lay.fp8_cache * n
                 acc["transient"] += count * lay.fp8_cache * n
         trainable += count * n
+        if rt.expert:
+            expert_trainable += count * n
         for k, v in parts.items():
             acc[k] += count * v
         if t.layer is not None:
@@ -406,7 +415,8 @@ def _model_states(spec: ModelSpec, layout: Layout, stage: int, job: TrainJob) ->
                        else frozen_working,
                        grad_bytes_per_param=lay.grad if finetune == "full" else adapter_lay.grad,
                        transient_params=acc["transient"], block_casts=block_casts,
-                       head_params=held.head if finetune == "full" else 0.0)
+                       head_params=held.head if finetune == "full" else 0.0,
+                       expert_trainable_params=expert_trainable, expert_params_on_rank=expert_held)
 
 
 def _fp8_matrix(t: Tensor) -> bool:

@@ -429,19 +429,32 @@ def step_time(spec: ModelSpec, layout: Layout, job: TrainJob, *, profile: Device
     breakdown["forward"] += weight_casts.get(slowest, 0.0)  # on the first micro-batch only
     breakdown["bubble"] = bubble_time_s(pp, v, mb_time)
 
-    # Data parallelism over the dp x cp ranks that hold the same weights; placed outermost, so its stride is the
-    # model-parallel ranks (tp x pp) and it crosses nodes as soon as the job does.
     sh = layout.sharding_spec
     group = layout.shard_size
-    stride = n // (dp * cp)
-    grad_msg = trainable_params * grad_bytes
     blocks = max(1, max(layers))
     fwd_window, bwd_window = parts["forward"], parts["backward"]
+    # Two reductions share the backward: the dense weights' over the dp x cp ranks that hold them (outermost, so their
+    # stride is the model-parallel ranks, tp x pp, and they cross nodes as soon as the job does) and the routed
+    # experts' over the expert data-parallel ranks, tp x cp x dp / (ep x etp) of them, the ep x etp ranks of an
+    # expert group being innermost (Megatron-Core's parallel folding, torchtitan's EP mesh): an expert-DP group
+    # strides over whole EP groups, across nodes once EP fills a node.
+    expert_trained = states.expert_trainable_params
+    edp = max(1, dp * cp * tp // (ep * layout.expert_tp)) if spec.moe is not None else 1
+    flows = [(trainable_params - expert_trained, params_on_rank - states.expert_params_on_rank, dp * cp, group,
+              n // (dp * cp))]
+    if expert_trained > 0:
+        flows.append((expert_trained, states.expert_params_on_rank, edp, layout.expert_shard_size if sh.params
+                      else edp, n // edp))
     dp_exposed = 0.0
     if trainable_params > 0 and dp * cp > 1:
         if sh.params:  # ZeRO-3 / FSDP / HSDP: gather each block's weights per micro-batch, reduce-scatter grads
-            gather = topo.collective_s("all_gather", params_on_rank * working_bytes, group, stride)
-            rs = topo.collective_s("reduce_scatter", grad_msg, group, stride)
+            gather = rs = hsdp = 0.0
+            for trained, held_params, ranks, shards, stride in flows:
+                gather += topo.collective_s("all_gather", held_params * working_bytes, shards, stride)
+                rs += topo.collective_s("reduce_scatter", trained * grad_bytes, shards, stride)
+                if ranks // shards > 1:  # HSDP: all-reduce the gradient shards across replicas
+                    hsdp += topo.collective_s("all_reduce", trained * grad_bytes / shards, ranks // shards,
+                                              stride * shards)
             if sh.keep_unsharded or pipeline_keeps_unsharded(framework, pp, sh.params):
                 # grad-op / no-reshard, and FSDP2 under torch.distributed.pipelining: gathered in the first forward
                 # and kept unsharded (with unsharded gradients) through the step's micro-batches; the memory model
@@ -454,20 +467,18 @@ def step_time(spec: ModelSpec, layout: Layout, job: TrainJob, *, profile: Device
                 # reduce-scatters share the network and hide behind the same backward compute, once.
                 gathers = m * (_exposed(gather, fwd_window) + 2 * gather / blocks)
                 reduces = m * _exposed(gather + rs, bwd_window)
-            dp_exposed += gathers + reduces + rs / blocks
-            replicas = dp * cp // group
-            if replicas > 1:  # HSDP: all-reduce the gradient shards across replicas
-                dp_exposed += topo.collective_s("all_reduce", grad_msg / group, replicas, stride * group)
-        else:  # DDP / ZeRO-1/2: the gradients of all dp x cp replicas are reduced once per step
+            dp_exposed += gathers + reduces + rs / blocks + hsdp
+        else:  # DDP / ZeRO-1/2: the gradients of all replicas are reduced once per step
             op = "reduce_scatter" if (sh.grads or sh.optimizer) else "all_reduce"
-            group = dp * cp
-            reduce = topo.collective_s(op, grad_msg, group, stride)
+            reduce = sum(topo.collective_s(op, trained * grad_bytes, ranks, stride)
+                         for trained, _, ranks, _, stride in flows)
             # ZeRO-2 keeps only its gradient shard: it reduce-scatters at every micro-batch's backward (DeepSpeed
             # refuses no_sync under ZeRO-2/3); DDP and ZeRO-1 accumulate full gradients and reduce once.
             times = m if sh.grads else 1
             dp_exposed += times * _exposed(reduce, bwd_window) + reduce / blocks
             if sh.optimizer:  # the updated parameters gathered back after the step
-                ag = topo.collective_s("all_gather", params_on_rank * working_bytes, group, stride)
+                ag = sum(topo.collective_s("all_gather", held_params * working_bytes, ranks, stride)
+                         for _, held_params, ranks, _, stride in flows)
                 # Megatron overlaps it with the next forward (--overlap-param-gather); DeepSpeed waits for it.
                 dp_exposed += _exposed(ag, fwd_window) + ag / blocks if framework == "megatron" else ag
     breakdown["dp_comm"] = dp_exposed
