@@ -65,6 +65,11 @@ BAD = [
     ["llama-3.1-8b", "--gpu", "h100", "--finetune", "lora", "--lora-dropout", "nan"],
     ["qwen3-30b-a3b", "--gpu", "h100", "--num-gpus", "8", "--framework", "megatron", "--cuda-graph-scope", "all"],
     ["qwen3-30b-a3b", "--gpu", "h100", "--num-gpus", "8", "--framework", "torchtitan", "--cuda-graph-scope", "attn"],
+    ["llama-3.1-8b", "--gpu", "h100", "--framework", "megatron", "--cuda-graph-scope", "moe_router"],
+    ["llama-3.1-8b", "--gpu", "h100", "--framework", "megatron", "--moe-pad-expert-input-to-capacity"],
+    ["qwen3-30b-a3b", "--gpu", "h100", "--num-gpus", "8", "--framework", "fsdp", "--moe-pad-expert-input-to-capacity"],
+    ["qwen3-30b-a3b", "--gpu", "h100", "--num-gpus", "8", "--framework", "megatron", "--moe-token-dispatcher", "flex",
+     "--moe-pad-expert-input-to-capacity"],
 ]
 
 

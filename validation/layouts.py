@@ -61,13 +61,17 @@ def compare(row: dict) -> Compared | None:
     for key in ("gpus_per_node", "inter_node_gbps", "sdpa_backend"):
         if key in opts:
             plan_opts[key] = opts[key]
-    # the job's own choices the planner can price: torch.compile and Megatron's AdamW moment dtypes
+    # the job's own choices the planner can price: torch.compile, Megatron's AdamW moment dtypes ...
     if r.request.compile and r.framework in COMPILING_FRAMEWORKS:
         plan_opts["compile"] = True
     if r.framework == "megatron" and r.request.optimizer == "adamw":
         for key in ("exp_avg_dtype", "exp_avg_sq_dtype"):
             if getattr(r.request, key) is not None:
                 plan_opts[key] = getattr(r.request, key)
+    # and how it dispatches experts and what it replays as CUDA graphs (Megatron)
+    for key in ("moe_token_dispatcher", "moe_a2a_overlap", "moe_pad_expert_input_to_capacity", "cuda_graph_scope"):
+        if key in opts:
+            plan_opts[key] = opts[key]
     p = gpuwise.plan(_model(row["model"]), gpu=row["gpu"], **plan_opts)
     published = _layout(r.layout, r.request.micro_batch)
     pub_s = r.perf.step.step_time_s

@@ -8,7 +8,6 @@ import pytest
 import gpuwise
 from gpuwise.catalog.gpus import get_gpu
 from gpuwise.estimate.comm import topology
-from gpuwise.estimate.model_states import model_states
 
 MB = 1 << 20
 
@@ -52,36 +51,63 @@ def test_an_unknown_dispatcher_is_refused():
         gpuwise.train("qwen3-30b-a3b", gpu="h100-sxm", num_gpus=8, ep=8, moe_token_dispatcher="nccl")
 
 
-def _reductions(monkeypatch, model, **kw):
-    """The gradient reduce-scatters a Megatron ZeRO-1 step issues: (message bytes, ranks, stride)."""
+def _collectives(monkeypatch, model, op="reduce_scatter", **kw):
+    """The collectives of kind `op` a training step issues: (message bytes, ranks, stride, seconds)."""
     from gpuwise.estimate.comm import Topology
 
     seen, original = [], Topology.collective_s
 
-    def spy(self, op, message, group, inner=1):
-        if op == "reduce_scatter":
-            seen.append((message, group, inner))
-        return original(self, op, message, group, inner)
+    def spy(self, kind, message, group, inner=1):
+        t = original(self, kind, message, group, inner)
+        if kind == op:
+            seen.append((message, group, inner, t))
+        return t
 
     monkeypatch.setattr(Topology, "collective_s", spy)
-    r = gpuwise.train(model, gpu="h100-sxm", framework="megatron", zero=1, seq=4096, micro_batch=1, **kw)
+    r = gpuwise.train(model, gpu="h100-sxm", seq=4096, micro_batch=1, **kw)
     return r, seen
+
+
+MIXTRAL_EXPERT = 32 * 3 * 4096 * 14336
+"""One whole Mixtral 8x7B expert per layer (w1, w3: 4096 x 14336; w2: 14336 x 4096) over 32 layers."""
 
 
 def test_expert_gradients_are_reduced_over_the_expert_data_parallel_ranks(monkeypatch):
     """Parallel folding: with EP 8 over 64 data-parallel ranks each expert lives on 64 / 8 = 8 ranks, one per EP
     group (stride 8, one per node), and only those reduce its gradient; the dense weights reduce over all 64."""
-    r, seen = _reductions(monkeypatch, "mixtral-8x7b", num_gpus=64, ep=8, global_batch=64)
-    states = model_states(r.request.model.spec, r.layout, 0, r.request.job)
-    grad = states.grad_bytes_per_param
-    assert sorted((g, s) for _, g, s in seen) == [(8, 8), (64, 1)]
-    by_group = {g: msg for msg, g, _ in seen}
-    assert by_group[8] == pytest.approx(states.expert_trainable_params * grad)
-    assert by_group[64] == pytest.approx((states.trainable_params - states.expert_trainable_params) * grad)
-    assert states.expert_trainable_params > 0.7 * states.trainable_params  # one whole expert per layer
+    r, seen = _collectives(monkeypatch, "mixtral-8x7b", num_gpus=64, ep=8, global_batch=64, framework="megatron",
+                           zero=1)
+    grad = 4 if r.request.job.grad_reduce_in_fp32 else 2
+    assert sorted((g, s) for _, g, s, _ in seen) == [(8, 8), (64, 1)]
+    by_group = {g: msg for msg, g, _, _ in seen}
+    assert by_group[8] == MIXTRAL_EXPERT * grad
+    dense = 46_702_792_704 - 8 * MIXTRAL_EXPERT  # transformers' parameter count less the eight experts
+    assert by_group[64] == dense * grad
 
 
 def test_experts_spread_over_every_data_parallel_rank_need_no_gradient_reduction(monkeypatch):
-    """EP 16 on 16 data-parallel ranks: every expert lives on one rank (expert data parallelism 1)."""
-    _, seen = _reductions(monkeypatch, "qwen3-30b-a3b", num_gpus=16, ep=16, global_batch=16)
-    assert [g for _, g, _ in seen] == [16, 1]
+    """EP 16 on 16 data-parallel ranks: every expert lives on one rank (expert data parallelism 1): no time."""
+    _, seen = _collectives(monkeypatch, "qwen3-30b-a3b", num_gpus=16, ep=16, global_batch=16, framework="megatron",
+                           zero=1)
+    assert {g: t for _, g, _, t in seen}[1] == 0.0
+
+
+def test_expert_data_parallelism_without_dense_data_parallelism_still_reduces(monkeypatch):
+    """TP 4 with experts folded as EP 2 x ETP 1: one dense data-parallel rank, but every expert on 4 / 2 = 2 ranks,
+    whose gradients must meet (the memory model shards their optimizer states over the same 2)."""
+    r, seen = _collectives(monkeypatch, "qwen3-30b-a3b", num_gpus=4, tp=4, etp=1, ep=2, global_batch=4,
+                           framework="megatron", zero=1)
+    assert r.layout.dp == 1 and r.layout.expert_dp == 2
+    assert any(g == 2 and t > 0 for _, g, _, t in seen)
+    assert r.perf.step.breakdown["dp_comm"] > 0
+
+
+def test_frozen_experts_are_still_gathered_under_fsdp(monkeypatch):
+    """LoRA trains no expert, but FSDP full shard still gathers the frozen experts' shards for every pass."""
+    r, seen = _collectives(monkeypatch, "qwen3-30b-a3b", op="all_gather", num_gpus=8, ep=8, global_batch=8,
+                           framework="torchtitan", fsdp="full", finetune="lora")
+    assert r.layout.expert_dp == 1  # EP over all 8 ranks: the experts are not sharded further, nothing to gather
+    r, seen = _collectives(monkeypatch, "qwen3-30b-a3b", op="all_gather", num_gpus=16, ep=8, global_batch=16,
+                           framework="torchtitan", fsdp="full", finetune="lora")
+    experts = [(msg, g) for msg, g, _, t in seen if g == 2]
+    assert experts and all(msg > 1e9 for msg, _ in experts)  # ~28e9 parameters / 8 EP ranks, 16-bit

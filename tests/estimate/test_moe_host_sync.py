@@ -37,13 +37,17 @@ def test_a_recomputed_forward_waits_again():
     assert full.breakdown["host_sync"] == pytest.approx(2 * plain.breakdown["host_sync"], rel=1e-9)
 
 
-@pytest.mark.parametrize("change", [dict(moe_a2a_overlap=True), dict(cuda_graph_scope="full_iteration")],
-                         ids=["ep-overlap", "full-iteration-graph"])
-def test_overlap_or_a_whole_iteration_graph_remove_the_wait_and_nothing_else(change):
-    eager, other = _step(), _step(**change)
+def test_ep_overlap_hides_the_wait():
+    assert "host_sync" not in _step(moe_a2a_overlap=True).breakdown
+
+
+@pytest.mark.parametrize("change", [dict(cuda_graph_scope="full_iteration"), dict(cuda_graph_scope="attn,moe"),
+                                    dict(moe_pad_expert_input_to_capacity=True, moe_token_dispatcher="alltoall")],
+                         ids=["full-iteration-graph", "moe-layer-graph", "padded-experts"])
+def test_static_shapes_remove_the_wait_and_nothing_else(change):
+    eager, other = _step(**{k: v for k, v in change.items() if k == "moe_token_dispatcher"}), _step(**change)
     assert "host_sync" not in other.breakdown
-    if "cuda_graph_scope" in change:  # the rest of the step is the same
-        assert other.step_time_s == pytest.approx(eager.step_time_s - eager.breakdown["host_sync"], rel=1e-9)
+    assert other.step_time_s == pytest.approx(eager.step_time_s - eager.breakdown["host_sync"], rel=1e-9)
 
 
 def test_scoped_graphs_leave_the_wait():
@@ -62,7 +66,7 @@ def test_dense_models_and_other_frameworks_do_not_wait():
 @pytest.mark.parametrize("scope, match", [
     ("attn,graphs", "unknown scope 'graphs'"),
     ("full_iteration,attn", "cannot be combined"),
-    (",", "unknown scope"),
+    (",", "no scope given"),
 ])
 def test_bad_scopes_are_refused(scope, match):
     with pytest.raises(gpuwise.errors.InvalidArgument, match=match):
@@ -73,3 +77,24 @@ def test_the_scope_is_megatrons_option():
     with pytest.raises(gpuwise.errors.InvalidArgument, match="Megatron-Core's CUDA graph option"):
         gpuwise.train("qwen3-30b-a3b", gpu="h100-sxm", num_gpus=8, seq=4096, framework="torchtitan",
                       cuda_graph_scope="full_iteration")
+
+
+def test_padding_needs_an_alltoall_dispatcher_and_routed_experts():
+    with pytest.raises(gpuwise.errors.InvalidArgument, match="flex token dispatcher"):
+        _step(moe_pad_expert_input_to_capacity=True)
+    with pytest.raises(gpuwise.errors.InvalidArgument, match="this model has none"):
+        gpuwise.train("llama-3.1-8b", gpu="h100-sxm", framework="megatron", moe_pad_expert_input_to_capacity=True)
+
+
+def test_the_doctor_keeps_its_framework_changing_remedies_with_cuda_graphs():
+    """A remedy that moves the job off Megatron (LoRA through PEFT) leaves the CUDA graph scope behind instead of
+    failing on it."""
+    from gpuwise.catalog.gpus import get_gpu
+    from gpuwise.plan.doctor import doctor
+    from gpuwise.plan.train import TrainRequest
+
+    argv = dict(model=load_model("llama-3.1-70b"), gpu=get_gpu("h100-sxm"), num_gpus=16, seq=4096, global_batch=64,
+                tp=8, framework="megatron")
+    plain = {r.name for r in doctor(TrainRequest(**argv)).remedies if r.fits}
+    graphed = {r.name for r in doctor(TrainRequest(cuda_graph_scope="full_iteration", **argv)).remedies if r.fits}
+    assert {"lora", "qlora", "more-gpus"} <= plain and graphed == plain

@@ -397,3 +397,29 @@ def test_bf16_moments_at_one_data_parallel_rank_still_ask_for_the_distributed_op
               exp_avg_dtype="bf16", exp_avg_sq_dtype="bf16")
     args = recipes(r, r.plans[0])["megatron.args"]
     assert r.plans[0].layout.dp == 1 and "--use-distributed-optimizer" in args
+
+
+def test_a_moe_plan_prices_and_writes_its_dispatcher_overlap_and_cuda_graphs():
+    """--moe-token-dispatcher / --moe-a2a-overlap / --cuda-graph-scope (Megatron): the plan is priced with them (no
+    eager host wait under EP overlap), Megatron's flags carry them, and the plan's train command reproduces it."""
+    from gpuwise.errors import InvalidArgument
+
+    kw = dict(num_gpus=16, seq=4096, global_batch=256, framework="megatron", ep=16)
+    r = _plan("qwen3-30b-a3b", **kw, moe_token_dispatcher="flex", moe_a2a_overlap=True,
+              cuda_graph_scope="moe_router,moe_preprocess")
+    best = r.plans[0]
+    assert "host_sync" not in best.step.breakdown
+    assert "host_sync" in _plan("qwen3-30b-a3b", **kw).plans[0].step.breakdown
+    args = recipes(r, best)["megatron.args"]
+    for flag in ("--moe-token-dispatcher-type flex", "--overlap-moe-expert-parallel-comm",
+                 "--cuda-graph-impl transformer_engine", "--cuda-graph-scope moe_preprocess moe_router"):
+        assert flag in args
+    opts = best.train_options(r.request)
+    checked = gpuwise.train("qwen3-30b-a3b", gpu="h100-sxm", **opts)
+    assert checked.perf.step.step_time_s == pytest.approx(best.step_time_s)
+    padded = _plan("qwen3-30b-a3b", **kw, moe_pad_expert_input_to_capacity=True, cuda_graph_scope="full_iteration")
+    args = recipes(padded, padded.plans[0])["megatron.args"]
+    assert "--moe-pad-expert-input-to-capacity" in args and "--cuda-graph-impl local" in args
+    with pytest.raises(InvalidArgument, match="needs --framework megatron"):
+        gpuwise.plan("qwen3-30b-a3b", gpu="h100-sxm", num_gpus=16, seq=4096, global_batch=256, framework="torchtitan",
+                     cuda_graph_scope="full_iteration")

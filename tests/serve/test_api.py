@@ -311,3 +311,21 @@ def test_the_api_reads_no_local_file_and_reveals_nothing_about_paths(tmp_path, m
     status, body = api.handle("GET", "fit", f"model={secret}&gpu=h100")
     assert status == 400 and "TOPSECRET" not in body.decode()
     assert main(["fit", str(good), "--gpu", "h100"]) == 0  # the CLI reads any file, as before
+
+
+def test_the_pages_step_bar_names_every_part_of_the_step():
+    """The page draws `time_breakdown_s` from its TIME_PARTS list: a part missing there leaves the bar short of the
+    step time. Jobs that produce the optional parts: an eager Megatron MoE job (host_sync) and a CPU-offload one."""
+    import re
+    from pathlib import Path
+
+    import gpuwise
+
+    js = (Path(gpuwise.__file__).parent / "serve" / "static" / "render.js").read_text()
+    drawn = set(re.findall(r'\["(\w+)", "[^"]*"\]', js[js.index("const TIME_PARTS"):js.index("const ENGINES")]))
+    jobs = [gpuwise.train("qwen3-30b-a3b", gpu="h100-sxm", num_gpus=8, ep=8, framework="megatron"),
+            gpuwise.train("llama-3.1-8b", gpu="h100-sxm", num_gpus=8, zero=2, framework="deepspeed",
+                          offload=("optimizer",))]
+    for r in jobs:
+        assert set(r.perf.step.breakdown) <= drawn, set(r.perf.step.breakdown) - drawn
+    assert {"host_sync", "offload"} <= set(jobs[0].perf.step.breakdown) | set(jobs[1].perf.step.breakdown)

@@ -33,6 +33,9 @@ Finetune = Literal["full", "lora", "qlora"]
 Attention = Literal["flash", "unfused"]
 MoeDispatcher = Literal["alltoall", "flex"]
 CpCommType = Literal["p2p", "allgather", "a2a"]
+CudaGraphScope = Literal["full_iteration", "attn", "mlp", "moe", "moe_router", "moe_preprocess"]
+"""Megatron-Core's --cuda-graph-scope values gpuwise reads (megatron/core/transformer/enums.py CudaGraphScope; mamba
+is not modelled)."""
 SdpaBackend = Literal["flash", "cudnn"]
 FlopsConvention = Literal["causal", "full"]
 NormType = Literal["rmsnorm", "fused_rmsnorm", "compiled_rmsnorm"]
@@ -149,11 +152,10 @@ class TrainJob:
     """Megatron-Core --moe-pad-expert-input-to-capacity (with --moe-expert-capacity-factor): each expert's input is
     dropped or padded to its capacity, so the dispatch has static shapes and no host wait for the token counts. gpuwise
     routes evenly, so at capacity factor 1 the experts' work is unchanged."""
-    cuda_graph_scope: frozenset[str] = frozenset()
+    cuda_graph_scope: frozenset[CudaGraphScope] = frozenset()
     """What Megatron-Core replays as CUDA graphs (--cuda-graph-scope: full_iteration, or Transformer Engine scoped
-    graphs of attn, mlp, moe, moe_router, moe_preprocess); empty: every kernel launched eagerly. A whole-iteration
-    graph needs a sync-free dropless MoE (no host wait for the routed token counts: `step_time.MOE_SYNC_GAP_S`);
-    scoped graphs leave that wait in place."""
+    graphs; `CudaGraphScope`); empty: every kernel launched eagerly. What removes the MoE layers' host wait is
+    `step_time.moe_sync_gap_s`'s to say."""
     flops_convention: FlopsConvention = "causal"
     """Attention FLOPs: causal (half the score matrix) or full (what FlopCounterMode counts)."""
     compile: bool = False

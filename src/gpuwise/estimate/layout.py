@@ -81,9 +81,16 @@ class Layout:
         return self.tp if self.etp is None else self.etp
 
     @property
+    def expert_dp(self) -> int:
+        """Ranks that hold the same routed experts (the expert data-parallel group): tp x cp x dp / (ep x etp), as
+        Megatron-Core's parallel folding and torchtitan's EP mesh fold ep x etp over the tp x cp x dp ranks, the
+        ep x etp ranks of an expert group innermost (consecutive)."""
+        return max(1, self.tp * self.cp * self.dp // (self.ep * self.expert_tp))
+
+    @property
     def expert_shard_size(self) -> int:
-        """Ranks that hold the same routed experts and shard their states: the expert data-parallel group,
-        tp x cp x dp / (ep x etp), within the dense shard group's reach."""
+        """Ranks that hold the same routed experts and shard their states: the expert data-parallel group within
+        the dense shard group's reach."""
         if self.sharding == "ddp":
             return 1
         return max(1, self.shard_size * self.tp // (self.ep * self.expert_tp))

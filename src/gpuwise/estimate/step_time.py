@@ -26,8 +26,8 @@ attention core). Communication is timed on the topology (`comm.py`) and counted 
   no-reshard) gathers once per step and keeps the parameters through the micro-batches.
 
 A dropless MoE layer launched eagerly by Megatron-Core also waits once per forward for its routed token counts on
-the host (`MOE_SYNC_GAP_S`, breakdown `host_sync`), unless EP overlap or a whole-iteration CUDA graph removes the
-wait.
+the host (`MOE_SYNC_GAP_S`, breakdown `host_sync`), unless EP overlap, a CUDA graph over the whole iteration or the
+whole MoE layer, or experts padded to capacity remove the wait (`moe_sync_gap_s`).
 
 The step is (m + (p - 1) / v) times the slowest stage's micro-batch time (1F1B and GPipe: v = 1), plus the
 data-parallel communication left exposed, plus the optimizer step (memory-bound: it streams the states once).
@@ -250,13 +250,15 @@ MOE_SYNC_GAP_S = 0.62e-3
 """Device time lost at each forward of a dropless MoE layer in eager Megatron-Core, per micro-batch: the routed
 token counts are copied to the host (Transformer Engine's grouped GEMM takes its per-expert splits as a Python list;
 the dispatcher sizes its buffers from them), the host waits for the device to drain, and the device then idles
-while the host launches the kernels after the wait. Measured: Megatron-Bridge's rank-0 Nsight Systems comparison of
-Qwen3-30B-A3B on 16 H100 (TP 1, EP 16, HybridEP, micro-batch 1, 64 micro-batches of 48 MoE layers, forced-balance
-routing, EP overlap off): a 24.7138 s step whose GPU-active interval union is 22.821 s, i.e. 1.89 s idle = 0.62 ms
-per MoE layer and micro-batch; the host sat 3.109 s in HybridEP's metadata preprocessing, where it waits (0.670 s
-with EP overlap on). Source: github NVIDIA-NeMo/Megatron-Bridge skills/nemo-mbridge-perf-moe-comm-overlap/SKILL.md
-@067f987df03b8355b03192d88d70f1709fedf51a, 'HybridEP production-shape validation'. One measurement, on an x86 host
-and Hopper: the gap is host latency, so it is taken as the same on other GPUs."""
+while the host launches the kernels after the wait. From Megatron-Bridge's Qwen3-30B-A3B on 16 H100 (TP 1, EP 16,
+HybridEP, micro-batch 1, 64 micro-batches of 48 MoE layers, forced-balance routing, Transformer Engine graphs over
+moe_router and moe_preprocess only, EP overlap off): a 24.7138 s steady-window step, and in a rank-0 Nsight Systems
+run of the same job a GPU-active interval union of 22.821 s: 1.89 s with no kernel running = 0.62 ms per MoE layer
+and micro-batch (an estimate from two runs, good to about +-0.1 ms); the host sat 3.109 s in HybridEP's metadata
+preprocessing, where it waits (0.670 s with EP overlap on). Source: github NVIDIA-NeMo/Megatron-Bridge
+skills/nemo-mbridge-perf-moe-comm-overlap/SKILL.md @067f987df03b8355b03192d88d70f1709fedf51a, 'HybridEP
+production-shape validation'. One job, on an x86 host and Hopper: the gap is host latency, so it is taken as the
+same on other GPUs."""
 
 
 def moe_sync_gap_s(spec: ModelSpec, job: TrainJob) -> float:
@@ -280,11 +282,6 @@ def _exposed(comm: float, window: float) -> float:
 def _copy_exposed(copy: float, window: float) -> float:
     """A host copy overlapped with compute: the copy engines need no SMs, so only what exceeds the window shows."""
     return max(0.0, copy - window)
-
-
-def group_params(layout: Layout) -> int:
-    """Ranks the parameters are sharded over (1 without parameter sharding)."""
-    return layout.shard_size if layout.sharding_spec.params else 1
 
 
 def _offload_s(profile: DeviceProfile, offload: frozenset[str], trained: float, params: float, working_bytes: float,
@@ -333,7 +330,7 @@ def step_time(spec: ModelSpec, layout: Layout, job: TrainJob, *, profile: Device
     h = spec.hidden_size
     n = layout.num_gpus
     m = num_microbatches
-    inner = {"tp": 1, "cp": tp, "ep": tp * cp, "pp": tp * cp * ep}  # placement: TP, CP, EP, PP, DP outward
+    inner = {"tp": 1, "cp": tp, "pp": tp * cp * ep}  # placement: TP, CP, (EP,) PP, DP outward; EP: `expert_tp`
     layers = stage_layers(layout, spec.num_layers)
 
     tp_ar = topo.collective_s("all_reduce", tokens * h * e, tp, inner["tp"]) if tp > 1 else 0.0
@@ -351,10 +348,10 @@ def step_time(spec: ModelSpec, layout: Layout, job: TrainJob, *, profile: Device
     a2a = 0.0
     if ep > 1 and spec.moe is not None:
         # each rank dispatches its etp / tp share of the tokens; the EP ranks sit next to the expert-TP ranks
-        # (Megatron-Core's folded expert rank order tp-ep-dp: with etp = tp the same stride as before)
+        # (Megatron-Core's folded expert rank order tp-ep-dp, torchtitan's EP over dp_shard x cp inside TP): stride
+        # etp, whatever cp is (`Layout.expert_dp`)
         a2a = topo.expert_all_to_all_s(tokens * layout.expert_tp // tp * h * e, spec.moe.top_k, ep,
-                                       layout.expert_tp if layout.expert_tp < tp else inner["ep"],
-                                       per_node=job.moe_token_dispatcher == "flex")
+                                       layout.expert_tp, per_node=job.moe_token_dispatcher == "flex")
     # Each hop is one send/recv; the pipeline runs at the pace of its slowest hop, so the level is the one the
     # whole pipeline group spans (a node boundary anywhere in it is on every micro-batch's path).
     pp_p2p = topo.collective_s("send_recv", tokens * h * e / (tp if layout.sp else 1), pp, inner["pp"]) if pp > 1 else 0.0
@@ -438,15 +435,14 @@ def step_time(spec: ModelSpec, layout: Layout, job: TrainJob, *, profile: Device
     # experts' over the expert data-parallel ranks, tp x cp x dp / (ep x etp) of them, the ep x etp ranks of an
     # expert group being innermost (Megatron-Core's parallel folding, torchtitan's EP mesh): an expert-DP group
     # strides over whole EP groups, across nodes once EP fills a node.
-    expert_trained = states.expert_trainable_params
-    edp = max(1, dp * cp * tp // (ep * layout.expert_tp)) if spec.moe is not None else 1
-    flows = [(trainable_params - expert_trained, params_on_rank - states.expert_params_on_rank, dp * cp, group,
-              n // (dp * cp))]
-    if expert_trained > 0:
-        flows.append((expert_trained, states.expert_params_on_rank, edp, layout.expert_shard_size if sh.params
-                      else edp, n // edp))
+    expert_trained, expert_held = states.expert_trainable_params, states.expert_params_on_rank
+    edp = layout.expert_dp
+    # (trained parameters, held parameters, ranks holding them, ranks sharding them, stride)
+    flows = [(trainable_params - expert_trained, params_on_rank - expert_held, dp * cp, group, n // (dp * cp))]
+    if expert_held > 0:  # frozen experts (LoRA) are still gathered under FSDP / ZeRO-3
+        flows.append((expert_trained, expert_held, edp, layout.expert_shard_size, n // edp))
     dp_exposed = 0.0
-    if trainable_params > 0 and dp * cp > 1:
+    if trainable_params > 0 and any(ranks > 1 for _, _, ranks, _, _ in flows):
         if sh.params:  # ZeRO-3 / FSDP / HSDP: gather each block's weights per micro-batch, reduce-scatter grads
             gather = rs = hsdp = 0.0
             for trained, held_params, ranks, shards, stride in flows:
@@ -483,11 +479,13 @@ def step_time(spec: ModelSpec, layout: Layout, job: TrainJob, *, profile: Device
                 dp_exposed += _exposed(ag, fwd_window) + ag / blocks if framework == "megatron" else ag
     breakdown["dp_comm"] = dp_exposed
 
-    # Optimizer step: stream master weights, states and gradients (read + write), write the working copy.
+    # Optimizer step: stream master weights, states and gradients (read + write), write the working copy. Each rank
+    # steps its shard: the dense weights' over the dense group, the experts' over their own (`flows`).
     shard = group if sh.optimizer else 1
+    stepped = sum(trained / (shards if sh.optimizer else 1) for trained, _, _, shards, _ in flows)
     opt = 0.0
     if optimizer_bytes > 0 and "optimizer" not in offload:
-        streamed = 2 * optimizer_bytes + (grad_bytes + working_bytes) * trainable_params / shard
+        streamed = 2 * optimizer_bytes + (grad_bytes + working_bytes) * stepped
         if job.optimizer_foreach and job.optimizer == "adamw":
             streamed += FOREACH_ADAMW_EXTRA_ACCESSES * states.optimizer / 2
         opt = memory_s(profile, streamed)
@@ -500,8 +498,9 @@ def step_time(spec: ModelSpec, layout: Layout, job: TrainJob, *, profile: Device
                        for st in distinct_stages(spec, layers))
     breakdown["optimizer"] = opt
     if offload - {"activations"}:
-        breakdown["offload"] = _offload_s(profile, offload, trainable_params / shard, params_on_rank / group_params(
-            layout), working_bytes, grad_bytes, host_bytes, fwd_window, bwd_window)
+        held_shard = sum(held / (shards if sh.params else 1) for _, held, _, shards, _ in flows)
+        breakdown["offload"] = _offload_s(profile, offload, stepped, held_shard, working_bytes, grad_bytes, host_bytes,
+                                          fwd_window, bwd_window)
     breakdown["overhead"] = STEP_HOST_OVERHEAD_S
     total = sum(breakdown.values())
     return StepTime(step_time_s=total, breakdown=breakdown, microbatch_s=mb_time, num_microbatches=m,

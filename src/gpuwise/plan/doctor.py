@@ -284,14 +284,18 @@ def _optimizer_variants(req: TrainRequest) -> list[dict]:
 def _changed(req: TrainRequest, **options) -> TrainRequest:
     """`req` with a remedy's changes, leaving behind the Megatron options the changed job cannot take (a remedy that
     moves to another framework, leaves it to be chosen, or changes the precision)."""
-    moments = ("exp_avg_dtype", "exp_avg_sq_dtype")  # Megatron's precision-aware AdamW: kept while the job is one
-    changed = replace(req, **{k: False for k in MEGATRON_OPTIONS}, **{k: None for k in moments},
-                      **{k: v for k, v in options.items() if k not in MEGATRON_OPTIONS and k not in moments})
+    # Megatron's precision-aware AdamW and CUDA graphs: kept while the job is Megatron's
+    moments = ("exp_avg_dtype", "exp_avg_sq_dtype")
+    held = (*moments, "cuda_graph_scope")
+    changed = replace(req, **{k: False for k in MEGATRON_OPTIONS}, **{k: None for k in held},
+                      **{k: v for k, v in options.items() if k not in MEGATRON_OPTIONS and k not in held})
     wanted = {k: getattr(req, k) for k in MEGATRON_OPTIONS} | {k: v for k, v in options.items() if k in MEGATRON_OPTIONS}
     keep: dict = {k: True for k, on in wanted.items() if on and not megatron_option_problem(
         k, changed.framework, changed.precision, changed.fp8_param_gather, changed.gpu.vendor)}
     if changed.framework == "megatron" and changed.optimizer == "adamw":
         keep |= {k: v for k in moments if (v := options.get(k, getattr(req, k))) is not None}
+    if changed.framework == "megatron" and (graphs := options.get("cuda_graph_scope", req.cuda_graph_scope)):
+        keep["cuda_graph_scope"] = graphs
     return replace(changed, **keep) if keep else changed
 
 

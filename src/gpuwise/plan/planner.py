@@ -32,8 +32,8 @@ from ..catalog.models import LoadedModel
 from ..errors import InvalidArgument, require_positive_int, require_positive_number
 from ..estimate.comm import Topology
 from ..estimate.flops import gemm_dtype, job_flops, utilization
-from ..estimate.job import (FSDP2_OFFLOAD_ALL, OFFLOADABLE_OPTIMIZERS, RECOMPUTE, Optimizer, Precision, SdpaBackend,
-                            StateDtype, TrainJob, fp8_transpose_cached, job_default)
+from ..estimate.job import (FSDP2_OFFLOAD_ALL, OFFLOADABLE_OPTIMIZERS, RECOMPUTE, MoeDispatcher, Optimizer, Precision,
+                            SdpaBackend, StateDtype, TrainJob, fp8_transpose_cached, job_default)
 from ..estimate.layout import PARAM_OFFLOAD_SHARDINGS, Layout, divisors, multiples_near, nearby
 from ..estimate.model_states import ModelStates
 from ..estimate.parallel import (cp_splits, ep_fits, hsdp_holds_experts, sp_splits, tp_conflict,
@@ -44,7 +44,7 @@ from ..estimate.step_time import StepTime, step_time
 from ..estimate.train_memory import layout_memory, required_bytes
 from ..units import GiB
 from .cluster import cluster
-from .train import TrainRequest, optimizer_problem
+from .train import TrainRequest, cuda_graph_scopes, megatron_option_problem, optimizer_problem, pad_problem
 
 Objective = Literal["time", "cost", "memory"]
 PlanFramework = Literal["megatron", "torchtitan", "fsdp", "deepspeed"]
@@ -124,6 +124,11 @@ class PlanRequest:
     compile: bool = job_default("compile")
     exp_avg_dtype: StateDtype | None = None
     exp_avg_sq_dtype: StateDtype | None = None
+    moe_token_dispatcher: MoeDispatcher = job_default("moe_token_dispatcher")
+    moe_a2a_overlap: bool = job_default("moe_a2a_overlap")
+    moe_pad_expert_input_to_capacity: bool = job_default("moe_pad_expert_input_to_capacity")
+    cuda_graph_scope: str | None = None
+    """Megatron-Core --cuda-graph-scope the plans run with (as `gpuwise train --cuda-graph-scope`)."""
 
     def __post_init__(self) -> None:
         for name in ("num_gpus", "seq", "global_batch", "top"):
@@ -146,6 +151,13 @@ class PlanRequest:
             if getattr(self, name) is not None and (self.framework != "megatron" or self.optimizer != "adamw"):
                 raise InvalidArgument(f"--{name.replace('_', '-')} is Megatron-LM's precision-aware AdamW option: it "
                                       f"needs --framework megatron and --optimizer adamw")
+        moe = self.model.spec.moe is not None
+        cuda_graph_scopes(self.cuda_graph_scope, framework=self.framework, moe=moe)
+        if self.moe_pad_expert_input_to_capacity:
+            problem = megatron_option_problem("moe_pad_expert_input_to_capacity", self.framework, self.precision,
+                                              False) or pad_problem(moe, self.moe_token_dispatcher)
+            if problem:
+                raise InvalidArgument(problem)
         if self.no_pp and self.pp not in (None, 1):
             raise InvalidArgument(f"--no-pp and --pp {self.pp} both set: choose one")
         if self.gpus_per_node is not None:
@@ -193,7 +205,11 @@ class PlanRequest:
                         fp8_transpose_cache=fp8_transpose_cached(self.gpu.architecture),
                         sdpa_backend=self.sdpa_backend, compile=self.compile,
                         compile_loss=self.compile and self.framework == "torchtitan",
-                        exp_avg_dtype=self.exp_avg_dtype, exp_avg_sq_dtype=self.exp_avg_sq_dtype)
+                        exp_avg_dtype=self.exp_avg_dtype, exp_avg_sq_dtype=self.exp_avg_sq_dtype,
+                        moe_token_dispatcher=self.moe_token_dispatcher, moe_a2a_overlap=self.moe_a2a_overlap,
+                        moe_pad_expert_input_to_capacity=self.moe_pad_expert_input_to_capacity,
+                        cuda_graph_scope=cuda_graph_scopes(self.cuda_graph_scope, framework=self.framework,
+                                                           moe=self.model.spec.moe is not None))
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,7 +240,10 @@ class Plan:
                          optimizer=req.optimizer, precision=req.precision, framework=req.framework,
                          gpus_per_node=req.gpus_per_node, inter_node_gbps=req.inter_node_gbps, profile=req.profile,
                          sdpa_backend=req.sdpa_backend, compile=req.compile, exp_avg_dtype=req.exp_avg_dtype,
-                         exp_avg_sq_dtype=req.exp_avg_sq_dtype)
+                         exp_avg_sq_dtype=req.exp_avg_sq_dtype, moe_token_dispatcher=req.moe_token_dispatcher,
+                         moe_a2a_overlap=req.moe_a2a_overlap,
+                         moe_pad_expert_input_to_capacity=req.moe_pad_expert_input_to_capacity,
+                         cuda_graph_scope=req.cuda_graph_scope)
         out.update(TRAIN_SHARDING[lay.sharding])
         if lay.sharding == "hsdp":
             out["shard_group"] = lay.shard_group

@@ -16,9 +16,9 @@ from ..catalog.models import LoadedModel
 from ..errors import InvalidArgument, require_positive_int, require_positive_number
 from ..estimate.comm import Topology
 from ..estimate.flops import StepFlops, gemm_dtype, job_flops, utilization
-from ..estimate.job import (FSDP2_OFFLOAD_ALL, Attention, CpCommType, Finetune, FlopsConvention, Framework,
-                            MoeDispatcher, NormType, OffloadTarget, Optimizer, OptimizerImpl, Precision, Recompute,
-                            SdpaBackend, StateDtype, TrainJob, fp8_transpose_cached, job_default)
+from ..estimate.job import (FSDP2_OFFLOAD_ALL, Attention, CpCommType, CudaGraphScope, Finetune, FlopsConvention,
+                            Framework, MoeDispatcher, NormType, OffloadTarget, Optimizer, OptimizerImpl, Precision,
+                            Recompute, SdpaBackend, StateDtype, TrainJob, fp8_transpose_cached, job_default)
 from ..estimate.layout import PARAM_OFFLOAD_SHARDINGS, Layout, Schedule, divisors
 from ..estimate.model_states import adapter_input_bytes, lora_targets
 from ..estimate.parallel import validate_layout
@@ -47,12 +47,9 @@ LIMITS = {"num_gpus": 1 << 20, "seq": 1 << 24, "micro_batch": 1 << 24, "tp": 1 <
 """Checked in this order: the global batch's default needs the degrees before it."""
 
 
-CUDA_GRAPH_SCOPES = ("full_iteration", "attn", "mlp", "moe", "moe_router", "moe_preprocess")
-"""Megatron-Core's --cuda-graph-scope values gpuwise reads (megatron/core/transformer/enums.py CudaGraphScope;
-mamba is not modelled)."""
-
 MEGATRON_OPTIONS = ("activation_func_fp8_input_store", "fp8_dot_product_attention",
-                    "disable_parameter_transpose_cache", "no_fp8_weight_transpose_cache")
+                    "disable_parameter_transpose_cache", "no_fp8_weight_transpose_cache",
+                    "moe_pad_expert_input_to_capacity")
 """Megatron-LM options gpuwise models; each needs Megatron, and some its fp8 training (`megatron_option_problem`)."""
 
 
@@ -64,7 +61,7 @@ def megatron_option_problem(name: str, framework: str | None, precision: str, fp
     flag = "--" + name.replace("_", "-")
     if framework != "megatron":
         return f"{flag} is a Megatron-LM option: it needs --framework megatron (got {framework})"
-    if name == "activation_func_fp8_input_store":
+    if name in ("activation_func_fp8_input_store", "moe_pad_expert_input_to_capacity"):
         return None
     if precision != "fp8":
         return f"{flag} needs --precision fp8 (got {precision})"
@@ -73,6 +70,40 @@ def megatron_option_problem(name: str, framework: str | None, precision: str, fp
     if name == "no_fp8_weight_transpose_cache" and vendor not in (None, "amd"):
         return (f"{flag} is ROCm Megatron-LM's flag (AMD GPUs); upstream Megatron-LM drops the transposes with "
                 "--fp8-param-gather --disable-parameter-transpose-cache")
+    return None
+
+
+def cuda_graph_scopes(text: str | None, *, framework: str | None, moe: bool) -> frozenset[str]:
+    """--cuda-graph-scope checked as Megatron-Core checks it (comma- or space-separated; full_iteration stands
+    alone; the MoE scopes need an MoE model; Megatron only)."""
+    if text is None:
+        return frozenset()
+    parts = [p.strip() for p in str(text).replace(" ", ",").split(",") if p.strip()]
+    valid = get_args(CudaGraphScope)
+    unknown = sorted(set(parts) - set(valid))
+    if unknown or not parts:
+        what = f"unknown scope '{unknown[0]}'" if unknown else "no scope given"
+        raise InvalidArgument(f"--cuda-graph-scope: {what}; valid: {', '.join(valid)} (comma-separated, "
+                              "Megatron-Core's names)")
+    if "full_iteration" in parts and len(set(parts)) > 1:
+        raise InvalidArgument("--cuda-graph-scope full_iteration captures the whole iteration: it cannot be "
+                              "combined with other scopes")
+    if {"moe", "moe_router", "moe_preprocess"} & set(parts) and not moe:
+        raise InvalidArgument("--cuda-graph-scope: the moe, moe_router and moe_preprocess scopes graph MoE layers; "
+                              "this model has none")
+    if framework != "megatron":
+        raise InvalidArgument(f"--cuda-graph-scope is Megatron-Core's CUDA graph option: it needs --framework "
+                              f"megatron (got {framework})")
+    return frozenset(parts)
+
+
+def pad_problem(moe: bool, dispatcher: str) -> str | None:
+    """Why --moe-pad-expert-input-to-capacity cannot apply (its framework aside: `megatron_option_problem`)."""
+    if not moe:
+        return "--moe-pad-expert-input-to-capacity pads routed experts: this model has none"
+    if dispatcher == "flex":  # Megatron-Core's TransformerConfig asserts it
+        return ("--moe-pad-expert-input-to-capacity: the flex token dispatcher (DeepEP, HybridEP) does not pad to "
+                "capacity; use --moe-token-dispatcher alltoall")
     return None
 
 
@@ -195,9 +226,7 @@ class TrainRequest:
     overlap_p2p_communication: bool = job_default("overlap_p2p_communication")
     moe_token_dispatcher: MoeDispatcher = job_default("moe_token_dispatcher")
     moe_a2a_overlap: bool = job_default("moe_a2a_overlap")
-    moe_pad_expert_input_to_capacity: bool = False
-    """Megatron-Core --moe-pad-expert-input-to-capacity (token drop with --moe-expert-capacity-factor, experts padded to
-    capacity): static dispatch shapes, no host wait for the routed token counts; gpuwise takes capacity factor 1."""
+    moe_pad_expert_input_to_capacity: bool = job_default("moe_pad_expert_input_to_capacity")
     cuda_graph_scope: str | None = None
     """Megatron-Core --cuda-graph-scope, comma-separated: full_iteration (--cuda-graph-impl local: the whole
     forward-backward replayed as one graph, dropless MoE without host syncs) or Transformer Engine scoped graphs of
@@ -288,8 +317,9 @@ class TrainRequest:
                        tp_comm_overlap=self.tp_comm_overlap, moe_token_dispatcher=self.moe_token_dispatcher,
                        overlap_p2p_communication=self.overlap_p2p_communication,
                        moe_a2a_overlap=self.moe_a2a_overlap, cp_comm_type=self.cp_comm_type,
-                       cuda_graph_scope=self._cuda_graph_scope(framework),
-                       moe_pad_expert_input_to_capacity=self._pad_to_capacity(framework),
+                       cuda_graph_scope=cuda_graph_scopes(self.cuda_graph_scope, framework=framework,
+                                                          moe=self.model.spec.moe is not None),
+                       moe_pad_expert_input_to_capacity=self.moe_pad_expert_input_to_capacity,
                        sdpa_backend=self.sdpa_backend,
                        flops_convention=self.flops_convention,
                        compile=self.compile, loss_chunks=chunks, fused_loss=self.fused_loss,
@@ -309,6 +339,9 @@ class TrainRequest:
             if getattr(self, name) and problem:
                 raise InvalidArgument(problem)
         if (problem := optimizer_problem(framework, self.optimizer)) is not None:
+            raise InvalidArgument(problem)
+        if self.moe_pad_expert_input_to_capacity and (problem := pad_problem(self.model.spec.moe is not None,
+                                                                             self.moe_token_dispatcher)):
             raise InvalidArgument(problem)
         for name in ("exp_avg_dtype", "exp_avg_sq_dtype"):
             value = getattr(self, name)
@@ -347,33 +380,6 @@ class TrainRequest:
                                   f"learned positions")
         object.__setattr__(self, "_job", job)
         object.__setattr__(self, "_framework_reason", why)
-
-    def _pad_to_capacity(self, framework: str) -> bool:
-        if not self.moe_pad_expert_input_to_capacity:
-            return False
-        if framework != "megatron":
-            raise InvalidArgument(f"--moe-pad-expert-input-to-capacity is Megatron-Core's option; the framework here "
-                                  f"is {framework}")
-        if self.model.spec.moe is None:
-            raise InvalidArgument("--moe-pad-expert-input-to-capacity pads routed experts: this model has none")
-        return True
-
-    def _cuda_graph_scope(self, framework: str) -> frozenset[str]:
-        """--cuda-graph-scope checked as Megatron-Core checks it (full_iteration stands alone)."""
-        if self.cuda_graph_scope is None:
-            return frozenset()
-        parts = [p.strip() for p in str(self.cuda_graph_scope).replace(" ", ",").split(",") if p.strip()]
-        unknown = sorted(set(parts) - set(CUDA_GRAPH_SCOPES))
-        if unknown or not parts:
-            raise InvalidArgument(f"--cuda-graph-scope: unknown scope '{unknown[0] if unknown else ''}'; valid: "
-                                  f"{', '.join(CUDA_GRAPH_SCOPES)} (comma-separated, Megatron-Core's names)")
-        if "full_iteration" in parts and len(set(parts)) > 1:
-            raise InvalidArgument("--cuda-graph-scope full_iteration captures the whole iteration: it cannot be "
-                                  "combined with other scopes")
-        if framework != "megatron":
-            raise InvalidArgument(f"--cuda-graph-scope is Megatron-Core's CUDA graph option; the framework here is "
-                                  f"{framework}")
-        return frozenset(parts)
 
     def _resolve_compile_components(self, framework: str) -> bool:
         """--compile-components sets --compile (model) and whether the loss is compiled; returns the latter."""

@@ -195,8 +195,22 @@ def _megatron_args(job: _Job) -> tuple[str, str, list[str]]:
     model, d = _megatron_model(job)
     differs += d
 
+    launch = []  # the MoE dispatch and CUDA graphs the plan was priced with
+    if lay.ep > 1 and req.moe_token_dispatcher != "alltoall":
+        launch.append(f"--moe-token-dispatcher-type {req.moe_token_dispatcher}")
+        differs.append("flex dispatcher: add --moe-flex-dispatcher-backend deepep or hybridep (gpuwise prices both as "
+                       "one crossing per destination node)")
+    if lay.ep > 1 and req.moe_a2a_overlap:
+        launch.append("--overlap-moe-expert-parallel-comm")
+    if req.moe_pad_expert_input_to_capacity:
+        launch += ["--moe-expert-capacity-factor 1.0", "--moe-pad-expert-input-to-capacity"]
+    if req.cuda_graph_scope:
+        scopes = sorted(req.job().cuda_graph_scope)
+        impl = "local" if scopes == ["full_iteration"] else "transformer_engine"
+        launch += [f"--cuda-graph-impl {impl}", f"--cuda-graph-scope {' '.join(scopes)}"]
     groups = [("parallelism", par + shard + offload), ("batch", batch), ("recompute", recompute[p.recompute]),
-              ("precision and optimizer", precision + optimizer), ("model shape (from the model's config)", model)]
+              ("precision and optimizer", precision + optimizer), ("MoE dispatch and CUDA graphs", launch),
+              ("model shape (from the model's config)", model)]
     head = _header(job, MEGATRON_VERSION, MEGATRON_SOURCE)
     head += ["one flag per line; launch.sh reads them with shlex (comments allowed) and adds data, tokenizer and "
              "schedule flags",

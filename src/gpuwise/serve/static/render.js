@@ -14,7 +14,8 @@ const TRAIN_PARTS = [["params", "parameters"], ["master_weights", "master weight
   ["buffers", "communication buffers"], ["runtime", "runtime (CUDA, NCCL)"], ["allocator", "allocator allowance"]];
 const TIME_PARTS = [["forward", "forward"], ["backward", "backward"], ["recompute", "recompute"],
   ["tp_comm", "TP comm"], ["cp_comm", "CP comm"], ["ep_comm", "EP comm"], ["pp_comm", "PP comm"],
-  ["bubble", "pipeline bubble"], ["dp_comm", "DP comm"], ["optimizer", "optimizer"], ["overhead", "overhead"]];
+  ["host_sync", "MoE host wait"], ["bubble", "pipeline bubble"], ["dp_comm", "DP comm"], ["optimizer", "optimizer"],
+  ["offload", "CPU offload"], ["overhead", "overhead"]];
 const ENGINES = { vllm: "vLLM", sglang: "SGLang", hf: "transformers", llamacpp: "llama.cpp", trtllm: "TensorRT-LLM" };
 
 function parts(spec, values) {
