@@ -41,9 +41,11 @@ def test_ep_overlap_hides_the_wait():
     assert "host_sync" not in _step(moe_a2a_overlap=True).breakdown
 
 
-@pytest.mark.parametrize("change", [dict(cuda_graph_scope="full_iteration"), dict(cuda_graph_scope="attn,moe"),
-                                    dict(moe_pad_expert_input_to_capacity=True, moe_token_dispatcher="alltoall")],
-                         ids=["full-iteration-graph", "moe-layer-graph", "padded-experts"])
+@pytest.mark.parametrize("change", [dict(cuda_graph_scope="full_iteration"),
+                                    dict(moe_pad_expert_input_to_capacity=True, moe_token_dispatcher="alltoall"),
+                                    dict(moe_pad_expert_input_to_capacity=True, moe_token_dispatcher="alltoall",
+                                         cuda_graph_scope="attn,moe")],
+                         ids=["full-iteration-graph", "padded-experts", "padded-and-graphed-moe-layers"])
 def test_static_shapes_remove_the_wait_and_nothing_else(change):
     eager, other = _step(**{k: v for k, v in change.items() if k == "moe_token_dispatcher"}), _step(**change)
     assert "host_sync" not in other.breakdown
@@ -67,6 +69,7 @@ def test_dense_models_and_other_frameworks_do_not_wait():
     ("attn,graphs", "unknown scope 'graphs'"),
     ("full_iteration,attn", "cannot be combined"),
     (",", "no scope given"),
+    ("attn,moe", "padded experts only"),
 ])
 def test_bad_scopes_are_refused(scope, match):
     with pytest.raises(gpuwise.errors.InvalidArgument, match=match):

@@ -26,8 +26,8 @@ attention core). Communication is timed on the topology (`comm.py`) and counted 
   no-reshard) gathers once per step and keeps the parameters through the micro-batches.
 
 A dropless MoE layer launched eagerly by Megatron-Core also waits once per forward for its routed token counts on
-the host (`MOE_SYNC_GAP_S`, breakdown `host_sync`), unless EP overlap, a CUDA graph over the whole iteration or the
-whole MoE layer, or experts padded to capacity remove the wait (`moe_sync_gap_s`).
+the host (`MOE_SYNC_GAP_S`, breakdown `host_sync`), unless EP overlap, a CUDA graph over the whole iteration, or
+experts padded to capacity remove the wait (`moe_sync_gap_s`).
 
 The step is (m + (p - 1) / v) times the slowest stage's micro-batch time (1F1B and GPipe: v = 1), plus the
 data-parallel communication left exposed, plus the optimizer step (memory-bound: it streams the states once).
@@ -265,10 +265,10 @@ def moe_sync_gap_s(spec: ModelSpec, job: TrainJob) -> float:
     """`MOE_SYNC_GAP_S` where it applies: Megatron-Core MoE layers launched eagerly with dropless routing. With EP
     overlap (--overlap-moe-expert-parallel-comm) the host waits while the other micro-batch's queued backward keeps the
     device busy (Megatron's combined 1F1B schedule); a whole-iteration CUDA graph runs the sync-free dropless path;
-    experts padded to capacity (--moe-pad-expert-input-to-capacity, which graphing a whole MoE layer, scope moe,
-    also needs) have static shapes. Other frameworks: not measured, not charged."""
+    experts padded to capacity (--moe-pad-expert-input-to-capacity, which graphing whole MoE layers, scope moe,
+    needs) have static shapes. Other frameworks: not measured, not charged."""
     if spec.moe is None or job.framework != "megatron" or job.moe_a2a_overlap \
-            or job.moe_pad_expert_input_to_capacity or job.cuda_graph_scope & {"full_iteration", "moe"}:
+            or job.moe_pad_expert_input_to_capacity or "full_iteration" in job.cuda_graph_scope:
         return 0.0
     return MOE_SYNC_GAP_S
 

@@ -152,7 +152,8 @@ class PlanRequest:
                 raise InvalidArgument(f"--{name.replace('_', '-')} is Megatron-LM's precision-aware AdamW option: it "
                                       f"needs --framework megatron and --optimizer adamw")
         moe = self.model.spec.moe is not None
-        cuda_graph_scopes(self.cuda_graph_scope, framework=self.framework, moe=moe)
+        cuda_graph_scopes(self.cuda_graph_scope, framework=self.framework, moe=moe,
+                          padded=self.moe_pad_expert_input_to_capacity)
         if self.moe_pad_expert_input_to_capacity:
             problem = megatron_option_problem("moe_pad_expert_input_to_capacity", self.framework, self.precision,
                                               False) or pad_problem(moe, self.moe_token_dispatcher)
@@ -209,7 +210,8 @@ class PlanRequest:
                         moe_token_dispatcher=self.moe_token_dispatcher, moe_a2a_overlap=self.moe_a2a_overlap,
                         moe_pad_expert_input_to_capacity=self.moe_pad_expert_input_to_capacity,
                         cuda_graph_scope=cuda_graph_scopes(self.cuda_graph_scope, framework=self.framework,
-                                                           moe=self.model.spec.moe is not None))
+                                                           moe=self.model.spec.moe is not None,
+                                                           padded=self.moe_pad_expert_input_to_capacity))
 
 
 @dataclass(frozen=True, slots=True)

@@ -73,9 +73,10 @@ def megatron_option_problem(name: str, framework: str | None, precision: str, fp
     return None
 
 
-def cuda_graph_scopes(text: str | None, *, framework: str | None, moe: bool) -> frozenset[str]:
+def cuda_graph_scopes(text: str | None, *, framework: str | None, moe: bool, padded: bool) -> frozenset[str]:
     """--cuda-graph-scope checked as Megatron-Core checks it (comma- or space-separated; full_iteration stands
-    alone; the MoE scopes need an MoE model; Megatron only)."""
+    alone; the MoE scopes need an MoE model, and graphing whole MoE layers padded experts: TransformerConfig's
+    'moe cuda graph is only supported with drop-padding MoE'; Megatron only)."""
     if text is None:
         return frozenset()
     parts = [p.strip() for p in str(text).replace(" ", ",").split(",") if p.strip()]
@@ -91,6 +92,9 @@ def cuda_graph_scopes(text: str | None, *, framework: str | None, moe: bool) -> 
     if {"moe", "moe_router", "moe_preprocess"} & set(parts) and not moe:
         raise InvalidArgument("--cuda-graph-scope: the moe, moe_router and moe_preprocess scopes graph MoE layers; "
                               "this model has none")
+    if "moe" in parts and not padded:
+        raise InvalidArgument("--cuda-graph-scope moe graphs whole MoE layers, which Megatron-Core allows with padded "
+                              "experts only: add --moe-pad-expert-input-to-capacity")
     if framework != "megatron":
         raise InvalidArgument(f"--cuda-graph-scope is Megatron-Core's CUDA graph option: it needs --framework "
                               f"megatron (got {framework})")
@@ -318,7 +322,8 @@ class TrainRequest:
                        overlap_p2p_communication=self.overlap_p2p_communication,
                        moe_a2a_overlap=self.moe_a2a_overlap, cp_comm_type=self.cp_comm_type,
                        cuda_graph_scope=cuda_graph_scopes(self.cuda_graph_scope, framework=framework,
-                                                          moe=self.model.spec.moe is not None),
+                                                          moe=self.model.spec.moe is not None,
+                                                          padded=self.moe_pad_expert_input_to_capacity),
                        moe_pad_expert_input_to_capacity=self.moe_pad_expert_input_to_capacity,
                        sdpa_backend=self.sdpa_backend,
                        flops_convention=self.flops_convention,
