@@ -136,8 +136,8 @@ def _megatron_model(job: _Job) -> tuple[list[str], list[str]]:
             f.append(f"--moe-shared-expert-intermediate-size {moe.shared_intermediate_size}")
         if not all(moe.moe_layers):
             f.append(f"--moe-layer-freq {shlex.quote(_run_length([int(x) for x in moe.moe_layers]))}")
-        if job.lay.ep > 1:
-            f.append("--moe-token-dispatcher-type alltoall")
+        if job.lay.ep > 1:  # the dispatcher the plan was priced with
+            f.append(f"--moe-token-dispatcher-type {job.req.moe_token_dispatcher}")
     return f, differs
 
 
@@ -195,9 +195,8 @@ def _megatron_args(job: _Job) -> tuple[str, str, list[str]]:
     model, d = _megatron_model(job)
     differs += d
 
-    launch = []  # the MoE dispatch and CUDA graphs the plan was priced with
-    if lay.ep > 1 and req.moe_token_dispatcher != "alltoall":
-        launch.append(f"--moe-token-dispatcher-type {req.moe_token_dispatcher}")
+    launch = []  # the expert overlap, padding and CUDA graphs the plan was priced with
+    if lay.ep > 1 and req.moe_token_dispatcher == "flex":
         differs.append("flex dispatcher: add --moe-flex-dispatcher-backend deepep or hybridep (gpuwise prices both as "
                        "one crossing per destination node)")
     if lay.ep > 1 and req.moe_a2a_overlap:
@@ -209,7 +208,7 @@ def _megatron_args(job: _Job) -> tuple[str, str, list[str]]:
         impl = "local" if scopes == ["full_iteration"] else "transformer_engine"
         launch += [f"--cuda-graph-impl {impl}", f"--cuda-graph-scope {' '.join(scopes)}"]
     groups = [("parallelism", par + shard + offload), ("batch", batch), ("recompute", recompute[p.recompute]),
-              ("precision and optimizer", precision + optimizer), ("MoE dispatch and CUDA graphs", launch),
+              ("precision and optimizer", precision + optimizer), ("MoE overlap and CUDA graphs", launch),
               ("model shape (from the model's config)", model)]
     head = _header(job, MEGATRON_VERSION, MEGATRON_SOURCE)
     head += ["one flag per line; launch.sh reads them with shlex (comments allowed) and adds data, tokenizer and "
