@@ -111,3 +111,14 @@ def test_frozen_experts_are_still_gathered_under_fsdp(monkeypatch):
                            framework="torchtitan", fsdp="full", finetune="lora")
     experts = [(msg, g) for msg, g, _, t in seen if g == 2]
     assert experts and all(msg > 1e9 for msg, _ in experts)  # ~28e9 parameters / 8 EP ranks, 16-bit
+
+
+def test_torchao_float8_all_gather_sends_one_byte_per_parameter(monkeypatch):
+    """torchtitan's enable_fsdp_float8_all_gather (`--fp8-param-gather` under FSDP2): the weights' shards travel in
+    fp8, half the bf16 all-gather's bytes."""
+    kw = dict(num_gpus=8, fsdp="full", global_batch=8, framework="torchtitan", precision="fp8")
+    _, bf16_gather = _collectives(monkeypatch, "llama-3.1-8b", op="all_gather", **kw)
+    _, fp8_gather = _collectives(monkeypatch, "llama-3.1-8b", op="all_gather", fp8_param_gather=True, **kw)
+    params = 8_030_261_248  # Llama-3.1-8B, as transformers counts it: each rank gathers every block's shards
+    assert params * 2 in [m for m, *_ in bf16_gather] and params * 1 in [m for m, *_ in fp8_gather]
+    assert params * 2 not in [m for m, *_ in fp8_gather]

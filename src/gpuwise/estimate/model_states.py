@@ -306,6 +306,14 @@ class ModelStates:
     group (tp x cp x dp / (ep x etp) ranks), not the dense one."""
     expert_params_on_rank: float = 0.0
     """Part of `params_on_rank` in routed experts."""
+    gather_bytes_per_param: float | None = None
+    """Bytes per parameter the data-parallel all-gathers move, where they differ from `working_bytes_per_param`:
+    torchao's float8 all-gather under FSDP2 (torchtitan's enable_fsdp_float8_all_gather, `--fp8-param-gather`) sends
+    the block matrices' shards in fp8."""
+
+    @property
+    def gather_bytes(self) -> float:
+        return self.working_bytes_per_param if self.gather_bytes_per_param is None else self.gather_bytes_per_param
 
     @property
     def total(self) -> float:
@@ -339,6 +347,9 @@ def _model_states(spec: ModelSpec, layout: Layout, stage: int, job: TrainJob) ->
     # (and, on Hopper, its cached transpose), trained or frozen; embeddings, norms and the output layer stay 16-bit
     fp8_params = job.fp8_param_gather and precision == "fp8" and job.framework == "megatron"
     fp8_lay = replace(lay, working=job.fp8_weight_bytes) if fp8_params else lay
+    # torchao's float8 all-gather (FSDP2): the sharded fp32 weights are cast and gathered in fp8, nothing kept
+    float8_gather = job.fp8_param_gather and precision == "fp8" and job.framework in PYTORCH_NATIVE \
+        and finetune == "full"
     adapter_lay = precision_layout("hf", "bf16" if precision != "fp32" else "fp32")  # PEFT: fp32 adapters
     sh = layout.sharding_spec
     dense_n = layout.shard_size
@@ -416,7 +427,8 @@ def _model_states(spec: ModelSpec, layout: Layout, stage: int, job: TrainJob) ->
                        grad_bytes_per_param=lay.grad if finetune == "full" else adapter_lay.grad,
                        transient_params=acc["transient"], block_casts=block_casts,
                        head_params=held.head if finetune == "full" else 0.0,
-                       expert_trainable_params=expert_trainable, expert_params_on_rank=expert_held)
+                       expert_trainable_params=expert_trainable, expert_params_on_rank=expert_held,
+                       gather_bytes_per_param=1.0 if float8_gather else None)
 
 
 def _fp8_matrix(t: Tensor) -> bool:

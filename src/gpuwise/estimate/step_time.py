@@ -446,7 +446,7 @@ def step_time(spec: ModelSpec, layout: Layout, job: TrainJob, *, profile: Device
         if sh.params:  # ZeRO-3 / FSDP / HSDP: gather each block's weights per micro-batch, reduce-scatter grads
             gather = rs = hsdp = 0.0
             for trained, held_params, ranks, shards, stride in flows:
-                gather += topo.collective_s("all_gather", held_params * working_bytes, shards, stride)
+                gather += topo.collective_s("all_gather", held_params * states.gather_bytes, shards, stride)
                 rs += topo.collective_s("reduce_scatter", trained * grad_bytes, shards, stride)
                 if ranks // shards > 1:  # HSDP: all-reduce the gradient shards across replicas
                     hsdp += topo.collective_s("all_reduce", trained * grad_bytes / shards, ranks // shards,
