@@ -52,6 +52,12 @@ def test_static_shapes_remove_the_wait_and_nothing_else(change):
     assert other.step_time_s == pytest.approx(eager.step_time_s - eager.breakdown["host_sync"], rel=1e-9)
 
 
+def test_the_text_says_what_the_wait_is_and_what_removes_it():
+    notes = gpuwise.train("qwen3-30b-a3b", **KW).assumptions
+    assert any("waits 0.62 ms" in n and "--moe-a2a-overlap" in n for n in notes)
+    assert not any("waits" in n for n in gpuwise.train("qwen3-30b-a3b", **KW, moe_a2a_overlap=True).assumptions)
+
+
 def test_scoped_graphs_leave_the_wait():
     """Transformer Engine's scoped graphs (attn, moe_router, moe_preprocess) stop before the dispatcher's sync."""
     assert _step(cuda_graph_scope="attn,moe_router,moe_preprocess").breakdown["host_sync"] == \

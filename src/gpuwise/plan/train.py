@@ -24,7 +24,7 @@ from ..estimate.model_states import adapter_input_bytes, lora_targets
 from ..estimate.parallel import validate_layout
 from ..estimate.pipeline import stage_layers, torchtitan_default_ends
 from ..estimate.recompute import framework_mode, recompute_plan
-from ..estimate.step_time import StepTime, step_time
+from ..estimate.step_time import StepTime, moe_sync_gap_s, step_time
 from ..estimate.train_memory import FRAGMENTATION_RISK, TrainMemory, layout_memory, required_bytes
 from ..fields import field_default
 from ..model.params import ParamCounts, param_counts
@@ -671,6 +671,11 @@ def _assumptions(req: TrainRequest, framework: str, layout: Layout, mem: TrainMe
     if "attention" in req.job.fp8_saved:
         out.append("--fp8-dot-product-attention: q, k, v and the output saved in fp8; attention time is still the "
                    "16-bit kernel's (no fp8 attention curve in the catalog)")
+    if (gap := moe_sync_gap_s(req.model.spec, req.job)) > 0:
+        pad = "" if req.moe_token_dispatcher == "flex" else " or --moe-pad-expert-input-to-capacity"
+        out.append(f"eager Megatron-Core MoE: each MoE layer's forward waits {gap * 1e3:.2f} ms for its routed token "
+                   f"counts on the host (host_sync); --moe-a2a-overlap, --cuda-graph-scope full_iteration{pad} "
+                   "remove the wait")
     if framework == "torchtitan" and layout.pp > 1:
         per = stage_layers(layout, req.model.spec.num_layers)
         out.append(f"torchtitan pipeline: {layout.pp} ranks x {layout.vpp} stage(s) each, layers per rank "
