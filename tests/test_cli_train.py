@@ -68,8 +68,9 @@ BAD = [
     ["llama-3.1-8b", "--gpu", "h100", "--framework", "megatron", "--cuda-graph-scope", "moe_router"],
     ["llama-3.1-8b", "--gpu", "h100", "--framework", "megatron", "--moe-pad-expert-input-to-capacity"],
     ["qwen3-30b-a3b", "--gpu", "h100", "--num-gpus", "8", "--framework", "fsdp", "--moe-pad-expert-input-to-capacity"],
-    ["qwen3-30b-a3b", "--gpu", "h100", "--num-gpus", "8", "--framework", "megatron", "--moe-token-dispatcher", "flex",
-     "--moe-pad-expert-input-to-capacity"],
+    ["qwen3-30b-a3b", "--gpu", "h100", "--num-gpus", "8", "--framework", "megatron", "--ep", "8", "--moe-a2a-overlap",
+     "--recompute", "full"],
+    ["qwen3-30b-a3b", "--gpu", "h100", "--num-gpus", "8", "--framework", "torchtitan", "--moe-a2a-overlap"],
 ]
 
 

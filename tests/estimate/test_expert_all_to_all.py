@@ -86,10 +86,33 @@ def test_expert_gradients_are_reduced_over_the_expert_data_parallel_ranks(monkey
 
 
 def test_experts_spread_over_every_data_parallel_rank_need_no_gradient_reduction(monkeypatch):
-    """EP 16 on 16 data-parallel ranks: every expert lives on one rank (expert data parallelism 1): no time."""
-    _, seen = _collectives(monkeypatch, "qwen3-30b-a3b", num_gpus=16, ep=16, global_batch=16, framework="megatron",
+    """EP 16 on 16 data-parallel ranks: every expert lives on one rank (expert data parallelism 1), so the step's
+    gradient reduction is the dense weights' alone: the same as when the experts are not trained at all."""
+    r, seen = _collectives(monkeypatch, "qwen3-30b-a3b", num_gpus=16, ep=16, global_batch=16, framework="megatron",
                            zero=1)
-    assert {g: t for _, g, _, t in seen}[1] == 0.0
+    assert r.layout.expert_dp == 1
+    dense = [msg for msg, g, _, _ in seen if g == 16]
+    grad = 4 if r.request.job.grad_reduce_in_fp32 else 2
+    experts = 48 * 128 * 3 * 2_048 * 768 // 16
+    assert dense == [(30_532_122_624 - 16 * experts) * grad]  # transformers' count less every expert
+
+
+def test_the_expert_all_to_all_strides_over_expert_tp_whatever_cp(monkeypatch):
+    """Megatron-Core folds EP over consecutive ranks (its expert rank generator has no CP): with CP 2 the EP 8 group
+    is still 8 neighbouring GPUs, one node."""
+    from gpuwise.estimate.comm import Topology
+
+    seen, original = [], Topology.expert_all_to_all_s
+
+    def spy(self, token_bytes, top_k, group, inner=1, **kw):
+        seen.append((group, inner))
+        return original(self, token_bytes, top_k, group, inner, **kw)
+
+    monkeypatch.setattr(Topology, "expert_all_to_all_s", spy)
+    gpuwise.train("qwen3-30b-a3b", gpu="h100-sxm", num_gpus=16, cp=2, ep=8, seq=8192, global_batch=16,
+                  framework="megatron", zero=1)
+    assert seen and all(inner == 1 for _, inner in seen)
+
 
 
 def test_expert_data_parallelism_without_dense_data_parallelism_still_reduces(monkeypatch):
@@ -104,21 +127,24 @@ def test_expert_data_parallelism_without_dense_data_parallelism_still_reduces(mo
 
 def test_frozen_experts_are_still_gathered_under_fsdp(monkeypatch):
     """LoRA trains no expert, but FSDP full shard still gathers the frozen experts' shards for every pass."""
-    r, seen = _collectives(monkeypatch, "qwen3-30b-a3b", op="all_gather", num_gpus=8, ep=8, global_batch=8,
-                           framework="torchtitan", fsdp="full", finetune="lora")
-    assert r.layout.expert_dp == 1  # EP over all 8 ranks: the experts are not sharded further, nothing to gather
     r, seen = _collectives(monkeypatch, "qwen3-30b-a3b", op="all_gather", num_gpus=16, ep=8, global_batch=16,
                            framework="torchtitan", fsdp="full", finetune="lora")
-    experts = [(msg, g) for msg, g, _, t in seen if g == 2]
-    assert experts and all(msg > 1e9 for msg, _ in experts)  # ~28e9 parameters / 8 EP ranks, 16-bit
+    assert r.layout.expert_dp == 2
+    # 48 layers x 128 experts x 3 matrices of 2,048 x 768, over 8 EP ranks, in bf16, gathered over 2 ranks
+    experts = 48 * 128 * 3 * 2_048 * 768 // 8 * 2
+    assert (experts, 2) in [(msg, g) for msg, g, _, _ in seen]
 
 
-def test_torchao_float8_all_gather_sends_one_byte_per_parameter(monkeypatch):
-    """torchtitan's enable_fsdp_float8_all_gather (`--fp8-param-gather` under FSDP2): the weights' shards travel in
-    fp8, half the bf16 all-gather's bytes."""
+def test_torchao_float8_all_gather_sends_the_block_matrices_in_fp8(monkeypatch):
+    """torchtitan's enable_fsdp_float8_all_gather (`--fp8-param-gather` under FSDP2): the Float8Linear block matrices'
+    shards travel in fp8 (1 B), the embeddings, norms and output layer in bf16 (2 B)."""
     kw = dict(num_gpus=8, fsdp="full", global_batch=8, framework="torchtitan", precision="fp8")
     _, bf16_gather = _collectives(monkeypatch, "llama-3.1-8b", op="all_gather", **kw)
     _, fp8_gather = _collectives(monkeypatch, "llama-3.1-8b", op="all_gather", fp8_param_gather=True, **kw)
-    params = 8_030_261_248  # Llama-3.1-8B, as transformers counts it: each rank gathers every block's shards
-    assert params * 2 in [m for m, *_ in bf16_gather] and params * 1 in [m for m, *_ in fp8_gather]
-    assert params * 2 not in [m for m, *_ in fp8_gather]
+    # Llama-3.1-8B: 8,030,261,248 parameters; the embedding and output layer 128,256 x 4,096 each, the norms
+    # 65 x 4,096; the rest are the blocks' matrices
+    other = 2 * 128_256 * 4_096 + 65 * 4_096
+    blocks = 8_030_261_248 - other
+    assert 2 * (blocks + other) in [m for m, *_ in bf16_gather]
+    assert blocks + 2 * other in [m for m, *_ in fp8_gather]
+    assert 2 * (blocks + other) not in [m for m, *_ in fp8_gather]

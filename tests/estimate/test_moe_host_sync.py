@@ -88,9 +88,9 @@ def test_the_scope_is_megatrons_option():
                       cuda_graph_scope="full_iteration")
 
 
-def test_padding_needs_an_alltoall_dispatcher_and_routed_experts():
-    with pytest.raises(gpuwise.errors.InvalidArgument, match="flex token dispatcher"):
-        _step(moe_pad_expert_input_to_capacity=True)
+def test_padding_needs_routed_experts_and_megatron():
+    with pytest.raises(gpuwise.errors.InvalidArgument, match="needs --framework megatron"):
+        _step(moe_pad_expert_input_to_capacity=True, framework="torchtitan", moe_token_dispatcher="alltoall", zero=None)
     with pytest.raises(gpuwise.errors.InvalidArgument, match="this model has none"):
         gpuwise.train("llama-3.1-8b", gpu="h100-sxm", framework="megatron", moe_pad_expert_input_to_capacity=True)
 
@@ -107,3 +107,26 @@ def test_the_doctor_keeps_its_framework_changing_remedies_with_cuda_graphs():
     plain = {r.name for r in doctor(TrainRequest(**argv)).remedies if r.fits}
     graphed = {r.name for r in doctor(TrainRequest(cuda_graph_scope="full_iteration", **argv)).remedies if r.fits}
     assert {"lora", "qlora", "more-gpus"} <= plain and graphed == plain
+
+
+@pytest.mark.parametrize("change, match", [
+    (dict(moe_a2a_overlap=True, ep=1), "needs expert parallelism"),
+    (dict(moe_a2a_overlap=True, recompute="full"), "full recompute"),
+    (dict(moe_a2a_overlap=True, num_gpus=32, pp=2, global_batch=256), "interleaved schedule"),
+    (dict(cuda_graph_scope="attn,moe_router,moe_preprocess", recompute="full"), "whole-iteration graph"),
+    (dict(cuda_graph_scope="moe_preprocess"), "add moe_router"),
+    (dict(cuda_graph_scope="mlp"), "every layer of this model is MoE"),
+])
+def test_what_megatron_core_refuses_is_refused(change, match):
+    """TransformerConfig's checks on EP overlap and CUDA graphs, said in one line each."""
+    with pytest.raises(gpuwise.errors.InvalidArgument, match=match):
+        _step(**change)
+
+
+def test_the_planner_leaves_out_what_megatron_core_refuses():
+    """With EP overlap asked for, no plan recomputes whole blocks or pipelines without interleaving."""
+    r = gpuwise.plan("qwen3-30b-a3b", gpu="h100-sxm", num_gpus=16, seq=4096, global_batch=256, framework="megatron",
+                     moe_a2a_overlap=True, moe_token_dispatcher="flex", top=50)
+    assert r.plans
+    for p in r.plans:
+        assert p.recompute != "full" and p.layout.ep > 1 and (p.layout.pp == 1 or p.layout.vpp > 1)

@@ -412,14 +412,19 @@ def test_a_moe_plan_prices_and_writes_its_dispatcher_overlap_and_cuda_graphs():
     assert "host_sync" in _plan("qwen3-30b-a3b", **kw).plans[0].step.breakdown
     args = recipes(r, best)["megatron.args"]
     for flag in ("--moe-token-dispatcher-type flex", "--overlap-moe-expert-parallel-comm",
-                 "--cuda-graph-impl transformer_engine", "--cuda-graph-scope moe_preprocess moe_router"):
+                 "--cuda-graph-impl transformer_engine", "--cuda-graph-modules moe_preprocess moe_router"):
         assert flag in args
+    assert args.count("--moe-token-dispatcher-type") == 1
     opts = best.train_options(r.request)
     checked = gpuwise.train("qwen3-30b-a3b", gpu="h100-sxm", **opts)
     assert checked.perf.step.step_time_s == pytest.approx(best.step_time_s)
     padded = _plan("qwen3-30b-a3b", **kw, moe_pad_expert_input_to_capacity=True, cuda_graph_scope="full_iteration")
     args = recipes(padded, padded.plans[0])["megatron.args"]
-    assert "--moe-pad-expert-input-to-capacity" in args and "--cuda-graph-impl local" in args
+    assert "--moe-pad-expert-input-to-capacity" in args
+    assert "--cuda-graph-impl full_iteration" in args and "--no-check-for-nan-in-loss-and-grad" in args
+    one = _plan("qwen3-30b-a3b", num_gpus=4, seq=4096, global_batch=16, framework="megatron", ep=1,
+                moe_pad_expert_input_to_capacity=True)
+    assert "--moe-token-dispatcher-type alltoall" in recipes(one, one.plans[0])["megatron.args"]
     with pytest.raises(InvalidArgument, match="needs --framework megatron"):
         gpuwise.plan("qwen3-30b-a3b", gpu="h100-sxm", num_gpus=16, seq=4096, global_batch=256, framework="torchtitan",
                      cuda_graph_scope="full_iteration")

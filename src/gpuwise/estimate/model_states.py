@@ -306,14 +306,10 @@ class ModelStates:
     group (tp x cp x dp / (ep x etp) ranks), not the dense one."""
     expert_params_on_rank: float = 0.0
     """Part of `params_on_rank` in routed experts."""
-    gather_bytes_per_param: float | None = None
-    """Bytes per parameter the data-parallel all-gathers move, where they differ from `working_bytes_per_param`:
+    fp8_gathered_params: float = 0.0
+    """Part of `params_on_rank` the data-parallel all-gathers move in fp8 (1 B) instead of the working dtype:
     torchao's float8 all-gather under FSDP2 (torchtitan's enable_fsdp_float8_all_gather, `--fp8-param-gather`) sends
-    the block matrices' shards in fp8."""
-
-    @property
-    def gather_bytes(self) -> float:
-        return self.working_bytes_per_param if self.gather_bytes_per_param is None else self.gather_bytes_per_param
+    the Float8Linear block matrices so; embeddings, norms, the output layer and routed experts stay 16-bit."""
 
     @property
     def total(self) -> float:
@@ -369,13 +365,15 @@ def _model_states(spec: ModelSpec, layout: Layout, stage: int, job: TrainJob) ->
 
     acc = dict(params=0.0, master=0.0, grads=0.0, optimizer=0.0, cpu=0.0, transient=0.0, casts=0.0)
     block_casts = 0.0
-    trainable = expert_trainable = expert_held = 0.0
+    trainable = expert_trainable = expert_held = fp8_gathered = 0.0
     fused_seen: set[tuple[str, int]] = set()
     for rt in held.groups:
         t, n, count = rt.tensor, rt.numel, rt.count
         shard = expert_n if rt.expert else dense_n
         if rt.expert:
             expert_held += count * n
+        elif float8_gather and _fp8_matrix(t):
+            fp8_gathered += count * n
         if finetune != "full":
             # Frozen base: stored once in the compute dtype (NF4 + double-quantized scales under QLoRA).
             bits = frozen_bits[t] if frozen_bits is not None else frozen_working * 8
@@ -428,7 +426,7 @@ def _model_states(spec: ModelSpec, layout: Layout, stage: int, job: TrainJob) ->
                        transient_params=acc["transient"], block_casts=block_casts,
                        head_params=held.head if finetune == "full" else 0.0,
                        expert_trainable_params=expert_trainable, expert_params_on_rank=expert_held,
-                       gather_bytes_per_param=1.0 if float8_gather else None)
+                       fp8_gathered_params=fp8_gathered)
 
 
 def _fp8_matrix(t: Tensor) -> bool:

@@ -437,16 +437,18 @@ def step_time(spec: ModelSpec, layout: Layout, job: TrainJob, *, profile: Device
     # strides over whole EP groups, across nodes once EP fills a node.
     expert_trained, expert_held = states.expert_trainable_params, states.expert_params_on_rank
     edp = layout.expert_dp
-    # (trained parameters, held parameters, ranks holding them, ranks sharding them, stride)
-    flows = [(trainable_params - expert_trained, params_on_rank - expert_held, dp * cp, group, n // (dp * cp))]
+    # (trained parameters, held parameters, ranks holding them, ranks sharding them, stride, bytes an FSDP gather moves)
+    dense_held = params_on_rank - expert_held
+    flows = [(trainable_params - expert_trained, dense_held, dp * cp, group, n // (dp * cp),
+              dense_held * working_bytes - states.fp8_gathered_params * (working_bytes - 1))]  # torchao float8
     if expert_held > 0:  # frozen experts (LoRA) are still gathered under FSDP / ZeRO-3
-        flows.append((expert_trained, expert_held, edp, layout.expert_shard_size, n // edp))
+        flows.append((expert_trained, expert_held, edp, layout.expert_shard_size, n // edp, expert_held * working_bytes))
     dp_exposed = 0.0
-    if trainable_params > 0 and any(ranks > 1 for _, _, ranks, _, _ in flows):
+    if trainable_params > 0 and any(ranks > 1 for _, _, ranks, _, _, _ in flows):
         if sh.params:  # ZeRO-3 / FSDP / HSDP: gather each block's weights per micro-batch, reduce-scatter grads
             gather = rs = hsdp = 0.0
-            for trained, held_params, ranks, shards, stride in flows:
-                gather += topo.collective_s("all_gather", held_params * states.gather_bytes, shards, stride)
+            for trained, _, ranks, shards, stride, gathered in flows:
+                gather += topo.collective_s("all_gather", gathered, shards, stride)
                 rs += topo.collective_s("reduce_scatter", trained * grad_bytes, shards, stride)
                 if ranks // shards > 1:  # HSDP: all-reduce the gradient shards across replicas
                     hsdp += topo.collective_s("all_reduce", trained * grad_bytes / shards, ranks // shards,
@@ -467,14 +469,14 @@ def step_time(spec: ModelSpec, layout: Layout, job: TrainJob, *, profile: Device
         else:  # DDP / ZeRO-1/2: the gradients of all replicas are reduced once per step
             op = "reduce_scatter" if (sh.grads or sh.optimizer) else "all_reduce"
             reduce = sum(topo.collective_s(op, trained * grad_bytes, ranks, stride)
-                         for trained, _, ranks, _, stride in flows)
+                         for trained, _, ranks, _, stride, _ in flows)
             # ZeRO-2 keeps only its gradient shard: it reduce-scatters at every micro-batch's backward (DeepSpeed
             # refuses no_sync under ZeRO-2/3); DDP and ZeRO-1 accumulate full gradients and reduce once.
             times = m if sh.grads else 1
             dp_exposed += times * _exposed(reduce, bwd_window) + reduce / blocks
             if sh.optimizer:  # the updated parameters gathered back after the step
                 ag = sum(topo.collective_s("all_gather", held_params * working_bytes, ranks, stride)
-                         for _, held_params, ranks, _, stride in flows)
+                         for _, held_params, ranks, _, stride, _ in flows)
                 # Megatron overlaps it with the next forward (--overlap-param-gather); DeepSpeed waits for it.
                 dp_exposed += _exposed(ag, fwd_window) + ag / blocks if framework == "megatron" else ag
     breakdown["dp_comm"] = dp_exposed
@@ -482,7 +484,7 @@ def step_time(spec: ModelSpec, layout: Layout, job: TrainJob, *, profile: Device
     # Optimizer step: stream master weights, states and gradients (read + write), write the working copy. Each rank
     # steps its shard: the dense weights' over the dense group, the experts' over their own (`flows`).
     shard = group if sh.optimizer else 1
-    stepped = sum(trained / (shards if sh.optimizer else 1) for trained, _, _, shards, _ in flows)
+    stepped = sum(trained / (shards if sh.optimizer else 1) for trained, _, _, shards, _, _ in flows)
     opt = 0.0
     if optimizer_bytes > 0 and "optimizer" not in offload:
         streamed = 2 * optimizer_bytes + (grad_bytes + working_bytes) * stepped
@@ -498,7 +500,7 @@ def step_time(spec: ModelSpec, layout: Layout, job: TrainJob, *, profile: Device
                        for st in distinct_stages(spec, layers))
     breakdown["optimizer"] = opt
     if offload - {"activations"}:
-        held_shard = sum(held / (shards if sh.params else 1) for _, held, _, shards, _ in flows)
+        held_shard = sum(held / (shards if sh.params else 1) for _, held, _, shards, _, _ in flows)
         breakdown["offload"] = _offload_s(profile, offload, stepped, held_shard, working_bytes, grad_bytes, host_bytes,
                                           fwd_window, bwd_window)
     breakdown["overhead"] = STEP_HOST_OVERHEAD_S

@@ -288,14 +288,17 @@ def _changed(req: TrainRequest, **options) -> TrainRequest:
     moments = ("exp_avg_dtype", "exp_avg_sq_dtype")
     held = (*moments, "cuda_graph_scope")
     changed = replace(req, **{k: False for k in MEGATRON_OPTIONS}, **{k: None for k in held},
-                      **{k: v for k, v in options.items() if k not in MEGATRON_OPTIONS and k not in held})
+                      moe_a2a_overlap=False, moe_token_dispatcher="alltoall",
+                      **{k: v for k, v in options.items() if k not in MEGATRON_OPTIONS and k not in held
+                         and k not in ("moe_a2a_overlap", "moe_token_dispatcher")})
     wanted = {k: getattr(req, k) for k in MEGATRON_OPTIONS} | {k: v for k, v in options.items() if k in MEGATRON_OPTIONS}
     keep: dict = {k: True for k, on in wanted.items() if on and not megatron_option_problem(
         k, changed.framework, changed.precision, changed.fp8_param_gather, changed.gpu.vendor)}
     if changed.framework == "megatron" and changed.optimizer == "adamw":
         keep |= {k: v for k in moments if (v := options.get(k, getattr(req, k))) is not None}
-    if changed.framework == "megatron" and (graphs := options.get("cuda_graph_scope", req.cuda_graph_scope)):
-        keep["cuda_graph_scope"] = graphs
+    if changed.framework == "megatron":  # Megatron-Core's expert dispatch, overlap and CUDA graphs
+        keep |= {k: v for k in ("cuda_graph_scope", "moe_a2a_overlap", "moe_token_dispatcher")
+                 if (v := options.get(k, getattr(req, k)))}
     return replace(changed, **keep) if keep else changed
 
 

@@ -44,7 +44,8 @@ from ..estimate.step_time import StepTime, step_time
 from ..estimate.train_memory import layout_memory, required_bytes
 from ..units import GiB
 from .cluster import cluster
-from .train import TrainRequest, cuda_graph_scopes, megatron_option_problem, optimizer_problem, pad_problem
+from .train import (TrainRequest, cuda_graph_scopes, megatron_option_problem, megatron_overlap_problem,
+                    optimizer_problem, pad_problem)
 
 Objective = Literal["time", "cost", "memory"]
 PlanFramework = Literal["megatron", "torchtitan", "fsdp", "deepspeed"]
@@ -129,6 +130,7 @@ class PlanRequest:
     moe_pad_expert_input_to_capacity: bool = job_default("moe_pad_expert_input_to_capacity")
     cuda_graph_scope: str | None = None
     """Megatron-Core --cuda-graph-scope the plans run with (as `gpuwise train --cuda-graph-scope`)."""
+    _graphs: frozenset[str] = field(init=False, repr=False, compare=False, default=frozenset())
 
     def __post_init__(self) -> None:
         for name in ("num_gpus", "seq", "global_batch", "top"):
@@ -152,13 +154,19 @@ class PlanRequest:
                 raise InvalidArgument(f"--{name.replace('_', '-')} is Megatron-LM's precision-aware AdamW option: it "
                                       f"needs --framework megatron and --optimizer adamw")
         moe = self.model.spec.moe is not None
-        cuda_graph_scopes(self.cuda_graph_scope, framework=self.framework, moe=moe,
-                          padded=self.moe_pad_expert_input_to_capacity)
+        object.__setattr__(self, "_graphs", cuda_graph_scopes(
+            self.cuda_graph_scope, framework=self.framework, moe=moe, padded=self.moe_pad_expert_input_to_capacity,
+            all_moe=moe and all(self.model.spec.moe.moe_layers)))
         if self.moe_pad_expert_input_to_capacity:
             problem = megatron_option_problem("moe_pad_expert_input_to_capacity", self.framework, self.precision,
-                                              False) or pad_problem(moe, self.moe_token_dispatcher)
+                                              False) or pad_problem(moe)
             if problem:
                 raise InvalidArgument(problem)
+        if (self.moe_a2a_overlap or self.moe_token_dispatcher == "flex") and self.framework != "megatron":
+            raise InvalidArgument(f"--moe-a2a-overlap and --moe-token-dispatcher flex are Megatron-Core's: they need "
+                                  f"--framework megatron (got {self.framework})")
+        if self.moe_a2a_overlap and self.ep == 1:
+            raise InvalidArgument("--moe-a2a-overlap needs expert parallelism: --ep > 1")
         if self.no_pp and self.pp not in (None, 1):
             raise InvalidArgument(f"--no-pp and --pp {self.pp} both set: choose one")
         if self.gpus_per_node is not None:
@@ -209,9 +217,7 @@ class PlanRequest:
                         exp_avg_dtype=self.exp_avg_dtype, exp_avg_sq_dtype=self.exp_avg_sq_dtype,
                         moe_token_dispatcher=self.moe_token_dispatcher, moe_a2a_overlap=self.moe_a2a_overlap,
                         moe_pad_expert_input_to_capacity=self.moe_pad_expert_input_to_capacity,
-                        cuda_graph_scope=cuda_graph_scopes(self.cuda_graph_scope, framework=self.framework,
-                                                           moe=self.model.spec.moe is not None,
-                                                           padded=self.moe_pad_expert_input_to_capacity))
+                        cuda_graph_scope=self._graphs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -396,6 +402,8 @@ class _Search:
                 continue  # nothing left to evaluate: spare building its memory model
             mem_model = layout_memory(req.model.spec, layout, self.jobs[offload, "none"])
             for i, rc in enumerate(RECOMPUTE):
+                if megatron_overlap_problem(self.jobs[offload, rc], layout) is not None:
+                    continue  # a layout and recompute Megatron-Core refuses with this job's EP overlap or graphs
                 for mb in mbs:
                     if prune and mb in fits_at and _dominated(fits_at[mb], offload, i):
                         continue

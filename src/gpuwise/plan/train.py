@@ -73,7 +73,8 @@ def megatron_option_problem(name: str, framework: str | None, precision: str, fp
     return None
 
 
-def cuda_graph_scopes(text: str | None, *, framework: str | None, moe: bool, padded: bool) -> frozenset[str]:
+def cuda_graph_scopes(text: str | None, *, framework: str | None, moe: bool, padded: bool,
+                      all_moe: bool = False) -> frozenset[str]:
     """--cuda-graph-scope checked as Megatron-Core checks it (comma- or space-separated; full_iteration stands
     alone; the MoE scopes need an MoE model, and graphing whole MoE layers padded experts: TransformerConfig's
     'moe cuda graph is only supported with drop-padding MoE'; Megatron only)."""
@@ -86,29 +87,58 @@ def cuda_graph_scopes(text: str | None, *, framework: str | None, moe: bool, pad
         what = f"unknown scope '{unknown[0]}'" if unknown else "no scope given"
         raise InvalidArgument(f"--cuda-graph-scope: {what}; valid: {', '.join(valid)} (comma-separated, "
                               "Megatron-Core's names)")
+    if framework != "megatron":
+        raise InvalidArgument(f"--cuda-graph-scope is Megatron-Core's CUDA graph option: it needs --framework "
+                              f"megatron (got {framework})")
     if "full_iteration" in parts and len(set(parts)) > 1:
         raise InvalidArgument("--cuda-graph-scope full_iteration captures the whole iteration: it cannot be "
                               "combined with other scopes")
     if {"moe", "moe_router", "moe_preprocess"} & set(parts) and not moe:
         raise InvalidArgument("--cuda-graph-scope: the moe, moe_router and moe_preprocess scopes graph MoE layers; "
                               "this model has none")
+    if "moe" in parts and "moe_router" in parts:
+        raise InvalidArgument("--cuda-graph-scope: moe already graphs the router; Megatron-Core refuses moe with "
+                              "moe_router")
+    if "moe_preprocess" in parts and "moe_router" not in parts:
+        raise InvalidArgument("--cuda-graph-scope: moe_preprocess is graphed with moe_router (Megatron-Core): add "
+                              "moe_router")
+    if "mlp" in parts and all_moe:
+        raise InvalidArgument("--cuda-graph-scope: mlp graphs dense MLP layers; every layer of this model is MoE")
     if "moe" in parts and not padded:
         raise InvalidArgument("--cuda-graph-scope moe graphs whole MoE layers, which Megatron-Core allows with padded "
                               "experts only: add --moe-pad-expert-input-to-capacity")
-    if framework != "megatron":
-        raise InvalidArgument(f"--cuda-graph-scope is Megatron-Core's CUDA graph option: it needs --framework "
-                              f"megatron (got {framework})")
     return frozenset(parts)
 
 
-def pad_problem(moe: bool, dispatcher: str) -> str | None:
-    """Why --moe-pad-expert-input-to-capacity cannot apply (its framework aside: `megatron_option_problem`)."""
+def megatron_overlap_problem(job: TrainJob, layout: Layout) -> str | None:
+    """Why Megatron-Core refuses this job's EP overlap or scoped CUDA graphs on this layout (TransformerConfig's
+    checks): EP overlap needs expert parallelism, the interleaved schedule when pipelining, and no full recompute;
+    scoped CUDA graphs take no full recompute (only a whole-iteration graph does)."""
+    full = recompute_plan(job.recompute).kind in ("full", "uniform", "block")
+    if job.moe_a2a_overlap:
+        if layout.ep <= 1:
+            return "--moe-a2a-overlap (Megatron's --overlap-moe-expert-parallel-comm) needs expert parallelism: --ep > 1"
+        if layout.pp > 1 and layout.vpp <= 1:
+            return ("--moe-a2a-overlap with pipeline parallelism needs the interleaved schedule (--vpp > 1), as "
+                    "Megatron-Core asserts")
+        if full:
+            return "--moe-a2a-overlap does not run with full recompute in Megatron-Core: use none or selective"
+    if job.cuda_graph_scope and "full_iteration" not in job.cuda_graph_scope and full:
+        return ("--cuda-graph-scope: full recompute runs only under a whole-iteration graph (full_iteration) in "
+                "Megatron-Core")
+    return None
+
+
+def pad_problem(moe: bool) -> str | None:
+    """Why --moe-pad-expert-input-to-capacity cannot apply (its framework aside: `megatron_option_problem`). With the
+    flex dispatcher it needs the HybridEP backend (Megatron-Core refuses it under DeepEP), which the recipe says."""
     if not moe:
         return "--moe-pad-expert-input-to-capacity pads routed experts: this model has none"
-    if dispatcher == "flex":  # Megatron-Core's TransformerConfig asserts it
-        return ("--moe-pad-expert-input-to-capacity: the flex token dispatcher (DeepEP, HybridEP) does not pad to "
-                "capacity; use --moe-token-dispatcher alltoall")
     return None
+
+
+def _all_moe(spec) -> bool:
+    return spec.moe is not None and all(spec.moe.moe_layers)
 
 
 def optimizer_problem(framework: str, optimizer: str) -> str | None:
@@ -232,9 +262,10 @@ class TrainRequest:
     moe_a2a_overlap: bool = job_default("moe_a2a_overlap")
     moe_pad_expert_input_to_capacity: bool = job_default("moe_pad_expert_input_to_capacity")
     cuda_graph_scope: str | None = None
-    """Megatron-Core --cuda-graph-scope, comma-separated: full_iteration (--cuda-graph-impl local: the whole
-    forward-backward replayed as one graph, dropless MoE without host syncs) or Transformer Engine scoped graphs of
-    attn, mlp, moe, moe_router, moe_preprocess (--cuda-graph-impl transformer_engine). Default: none (eager)."""
+    """Megatron-Core --cuda-graph-scope (now --cuda-graph-modules), comma-separated: full_iteration (--cuda-graph-impl
+    full_iteration: the whole forward-backward replayed as one graph, dropless MoE without host syncs) or Transformer
+    Engine scoped graphs of attn, mlp, moe, moe_router, moe_preprocess (--cuda-graph-impl transformer_engine).
+    Default: none (eager)."""
     cp_comm_type: CpCommType | None = None
     """Context-parallel K/V exchange (Megatron-Core --cp-comm-type): p2p ring, allgather or a2a (Ulysses); default
     p2p for Megatron, allgather for PyTorch's context_parallel (torchtitan)."""
@@ -323,7 +354,8 @@ class TrainRequest:
                        moe_a2a_overlap=self.moe_a2a_overlap, cp_comm_type=self.cp_comm_type,
                        cuda_graph_scope=cuda_graph_scopes(self.cuda_graph_scope, framework=framework,
                                                           moe=self.model.spec.moe is not None,
-                                                          padded=self.moe_pad_expert_input_to_capacity),
+                                                          padded=self.moe_pad_expert_input_to_capacity,
+                                                          all_moe=_all_moe(self.model.spec)),
                        moe_pad_expert_input_to_capacity=self.moe_pad_expert_input_to_capacity,
                        sdpa_backend=self.sdpa_backend,
                        flops_convention=self.flops_convention,
@@ -345,9 +377,11 @@ class TrainRequest:
                 raise InvalidArgument(problem)
         if (problem := optimizer_problem(framework, self.optimizer)) is not None:
             raise InvalidArgument(problem)
-        if self.moe_pad_expert_input_to_capacity and (problem := pad_problem(self.model.spec.moe is not None,
-                                                                             self.moe_token_dispatcher)):
+        if self.moe_pad_expert_input_to_capacity and (problem := pad_problem(self.model.spec.moe is not None)):
             raise InvalidArgument(problem)
+        if (self.moe_a2a_overlap or self.moe_token_dispatcher == "flex") and framework != "megatron":
+            raise InvalidArgument(f"--moe-a2a-overlap and --moe-token-dispatcher flex are Megatron-Core's: they need "
+                                  f"--framework megatron (got {framework})")
         for name in ("exp_avg_dtype", "exp_avg_sq_dtype"):
             value = getattr(self, name)
             if value is None:
@@ -573,6 +607,8 @@ def train(req: TrainRequest) -> TrainResult:
     job = req.job
     layout = req.layout()
     validate_layout(layout, spec, seq=req.seq, global_batch=req.global_batch, micro_batch=req.micro_batch)
+    if (problem := megatron_overlap_problem(job, layout)) is not None:
+        raise InvalidArgument(problem)
     per_rank = req.global_batch // layout.dp
     mem_model = layout_memory(spec, layout, job)
     memory = mem_model.at(req.micro_batch, per_rank // req.micro_batch)

@@ -136,7 +136,8 @@ def _megatron_model(job: _Job) -> tuple[list[str], list[str]]:
             f.append(f"--moe-shared-expert-intermediate-size {moe.shared_intermediate_size}")
         if not all(moe.moe_layers):
             f.append(f"--moe-layer-freq {shlex.quote(_run_length([int(x) for x in moe.moe_layers]))}")
-        if job.lay.ep > 1:  # the dispatcher the plan was priced with
+        if job.lay.ep > 1 or job.req.moe_pad_expert_input_to_capacity:
+            # the dispatcher the plan was priced with (Megatron's default, allgather, neither crosses EP ranks nor pads)
             f.append(f"--moe-token-dispatcher-type {job.req.moe_token_dispatcher}")
     return f, differs
 
@@ -203,10 +204,13 @@ def _megatron_args(job: _Job) -> tuple[str, str, list[str]]:
         launch.append("--overlap-moe-expert-parallel-comm")
     if req.moe_pad_expert_input_to_capacity:
         launch += ["--moe-expert-capacity-factor 1.0", "--moe-pad-expert-input-to-capacity"]
-    if req.cuda_graph_scope:
-        scopes = sorted(req.job().cuda_graph_scope)
-        impl = "local" if scopes == ["full_iteration"] else "transformer_engine"
-        launch += [f"--cuda-graph-impl {impl}", f"--cuda-graph-scope {' '.join(scopes)}"]
+        if req.moe_token_dispatcher == "flex":
+            differs.append("padded experts under the flex dispatcher: HybridEP pads, DeepEP refuses it")
+    scopes = sorted(req.job().cuda_graph_scope)
+    if scopes == ["full_iteration"]:  # Megatron-LM asserts the NaN check off under a whole-iteration graph
+        launch += ["--cuda-graph-impl full_iteration", "--no-check-for-nan-in-loss-and-grad"]
+    elif scopes:  # Transformer Engine's scoped graphs (--cuda-graph-scope is the deprecated spelling)
+        launch += ["--cuda-graph-impl transformer_engine", f"--cuda-graph-modules {' '.join(scopes)}"]
     groups = [("parallelism", par + shard + offload), ("batch", batch), ("recompute", recompute[p.recompute]),
               ("precision and optimizer", precision + optimizer), ("MoE overlap and CUDA graphs", launch),
               ("model shape (from the model's config)", model)]
