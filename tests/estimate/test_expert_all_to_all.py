@@ -148,3 +148,17 @@ def test_torchao_float8_all_gather_sends_the_block_matrices_in_fp8(monkeypatch):
     assert 2 * (blocks + other) in [m for m, *_ in bf16_gather]
     assert blocks + 2 * other in [m for m, *_ in fp8_gather]
     assert 2 * (blocks + other) not in [m for m, *_ in fp8_gather]
+
+
+def test_the_float8_all_gather_holds_gathered_blocks_in_fp8():
+    """Memory: FSDP2 holds two gathered units (the one in use, the one prefetched); with the float8 all-gather a
+    block's matrices arrive in fp8 while the embedding unit stays bf16, so the largest gathered unit is whichever is
+    bigger in bytes. Llama-3.1-405B at TP 8: a block is (16,384 x 34,816 + 3 x 16,384 x 53,248) / 8 + 2 x 16,384
+    parameters, the embedding 128,256 x 16,384 / 8."""
+    kw = dict(gpu="h100-sxm", num_gpus=128, fsdp="full", tp=8, global_batch=16, framework="torchtitan",
+              precision="fp8", ac="full")
+    block = (16_384 * 34_816 + 3 * 16_384 * 53_248) // 8 + 2 * 16_384
+    embedding = 128_256 * 16_384 // 8
+    bf16 = gpuwise.train("llama-3.1-405b", **kw).memory.buffers
+    fp8 = gpuwise.train("llama-3.1-405b", fp8_param_gather=True, **kw).memory.buffers
+    assert bf16 - fp8 == 2 * (2 * block - max(block, 2 * embedding))

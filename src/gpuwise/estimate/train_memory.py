@@ -139,7 +139,8 @@ def _runtime(layout: Layout) -> float:
     return CUDA_CONTEXT_BYTES + CUBLAS_WORKSPACE_BYTES + (NCCL_BUFFER_BYTES if layout.num_gpus > 1 else 0)
 
 
-def _state_buffers(layout: Layout, states: ModelStates, *, framework: str, unit_params: float) -> dict[str, float]:
+def _state_buffers(layout: Layout, states: ModelStates, *, framework: str, unit_params: float,
+                   gathered_unit_bytes: float | None = None) -> dict[str, float]:
     """Buffers sized by the model states on one rank at the backward peak: gradient buckets, FSDP / ZeRO-3
     gathers and reduce-scatters (whatever the micro-batch)."""
     out: dict[str, float] = {}
@@ -164,8 +165,8 @@ def _state_buffers(layout: Layout, states: ModelStates, *, framework: str, unit_
             if not frozen_units:
                 out["grad_accumulation"] = states.trainable_params * grad_bytes
         elif not sh.keep_unsharded:
-            # FSDP2: the block in use and the one prefetched (one ahead, forward and backward), unsharded.
-            out["param_gather"] = 2 * unit_params * w
+            # FSDP2: the block in use and the one prefetched (one ahead, forward and backward), unsharded
+            out["param_gather"] = 2 * (unit_params * w if gathered_unit_bytes is None else gathered_unit_bytes)
         if not frozen_units:  # the block's unsharded gradients in the compute dtype, and the copy reduce-scattered
             out["grad_reduce_scatter"] = unit_params * (w + grad_bytes)
     return out
@@ -427,7 +428,10 @@ def _stage(spec: ModelSpec, layout: Layout, stage: int, job: TrainJob) -> _Stage
     # FSDP units (torchtitan's wrapping): each block, the token embedding, and the final norm + LM head.
     held = stage_tensors(spec, layout, stage)
     unit = max(states.layer_params, held.embedding, held.head)
-    parts = _state_buffers(layout, states, framework=framework, unit_params=unit)
+    # torchao's float8 all-gather gathers a block's matrices (all but its norms) in fp8, the embedding and head in bf16
+    w = states.working_bytes_per_param
+    gathered = max(states.layer_params, held.embedding * w, held.head * w) if states.fp8_gathered_params else None
+    parts = _state_buffers(layout, states, framework=framework, unit_params=unit, gathered_unit_bytes=gathered)
     if job.finetune == "qlora":
         # The 4-bit base is dequantized to the compute dtype one matrix at a time, in the forward and again for the
         # input gradient (bitsandbytes MatMul4Bit, torchao NF4Tensor): the largest block matrix, one copy.
