@@ -281,24 +281,23 @@ def _optimizer_variants(req: TrainRequest) -> list[dict]:
                  "recipes set" + (", on its distributed optimizer" if dist_opt else "") + ")")]
 
 
+MEGATRON_SETTINGS = {"exp_avg_dtype": None, "exp_avg_sq_dtype": None, "cuda_graph_scope": None,
+                     "moe_a2a_overlap": False, "moe_token_dispatcher": "alltoall"}
+"""Megatron-Core's valued options (precision-aware AdamW, CUDA graphs, expert dispatch and overlap) and their unset
+values: a remedy keeps them while the job stays Megatron's."""
+
+
 def _changed(req: TrainRequest, **options) -> TrainRequest:
     """`req` with a remedy's changes, leaving behind the Megatron options the changed job cannot take (a remedy that
     moves to another framework, leaves it to be chosen, or changes the precision)."""
-    # Megatron's precision-aware AdamW and CUDA graphs: kept while the job is Megatron's
-    moments = ("exp_avg_dtype", "exp_avg_sq_dtype")
-    held = (*moments, "cuda_graph_scope")
-    changed = replace(req, **{k: False for k in MEGATRON_OPTIONS}, **{k: None for k in held},
-                      moe_a2a_overlap=False, moe_token_dispatcher="alltoall",
-                      **{k: v for k, v in options.items() if k not in MEGATRON_OPTIONS and k not in held
-                         and k not in ("moe_a2a_overlap", "moe_token_dispatcher")})
+    changed = replace(req, **{k: False for k in MEGATRON_OPTIONS}, **MEGATRON_SETTINGS,
+                      **{k: v for k, v in options.items() if k not in MEGATRON_OPTIONS and k not in MEGATRON_SETTINGS})
     wanted = {k: getattr(req, k) for k in MEGATRON_OPTIONS} | {k: v for k, v in options.items() if k in MEGATRON_OPTIONS}
     keep: dict = {k: True for k, on in wanted.items() if on and not megatron_option_problem(
         k, changed.framework, changed.precision, changed.fp8_param_gather, changed.gpu.vendor)}
-    if changed.framework == "megatron" and changed.optimizer == "adamw":
-        keep |= {k: v for k in moments if (v := options.get(k, getattr(req, k))) is not None}
-    if changed.framework == "megatron":  # Megatron-Core's expert dispatch, overlap and CUDA graphs
-        keep |= {k: v for k in ("cuda_graph_scope", "moe_a2a_overlap", "moe_token_dispatcher")
-                 if (v := options.get(k, getattr(req, k)))}
+    if changed.framework == "megatron":  # the moment dtypes are AdamW's
+        keep |= {k: v for k, unset in MEGATRON_SETTINGS.items() if (v := options.get(k, getattr(req, k))) != unset
+                 and (changed.optimizer == "adamw" or not k.startswith("exp_avg"))}
     return replace(changed, **keep) if keep else changed
 
 

@@ -44,8 +44,8 @@ from ..estimate.step_time import StepTime, step_time
 from ..estimate.train_memory import layout_memory, required_bytes
 from ..units import GiB
 from .cluster import cluster
-from .train import (TrainRequest, cuda_graph_scopes, megatron_option_problem, megatron_overlap_problem,
-                    optimizer_problem, pad_problem)
+from .train import (TrainRequest, cuda_graph_scopes, megatron_job_problem, megatron_option_problem,
+                    megatron_overlap_problem, optimizer_problem)
 
 Objective = Literal["time", "cost", "memory"]
 PlanFramework = Literal["megatron", "torchtitan", "fsdp", "deepspeed"]
@@ -149,22 +149,17 @@ class PlanRequest:
                                   "own fused kernels")
         if (problem := optimizer_problem(self.framework, self.optimizer)) is not None:
             raise InvalidArgument(problem)
-        for name in ("exp_avg_dtype", "exp_avg_sq_dtype"):
-            if getattr(self, name) is not None and (self.framework != "megatron" or self.optimizer != "adamw"):
-                raise InvalidArgument(f"--{name.replace('_', '-')} is Megatron-LM's precision-aware AdamW option: it "
-                                      f"needs --framework megatron and --optimizer adamw")
-        moe = self.model.spec.moe is not None
-        object.__setattr__(self, "_graphs", cuda_graph_scopes(
-            self.cuda_graph_scope, framework=self.framework, moe=moe, padded=self.moe_pad_expert_input_to_capacity,
-            all_moe=moe and all(self.model.spec.moe.moe_layers)))
-        if self.moe_pad_expert_input_to_capacity:
-            problem = megatron_option_problem("moe_pad_expert_input_to_capacity", self.framework, self.precision,
-                                              False) or pad_problem(moe)
-            if problem:
-                raise InvalidArgument(problem)
-        if (self.moe_a2a_overlap or self.moe_token_dispatcher == "flex") and self.framework != "megatron":
-            raise InvalidArgument(f"--moe-a2a-overlap and --moe-token-dispatcher flex are Megatron-Core's: they need "
-                                  f"--framework megatron (got {self.framework})")
+        spec = self.model.spec
+        object.__setattr__(self, "_graphs", cuda_graph_scopes(self.cuda_graph_scope, framework=self.framework,
+                                                              spec=spec, padded=self.moe_pad_expert_input_to_capacity))
+        if self.moe_pad_expert_input_to_capacity and (problem := megatron_option_problem(
+                "moe_pad_expert_input_to_capacity", self.framework, self.precision, False)):
+            raise InvalidArgument(problem)
+        if (problem := megatron_job_problem(
+                self.framework, spec=spec, optimizer=self.optimizer, moe_a2a_overlap=self.moe_a2a_overlap,
+                moe_token_dispatcher=self.moe_token_dispatcher, pad=self.moe_pad_expert_input_to_capacity,
+                moment_dtypes=(self.exp_avg_dtype, self.exp_avg_sq_dtype))) is not None:
+            raise InvalidArgument(problem)
         if self.moe_a2a_overlap and self.ep == 1:
             raise InvalidArgument("--moe-a2a-overlap needs expert parallelism: --ep > 1")
         if self.no_pp and self.pp not in (None, 1):

@@ -73,11 +73,12 @@ def megatron_option_problem(name: str, framework: str | None, precision: str, fp
     return None
 
 
-def cuda_graph_scopes(text: str | None, *, framework: str | None, moe: bool, padded: bool,
-                      all_moe: bool = False) -> frozenset[str]:
+def cuda_graph_scopes(text: str | None, *, framework: str | None, spec, padded: bool) -> frozenset[str]:
     """--cuda-graph-scope checked as Megatron-Core checks it (comma- or space-separated; full_iteration stands
     alone; the MoE scopes need an MoE model, and graphing whole MoE layers padded experts: TransformerConfig's
     'moe cuda graph is only supported with drop-padding MoE'; Megatron only)."""
+    moe = spec.moe is not None
+    all_moe = moe and all(spec.moe.moe_layers)
     if text is None:
         return frozenset()
     parts = [p.strip() for p in str(text).replace(" ", ",").split(",") if p.strip()]
@@ -129,16 +130,28 @@ def megatron_overlap_problem(job: TrainJob, layout: Layout) -> str | None:
     return None
 
 
-def pad_problem(moe: bool) -> str | None:
-    """Why --moe-pad-expert-input-to-capacity cannot apply (its framework aside: `megatron_option_problem`). With the
-    flex dispatcher it needs the HybridEP backend (Megatron-Core refuses it under DeepEP), which the recipe says."""
-    if not moe:
+def megatron_job_problem(framework: str | None, *, spec, optimizer: str, moe_a2a_overlap: bool,
+                         moe_token_dispatcher: str, pad: bool, moment_dtypes: tuple) -> str | None:
+    """Why the Megatron-only options of a job cannot apply, the one home for `gpuwise train` and `gpuwise plan`:
+    padded experts need routed experts (under the flex dispatcher only HybridEP pads; the recipe says so), EP overlap
+    and the flex dispatcher are Megatron-Core's, and the AdamW moment dtypes are its precision-aware optimizer's."""
+    if pad and spec.moe is None:
         return "--moe-pad-expert-input-to-capacity pads routed experts: this model has none"
+    if (moe_a2a_overlap or moe_token_dispatcher == "flex") and framework != "megatron":
+        return (f"--moe-a2a-overlap and --moe-token-dispatcher flex are Megatron-Core's: they need --framework megatron "
+                f"(got {framework})")
+    for name, value in zip(("exp_avg_dtype", "exp_avg_sq_dtype"), moment_dtypes):
+        if value is None:
+            continue
+        flag = "--" + name.replace("_", "-")
+        if value not in get_args(StateDtype):
+            return f"{flag}: unknown dtype '{value}'; valid: {', '.join(get_args(StateDtype))}"
+        if framework != "megatron":
+            return f"{flag} is Megatron-LM's precision-aware optimizer option: it needs --framework megatron (got " \
+                   f"{framework})"
+        if optimizer != "adamw":
+            return f"{flag} sets a moment of AdamW; the optimizer here is {optimizer}"
     return None
-
-
-def _all_moe(spec) -> bool:
-    return spec.moe is not None and all(spec.moe.moe_layers)
 
 
 def optimizer_problem(framework: str, optimizer: str) -> str | None:
@@ -353,9 +366,8 @@ class TrainRequest:
                        overlap_p2p_communication=self.overlap_p2p_communication,
                        moe_a2a_overlap=self.moe_a2a_overlap, cp_comm_type=self.cp_comm_type,
                        cuda_graph_scope=cuda_graph_scopes(self.cuda_graph_scope, framework=framework,
-                                                          moe=self.model.spec.moe is not None,
-                                                          padded=self.moe_pad_expert_input_to_capacity,
-                                                          all_moe=_all_moe(self.model.spec)),
+                                                          spec=self.model.spec,
+                                                          padded=self.moe_pad_expert_input_to_capacity),
                        moe_pad_expert_input_to_capacity=self.moe_pad_expert_input_to_capacity,
                        sdpa_backend=self.sdpa_backend,
                        flops_convention=self.flops_convention,
@@ -377,26 +389,15 @@ class TrainRequest:
                 raise InvalidArgument(problem)
         if (problem := optimizer_problem(framework, self.optimizer)) is not None:
             raise InvalidArgument(problem)
-        if self.moe_pad_expert_input_to_capacity and (problem := pad_problem(self.model.spec.moe is not None)):
+        if (problem := megatron_job_problem(
+                framework, spec=self.model.spec, optimizer=self.optimizer, moe_a2a_overlap=self.moe_a2a_overlap,
+                moe_token_dispatcher=self.moe_token_dispatcher, pad=self.moe_pad_expert_input_to_capacity,
+                moment_dtypes=(self.exp_avg_dtype, self.exp_avg_sq_dtype))) is not None:
             raise InvalidArgument(problem)
-        if (self.moe_a2a_overlap or self.moe_token_dispatcher == "flex") and framework != "megatron":
-            raise InvalidArgument(f"--moe-a2a-overlap and --moe-token-dispatcher flex are Megatron-Core's: they need "
-                                  f"--framework megatron (got {framework})")
-        for name in ("exp_avg_dtype", "exp_avg_sq_dtype"):
-            value = getattr(self, name)
-            if value is None:
-                continue
-            flag = "--" + name.replace("_", "-")
-            if value not in get_args(StateDtype):
-                raise InvalidArgument(f"{flag}: unknown dtype '{value}'; valid: {', '.join(get_args(StateDtype))}")
-            if framework != "megatron":
-                raise InvalidArgument(f"{flag} is Megatron-LM's precision-aware optimizer option: it needs --framework "
-                                      f"megatron (got {framework})")
-            if self.optimizer != "adamw":
-                raise InvalidArgument(f"{flag} sets a moment of AdamW; the optimizer here is {self.optimizer}")
-            if self.sharding == "ddp":  # Megatron's OptimizerConfig asserts the distributed optimizer
-                raise InvalidArgument(f"{flag}: Megatron's precision-aware optimizer runs on its distributed "
-                                      "optimizer: add --zero 1")
+        if (self.exp_avg_dtype or self.exp_avg_sq_dtype) and self.sharding == "ddp":
+            # Megatron's OptimizerConfig asserts the distributed optimizer
+            raise InvalidArgument("--exp-avg-dtype / --exp-avg-sq-dtype: Megatron's precision-aware optimizer runs on "
+                                  "its distributed optimizer: add --zero 1")
         if fsdp2 and "optimizer" in self.offload and "params" not in self.offload:
             raise InvalidArgument("FSDP2 offloads parameters, gradients and optimizer states together "
                                   "(CPUOffloadPolicy): use --offload params,optimizer (or --framework deepspeed)")
