@@ -175,3 +175,37 @@ def test_a_gemms_fixed_time_is_charged_once():
     f1 = st._time_block(slower, spec, 0, *args).forward
     ops = block_ops(spec, 0, tokens=4096, keys=2048)
     assert f1 - f0 == pytest.approx((ops.kernels - len(ops.gemms)) * 1e-6, rel=1e-6)
+
+
+def test_torchao_fp8_without_compile_is_slower_than_bf16_and_te_casts_are_cheapest(monkeypatch):
+    """torchao's float8 eager (six cast kernels, strided fp8 transposes; benchmarks/results/h200-sxm/fp8-linear.json:
+    an fp8 layer 0.55-0.78x as fast as bf16) loses to bf16 eager; compiled it gains; Transformer Engine's fused casts
+    (--fp8-backend te, as Composer's amp_fp8 runs under FSDP) cost less than either. The GEMMs are the same."""
+    _, b16 = _blocks(monkeypatch, gpu="h100-sxm", framework="torchtitan", **ONE)
+    eager, b_eager = _blocks(monkeypatch, gpu="h100-sxm", framework="torchtitan", precision="fp8", **ONE)
+    comp, b_comp = _blocks(monkeypatch, gpu="h100-sxm", framework="torchtitan", precision="fp8", compile=True, **ONE)
+    te, b_te = _blocks(monkeypatch, gpu="h100-sxm", framework="fsdp", precision="fp8", fp8_backend="te", **ONE)
+    block = {name: b.forward + b.backward for name, b in (("bf16", b16), ("eager", b_eager), ("te", b_te))}
+    assert block["eager"] > block["bf16"] > block["te"]
+    assert b_eager.gemm_forward == b_comp.gemm_forward == b_te.gemm_forward
+    _, b16c = _blocks(monkeypatch, gpu="h100-sxm", framework="torchtitan", compile=True, **ONE)
+
+    _, b16f = _blocks(monkeypatch, gpu="h100-sxm", framework="fsdp", **ONE)
+
+    def casts(b, plain):  # the forward beyond GEMMs, attention and the same job's bf16 streaming kernels
+        return (b.forward - b.gemm_forward - b.attention_forward) - (plain.forward - plain.gemm_forward
+                                                                     - plain.attention_forward)
+    assert casts(b_eager, b16) > casts(b_comp, b16c) > casts(b_te, b16f) > 0
+    assert eager.request.job.fp8_kernels == "torchao" and te.request.job.fp8_kernels == "te"
+    assert te.request.job.te_fp8 and not eager.request.job.te_fp8
+
+
+def test_fp8_backend_is_refused_where_it_means_nothing():
+    from gpuwise.errors import InvalidArgument
+
+    with pytest.raises(InvalidArgument, match="--precision fp8"):
+        gpuwise.train(MODEL, gpu="h100-sxm", precision="bf16", fp8_backend="te")
+    with pytest.raises(InvalidArgument, match="Transformer Engine"):
+        gpuwise.train(MODEL, gpu="h100-sxm", framework="megatron", precision="fp8", fp8_backend="torchao")
+    with pytest.raises(InvalidArgument, match="--fp8-backend"):
+        gpuwise.train(MODEL, gpu="h100-sxm", precision="fp8", fp8_backend="msamp")

@@ -44,3 +44,38 @@ def test_loss_bytes_per_logit_element(path: pathlib.Path) -> None:
         saved, peak = logits_bytes_per_element("torchtitan", 2.0, loss_parallel=parallel)
         assert rows[name]["saved_bytes_per_element"] == pytest.approx(saved, abs=0.1)
         assert rows[name]["backward_peak_bytes_per_element"] == pytest.approx(peak, abs=0.1)
+
+
+def _fp8_layers() -> dict[str, dict[str, dict]]:
+    rows = json.loads((RESULTS / "h200-sxm" / "fp8-linear.json").read_text())["rows"]
+    out: dict[str, dict[str, dict]] = {}
+    for r in rows:
+        out.setdefault(r["weight"], {})[r["what"]] = r
+    return out
+
+
+@pytest.mark.parametrize("kind, measured", [("eager", "fp8 layer eager"), ("compiled", "fp8 layer whole-compiled")])
+def test_fp8_linear_layers_on_h200(kind: str, measured: str) -> None:
+    """One linear layer's training passes in dynamic tensorwise fp8 (torchao's float8, eager or compiled) on an H200
+    (benchmarks/fp8_linear.py), priced as step_time prices them: three fp8 GEMMs, and the input, the weight and the
+    output gradient each cast and transposed once at `FP8_QUANTIZE[kind]`. Eager, the layer is slower than in bf16;
+    the former 5 + 2 bytes per element priced it 1.5x faster."""
+    from gpuwise.catalog.devices import default_profile
+    from gpuwise.catalog.gpus import get_gpu
+    from gpuwise.estimate.kernels import matmul_s, memory_s
+    from gpuwise.estimate.step_time import FP8_QUANTIZE
+
+    profile = default_profile(get_gpu("h200-sxm"))
+    q = FP8_QUANTIZE[kind]
+    layers = _fp8_layers()
+    assert len(layers) == 4
+    for name, d in layers.items():
+        m, k, n = d["bf16 fwd"]["tokens"], d["bf16 fwd"]["k"], d["bf16 fwd"]["n"]
+        gemms = (matmul_s(profile, m, n, k, "fp8", 1.0) + matmul_s(profile, m, k, n, "fp8", 1.0)
+                 + matmul_s(profile, k, n, m, "fp8", 1.0))
+        quantize = memory_s(profile, (q.cast + q.transpose) * (m * k + k * n + m * n)) \
+            + 3 * (q.kernels + 1) * profile.kernel_overhead_s
+        fp8 = d[measured]["measured"]
+        assert gemms + quantize == pytest.approx(fp8, rel=0.12), name
+        bf16 = d["bf16 layer"]["measured"]
+        assert (bf16 / fp8 < 1) == (kind == "eager"), name

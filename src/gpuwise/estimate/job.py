@@ -75,6 +75,8 @@ FSDP2_OFFLOAD_ALL: tuple[str, ...] = ("torchtitan", "fsdp")
 the host together, no optimizer-only variant (torch.distributed.fsdp.CPUOffloadPolicy)."""
 TE_FP8: tuple[str, ...] = ("megatron", "deepspeed", "hf")
 """Frameworks whose fp8 training is Transformer Engine's (fp8 weight caches, fp8 saved linear inputs)."""
+Fp8Backend = Literal["te", "torchao"]
+FP8_BACKENDS: tuple[str, ...] = get_args(Fp8Backend)
 FINETUNE: tuple[str, ...] = get_args(Finetune)
 ATTENTION: tuple[str, ...] = get_args(Attention)
 CONVENTIONS: tuple[str, ...] = get_args(FlopsConvention)
@@ -204,6 +206,9 @@ class TrainJob:
     """Megatron --fp8-dot-product-attention (Transformer Engine's fp8 fused attention, NVTE_FP8_DPA): under fp8
     attention reads and writes fp8 q, k, v and output, which it saves (1 B each). Time stays at the 16-bit
     attention rate: no fp8 attention kernel curve is in the catalog yet."""
+    fp8_backend: Fp8Backend | None = None
+    """Whose fp8 training this is (`fp8_kernels`): Transformer Engine's ("te") or torchao's float8 ("torchao");
+    None: the framework's own."""
     fp8_transpose_cache: bool = True
     """Transformer Engine keeps a transposed fp8 copy beside each fp8 weight: Hopper's fp8 tensor cores take only
     K-major (TN) operands. False on Blackwell, whose fp8 GEMMs take either layout (TE's non_tn_fp8_gemm_supported):
@@ -217,6 +222,7 @@ class TrainJob:
                                    ("--moe-token-dispatcher", self.moe_token_dispatcher, DISPATCHERS),
                                    ("--cp-comm-type", self.cp_comm_type or "p2p", CP_COMM_TYPES),
                                    ("--sdpa-backend", self.sdpa_backend or "flash", SDPA_BACKENDS),
+                                   ("--fp8-backend", self.fp8_backend or "te", FP8_BACKENDS),
                                    ("--exp-avg-dtype", self.exp_avg_dtype or "fp32", STATE_DTYPE_BYTES),
                                    ("--exp-avg-sq-dtype", self.exp_avg_sq_dtype or "fp32", STATE_DTYPE_BYTES)):
             if value not in valid:
@@ -298,7 +304,13 @@ class TrainJob:
     def te_fp8(self) -> bool:
         """fp8 training as Transformer Engine does it (cached fp8 weights, fp8 saved linear inputs); torchao's float8
         (torchtitan, FSDP2, torchtune) keeps bf16 weights and saves bf16 inputs."""
-        return self.precision == "fp8" and self.framework in TE_FP8
+        return self.precision == "fp8" and self.fp8_kernels == "te"
+
+    @property
+    def fp8_kernels(self) -> str:
+        """"te" or "torchao": `fp8_backend`, else the framework's (Transformer Engine for megatron, deepspeed and hf;
+        torchao's float8 for torchtitan, fsdp and torchtune)."""
+        return self.fp8_backend or ("te" if self.framework in TE_FP8 else "torchao")
 
     @property
     def sdpa_runs_flash(self) -> bool:

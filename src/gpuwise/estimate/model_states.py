@@ -52,7 +52,7 @@ class PrecisionLayout:
     """False where the 16-bit copy exists only while a layer runs (FSDP2 all-gathers it from fp32 shards)."""
 
 
-def precision_layout(framework: str, precision: str, *, fp8_param_gather: bool = False,
+def precision_layout(framework: str, precision: str, *, te_fp8: bool | None = None, fp8_param_gather: bool = False,
                      grad_reduce_in_fp32: bool = True, fp8_weight_bytes: float = 2.0) -> PrecisionLayout:
     """Per-framework bytes per parameter.
 
@@ -76,7 +76,9 @@ def precision_layout(framework: str, precision: str, *, fp8_param_gather: bool =
     if precision == "bf16-pure":
         return PrecisionLayout(working=2, master=0, grad=2, state=2)
     fp16 = precision == "fp16"
-    fp8 = fp8_weight_bytes if precision == "fp8" and framework in TE_FP8 else 0.0
+    if te_fp8 is None:  # the framework's own fp8 (`TrainJob.fp8_kernels`)
+        te_fp8 = framework in TE_FP8
+    fp8 = fp8_weight_bytes if precision == "fp8" and te_fp8 else 0.0
     if framework == "megatron":
         # --fp8-param-gather: a block matrix is an fp8 weight and (Hopper) TE's cached fp8 transpose, in place of
         # the bf16 weight and TE's caches (`_model_states` sets their bytes); embeddings and norms stay bf16
@@ -85,7 +87,8 @@ def precision_layout(framework: str, precision: str, *, fp8_param_gather: bool =
                                grad_copy=4 if fp16 else 0, fp8_cache=fp8_cache)
     if framework == "deepspeed":
         return PrecisionLayout(working=2, master=4, grad=2, state=4, fp8_cache=fp8)
-    if framework in PYTORCH_NATIVE:
+    if framework in PYTORCH_NATIVE:  # Transformer Engine's layers under FSDP (fp8_backend te) are called without
+        # is_first_microbatch, so TE quantizes each weight in every forward and caches none across the step
         return PrecisionLayout(working=2, master=4, grad=4, state=4, persistent_working=False)
     if framework in HF_TRAINERS:
         return PrecisionLayout(working=2, master=4, grad=4, state=4, fp8_cache=fp8, persistent_working=False)
@@ -334,7 +337,7 @@ _STATES_CACHE: dict = {}
 
 def _model_states(spec: ModelSpec, layout: Layout, stage: int, job: TrainJob) -> ModelStates:
     precision, optimizer, finetune, offload = job.precision, job.optimizer, job.finetune, job.offload
-    lay = precision_layout(job.framework, precision, fp8_param_gather=job.fp8_param_gather,
+    lay = precision_layout(job.framework, precision, te_fp8=job.te_fp8, fp8_param_gather=job.fp8_param_gather,
                            grad_reduce_in_fp32=job.grad_reduce_in_fp32, fp8_weight_bytes=job.fp8_weight_bytes)
     if job.exp_avg_dtype is not None or job.exp_avg_sq_dtype is not None:  # Megatron's precision-aware optimizer
         lay = replace(lay, state=STATE_DTYPE_BYTES[job.exp_avg_dtype] if job.exp_avg_dtype else lay.state,

@@ -43,7 +43,7 @@ from ..model.spec import SLIDING, ModelSpec
 from ..units import GB
 from .comm import Topology
 from .flops import gemm_dtype
-from .job import TrainJob, fp8_gemm_needs_transpose, pipeline_keeps_unsharded
+from .job import TE_FP8, TrainJob, fp8_gemm_needs_transpose, pipeline_keeps_unsharded
 from .kernels import attention_s, matmul_s, memory_s
 from .layer_ops import attention_head_dim, block_ops, block_signature, head_gemm, keys_per_query, unfused_attention
 from .layout import Layout
@@ -56,10 +56,45 @@ LOSS_BYTES_PER_LOGIT = 12.0
 """Cross-entropy streams each logit about three times: the forward reads 16-bit logits and writes fp32
 log-probabilities (2 + 4 bytes), the backward reads those and writes the 16-bit gradient (4 + 2)."""
 
-FP8_CAST_BYTES = {"eager": 5.0, "fused": 3.0}
-"""Bytes per element to quantize a 16-bit tensor to fp8 with a per-tensor (or per-block) scale: eager PyTorch
-reads it for the amax reduction, then reads it again and writes one byte (torchao's dynamic tensorwise float8,
-two kernels); compiled or Transformer Engine kernels fuse the amax into the cast (read 2, write 1)."""
+@dataclass(frozen=True, slots=True)
+class Fp8Quantize:
+    """What quantizing one 16-bit element to fp8 costs a kernel family, in bytes at the copy bandwidth."""
+
+    cast: float
+    """The amax reduction and the scaled cast of a tensor (a per-tensor or per-block scale)."""
+    transpose: float
+    """The transposed fp8 copy a Hopper backward GEMM needs (fp8 tensor cores take K-major operands only)."""
+    kernels: int
+    """Kernels per cast."""
+
+
+FP8_QUANTIZE = {
+    # Transformer Engine (Megatron-Core; DeepSpeed and Accelerate through TE): one kernel fuses the amax into the
+    # cast (read 2 bytes, write 1), the cast-transpose writes the transposed copy (read 1, write 1).
+    "te": Fp8Quantize(cast=3.0, transpose=2.0, kernels=1),
+    # torchao's float8 under torch.compile (torchtitan, FSDP2, torchtune with compile): measured on an H200
+    # (benchmarks/results/h200-sxm/fp8-linear.json, Llama-3.1-8B's four block linears at 8,192 tokens): the compiled
+    # layer's fp8 time less its three fp8 GEMMs, per element of input, weight and output gradient each cast and
+    # transposed once, is 7.1-11.7 bytes (median 8.6) at the 4.13 TB/s copy rate, against 3 + 2 for fused kernels
+    # at full bandwidth: the amax is a separate reduction pass before the cast (5 bytes), at ~80% of the copy rate.
+    "compiled": Fp8Quantize(cast=6.6, transpose=2.0, kernels=2),
+    # torchao's float8 without torch.compile, measured there too: `torch.max(torch.abs(t))`, then
+    # `(t.float() * scale).clamp(...).to(float8)` is six kernels moving 33 bytes per element, timed at 42-48 (median
+    # 45) bytes' worth of the copy rate; the transposed fp8 copy (`t.t().contiguous()`, PyTorch's strided copy of
+    # one-byte elements) at 23-24 (median 23.5). The fp8 layer runs 0.55-0.78x as fast as bf16 there (1.45-1.52x
+    # compiled).
+    "eager": Fp8Quantize(cast=45.0, transpose=23.5, kernels=6),
+}
+"""Quantization cost per fp8 kernel family (`fp8_quantize_kind`)."""
+
+
+def fp8_quantize_kind(backend: str, compile: bool) -> str:
+    """Which kernels quantize fp8 GEMM operands: Transformer Engine's, or torchao's float8 compiled or eager
+    (`backend`: `TrainJob.fp8_kernels`)."""
+    if backend == "te":
+        return "te"
+    return "compiled" if compile else "eager"
+
 
 # torch.optim's foreach AdamW (torch/optim/adam.py _multi_tensor_adam, decoupled weight decay): weight decay
 # (p: read, write), lerp of m (m, g read; m written), v * beta2 (2), addcmul into v (v, g read; v written), sqrt of v
@@ -68,10 +103,6 @@ two kernels); compiled or Transformer Engine kernels fuse the amax into the cast
 # Measured on an H100 (benchmarks/results/h100-sxm/kernels-*.json): 82 ms of optimizer kernels for 2.80B parameters,
 # 20 x 4 B x 2.80B at the calibrated 3.0 TB/s is 75 ms.
 FOREACH_ADAMW_EXTRA_ACCESSES = 20 - 7
-
-FP8_TRANSPOSE_BYTES = 2.0
-"""Hopper's fp8 GEMMs take both operands K-major, so the weight-gradient and input-gradient GEMMs need transposed
-fp8 copies of the input, the output gradient and the weight: read one byte, write one byte per element."""
 
 OVERLAP_SLOWDOWN = 0.189
 """Compute slows by 18.9% while a collective overlaps it (NCCL/RCCL kernels occupy SMs and share HBM bandwidth):
@@ -149,28 +180,33 @@ def _block_time(profile: DeviceProfile, spec: ModelSpec, layer: int, *, tokens: 
                 tp: int, ep: int, dtype: str, e: float, recompute: str, frozen_base: bool, framework: str,
                 attention: str = "flash", compile: bool = False, etp: int | None = None,
                 whole_sequence: bool = False, sdpa_flash: bool | None = None,
-                weight_cached: bool = False, transpose_cached: bool = True) -> _BlockTime:
+                weight_cached: bool = False, transpose_cached: bool = True,
+                fp8_kernels: str | None = None) -> _BlockTime:
     """`whole_sequence`: each attention kernel covers the whole context (Ulysses all-to-all CP: all tokens, 1/cp of
     the heads) rather than one rank's chunk of it. `sdpa_flash`: attention runs SDPA's FlashAttention-2 kernels
     (`TrainJob.sdpa_runs_flash`; None: every framework but Megatron). `weight_cached`: fp8 weights quantized once per
-    optimizer step (`TrainJob.fp8_weight_cache`), their transposes too with `transpose_cached`."""
+    optimizer step (`TrainJob.fp8_weight_cache`), their transposes too with `transpose_cached`. `fp8_kernels`: who
+    quantizes fp8 operands, "te" or "torchao" (`TrainJob.fp8_kernels`; None: the framework's own)."""
+    if fp8_kernels is None:
+        fp8_kernels = "te" if framework in TE_FP8 else "torchao"
     if sdpa_flash is None:
         sdpa_flash = framework != "megatron"
     key = (id(profile), id(spec), block_signature(spec, layer), tokens, seq_local, cp, tp, ep, dtype, e, recompute,
-           frozen_base, framework, attention, compile, etp, whole_sequence, sdpa_flash, weight_cached, transpose_cached)
+           frozen_base, framework, attention, compile, etp, whole_sequence, sdpa_flash, weight_cached, transpose_cached,
+           fp8_kernels)
     hit = _CACHE.get(key)
     if hit is not None:
         return hit[0]
     return remember(_CACHE, key, _time_block(profile, spec, layer, tokens, seq_local, cp, tp, ep, dtype, e, recompute,
                                              frozen_base, framework, attention, compile, etp, whole_sequence,
-                                             sdpa_flash, weight_cached, transpose_cached), profile, spec)
+                                             sdpa_flash, weight_cached, transpose_cached, fp8_kernels), profile, spec)
 
 
 def _time_block(profile: DeviceProfile, spec: ModelSpec, layer: int, tokens: int, seq_local: int, cp: int, tp: int,
                 ep: int, dtype: str, e: float, recompute: str, frozen_base: bool, framework: str,
                 attention: str, compile: bool, etp: int | None, whole_sequence: bool = False,
                 sdpa_flash: bool = False, weight_cached: bool = False,
-                transpose_cached: bool = True) -> _BlockTime:
+                transpose_cached: bool = True, fp8_kernels: str = "te") -> _BlockTime:
     context = seq_local * cp
     keys = keys_per_query(spec, layer, context)
     # the keys one attention kernel iterates over: a rank's chunk (ring or gathered K/V attended chunk by chunk), the
@@ -207,7 +243,8 @@ def _time_block(profile: DeviceProfile, spec: ModelSpec, layer: int, tokens: int
     stream = memory_s(profile, ops.stream_bytes * e / 2) + (ops.kernels - len(ops.gemms) - 1) * profile.kernel_overhead_s
     cast_f = cast_b = weight_cast = 0.0
     if dtype == "fp8":  # every weight GEMM's operands quantized (forward) and transposed (backward)
-        c = FP8_CAST_BYTES[style]
+        q = FP8_QUANTIZE[fp8_quantize_kind(fp8_kernels, compile)]
+        c, tr = q.cast, q.transpose
         casts = 0
         weight_f = weight_b = 0.0
         for g in ops.gemms:
@@ -215,11 +252,11 @@ def _time_block(profile: DeviceProfile, spec: ModelSpec, layer: int, tokens: int
                 continue
             act_in, act_out, weight = g.m * g.k * g.count, g.m * g.n * g.count, g.k * g.n * g.count
             cast_f += c * act_in
-            cast_b += c * act_out + FP8_TRANSPOSE_BYTES * (act_in + act_out)
+            cast_b += c * act_out + tr * (act_in + act_out)
             weight_f += c * weight
-            weight_b += FP8_TRANSPOSE_BYTES * weight
+            weight_b += tr * weight
             casts += g.count
-        kernels = casts * (2 if style == "eager" else 1)
+        kernels = casts * q.kernels
         if weight_cached:  # once per optimizer step: one cast-transpose kernel per weight
             if not transpose_cached:  # Hopper without the transpose cache: rebuilt in every backward
                 cast_b, weight_b = cast_b + weight_b, 0.0
@@ -369,7 +406,7 @@ def step_time(spec: ModelSpec, layout: Layout, job: TrainJob, *, profile: Device
                              dtype=dtype, e=e, recompute=recompute, frozen_base=frozen_base, framework=framework,
                              attention=attention, compile=job.compile, etp=layout.expert_tp,
                              whole_sequence=cp_type == "a2a", sdpa_flash=job.sdpa_runs_flash,
-                             weight_cached=job.fp8_weight_cache,
+                             weight_cached=job.fp8_weight_cache, fp8_kernels=job.fp8_kernels,
                              transpose_cached=job.fp8_transpose_cache
                              or not fp8_gemm_needs_transpose(profile.gpu.architecture))
             parts["forward"] += reps * bt.forward

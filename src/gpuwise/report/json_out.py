@@ -132,6 +132,7 @@ def _train_dict(r: TrainResult) -> dict[str, Any]:
         "num_microbatches": r.num_microbatches,
         "tokens_per_step": req.seq * req.global_batch,
         "precision": req.precision,
+        "fp8_backend": req.job.fp8_kernels if req.precision == "fp8" else None,
         "optimizer": req.optimizer,
         "optimizer_impl": req.job.torch_optimizer_impl,
         "adam_moment_dtypes": _moment_dtypes(req),
