@@ -89,6 +89,7 @@ def score(row: dict) -> Scored:
     error = published / predicted - 1 if row["metric"] == "step_time_s" else predicted / published - 1
     capacity = row.get("device_memory_gib", r.request.gpu.memory_bytes / GiB)
     required = r.memory.required / GiB
+    from gpuwise.estimate.step_time import fp8_quantize_kind
     from gpuwise.plan.confidence import speed_category
 
     req, lay = r.request, r.layout
@@ -98,6 +99,7 @@ def score(row: dict) -> Scored:
     config = {"gpu": req.gpu.id, "precision": req.precision, "framework": r.framework, "num_gpus": req.num_gpus,
               "seq": req.seq, "finetune": req.finetune, "optimizer": req.optimizer,
               "power_limit_w": req.gpu.power_limit_w,
+              "fp8_kernels": fp8_quantize_kind(req.job.fp8_kernels, req.compile) if req.precision == "fp8" else None,
               "degrees": {"tp": lay.tp, "pp": lay.pp, "cp": lay.cp, "ep": lay.ep}}
     return Scored(row["category"], row["split"], row["name"], row["metric"], published, predicted, error,
                   required <= capacity, required, capacity, rule, config)
@@ -222,6 +224,8 @@ def bands_toml(scored: list[Scored]) -> str:
     out.extend(["[covered]", f"gpus = {strings('gpu')}", f"precisions = {strings('precision')}",
                 f"frameworks = {strings('framework')}", f"finetunes = {strings('finetune')}",
                 f"optimizers = {strings('optimizer')}",
+                "fp8_kernels = [" + ", ".join(f'"{v}"' for v in sorted({c["fp8_kernels"] for c in cover
+                                                                           if c["fp8_kernels"]})) + "]",
                 f"max_gpus = {max(c['num_gpus'] for c in cover)}",
                 f"max_seq = {max(c['seq'] for c in cover)}",
                 "power_limits = [" + ", ".join(f'"{g} at {w:g} W"' for g, w in limits) + "]",

@@ -90,3 +90,18 @@ def test_text_and_json_carry_the_band_and_the_warnings(capsys):
     assert doc["category"] == "dense_fsdp" and doc["held_out_runs"] >= 1
     assert 0 < doc["median_abs_error"] <= doc["p90_abs_error"]
     assert any(o.startswith("GPU l40s") for o in doc["outside_validated"])
+
+
+def test_fp8_kernels_no_published_run_used_are_named(monkeypatch):
+    """The scored runs' fp8 kernel families are written with the bands; a family outside them is named."""
+    from gpuwise.plan import confidence
+
+    covered = _bands()["covered"]["fp8_kernels"]
+    assert {"te", "compiled"} <= set(covered)
+    r = gpuwise.train("llama-3.1-8b", gpu="h100-sxm", num_gpus=8, framework="torchtitan", precision="fp8")
+    assert not any("fp8 quantized" in o for o in train_confidence(r.request, r.layout).outside)
+    data = dict(_bands())
+    data["covered"] = dict(data["covered"], fp8_kernels=["te", "compiled"])
+    monkeypatch.setattr(confidence, "_bands", lambda: data)
+    outside = train_confidence(r.request, r.layout).outside
+    assert any(o.startswith("fp8 quantized by torchao's float8 without torch.compile") for o in outside), outside

@@ -25,7 +25,7 @@ from ..estimate.model_states import adapter_input_bytes, lora_targets
 from ..estimate.parallel import validate_layout
 from ..estimate.pipeline import stage_layers, torchtitan_default_ends
 from ..estimate.recompute import framework_mode, recompute_plan
-from ..estimate.step_time import StepTime, moe_sync_gap_s, step_time
+from ..estimate.step_time import StepTime, fp8_quantize_kind, moe_sync_gap_s, step_time
 from ..estimate.train_memory import FRAGMENTATION_RISK, TrainMemory, layout_memory, required_bytes
 from ..fields import field_default
 from ..model.params import ParamCounts, param_counts
@@ -669,7 +669,9 @@ def train_confidence(req: TrainRequest, layout: Layout) -> SpeedConfidence:
     return speed_confidence(category=category, gpu=gpu.id, precision=req.precision, framework=req.job.framework,
                             degrees={"tp": layout.tp, "pp": layout.pp, "cp": layout.cp, "ep": layout.ep},
                             num_gpus=req.num_gpus, seq=req.seq, finetune=req.finetune, power_limit_w=gpu.power_limit_w,
-                            optimizer=req.optimizer)
+                            optimizer=req.optimizer,
+                            fp8_kernels=fp8_quantize_kind(req.job.fp8_kernels, req.compile)
+                            if req.precision == "fp8" else None)
 
 
 def _assumptions(req: TrainRequest, framework: str, layout: Layout, mem: TrainMemory) -> tuple[str, ...]:
