@@ -209,3 +209,17 @@ def test_fp8_backend_is_refused_where_it_means_nothing():
         gpuwise.train(MODEL, gpu="h100-sxm", framework="megatron", precision="fp8", fp8_backend="torchao")
     with pytest.raises(InvalidArgument, match="--fp8-backend"):
         gpuwise.train(MODEL, gpu="h100-sxm", precision="fp8", fp8_backend="msamp")
+
+
+def test_plan_prices_the_fp8_backend_it_is_given_and_hands_it_to_train():
+    from gpuwise.errors import InvalidArgument
+
+    base = dict(gpu="h100-sxm", num_gpus=8, seq=4096, global_batch=64, framework="torchtitan", precision="fp8", top=1)
+    eager, te = gpuwise.plan(MODEL, **base), gpuwise.plan(MODEL, **base, fp8_backend="te")
+    assert te.plans[0].step_time_s < eager.plans[0].step_time_s
+    options = te.plans[0].train_options(te.request)
+    assert options["fp8_backend"] == "te"
+    checked = gpuwise.train(MODEL, gpu="h100-sxm", **{k: v for k, v in options.items() if v is not None})
+    assert checked.perf.step.step_time_s == pytest.approx(te.plans[0].step_time_s, rel=1e-6)
+    with pytest.raises(InvalidArgument, match="Transformer Engine"):
+        gpuwise.plan(MODEL, **dict(base, framework="megatron"), fp8_backend="torchao")

@@ -32,8 +32,8 @@ from ..catalog.models import LoadedModel
 from ..errors import InvalidArgument, require_positive_int, require_positive_number
 from ..estimate.comm import Topology
 from ..estimate.flops import gemm_dtype, job_flops, utilization
-from ..estimate.job import (FSDP2_OFFLOAD_ALL, OFFLOADABLE_OPTIMIZERS, RECOMPUTE, MoeDispatcher, Optimizer, Precision,
-                            SdpaBackend, StateDtype, TrainJob, fp8_transpose_cached, job_default)
+from ..estimate.job import (FSDP2_OFFLOAD_ALL, OFFLOADABLE_OPTIMIZERS, RECOMPUTE, Fp8Backend, MoeDispatcher, Optimizer,
+                            Precision, SdpaBackend, StateDtype, TrainJob, fp8_transpose_cached, job_default)
 from ..estimate.layout import PARAM_OFFLOAD_SHARDINGS, Layout, divisors, multiples_near, nearby
 from ..estimate.model_states import ModelStates
 from ..estimate.parallel import (cp_splits, ep_fits, hsdp_holds_experts, sp_splits, tp_conflict,
@@ -44,8 +44,8 @@ from ..estimate.step_time import StepTime, step_time
 from ..estimate.train_memory import layout_memory, required_bytes
 from ..units import GiB
 from .cluster import cluster
-from .train import (TrainRequest, cuda_graph_scopes, megatron_job_problem, megatron_option_problem,
-                    megatron_overlap_problem, optimizer_problem)
+from .train import (TrainRequest, cuda_graph_scopes, fp8_backend_problem, megatron_job_problem,
+                    megatron_option_problem, megatron_overlap_problem, optimizer_problem)
 
 Objective = Literal["time", "cost", "memory"]
 PlanFramework = Literal["megatron", "torchtitan", "fsdp", "deepspeed"]
@@ -130,6 +130,7 @@ class PlanRequest:
     moe_pad_expert_input_to_capacity: bool = job_default("moe_pad_expert_input_to_capacity")
     cuda_graph_scope: str | None = None
     """Megatron-Core --cuda-graph-scope the plans run with (as `gpuwise train --cuda-graph-scope`)."""
+    fp8_backend: Fp8Backend | None = None
     _graphs: frozenset[str] = field(init=False, repr=False, compare=False, default=frozenset())
 
     def __post_init__(self) -> None:
@@ -148,6 +149,8 @@ class PlanRequest:
                                   f"({', '.join(COMPILING_FRAMEWORKS)}); {self.framework} plans are priced with its "
                                   "own fused kernels")
         if (problem := optimizer_problem(self.framework, self.optimizer)) is not None:
+            raise InvalidArgument(problem)
+        if (problem := fp8_backend_problem(self.fp8_backend, self.precision, self.framework)) is not None:
             raise InvalidArgument(problem)
         spec = self.model.spec
         object.__setattr__(self, "_graphs", cuda_graph_scopes(self.cuda_graph_scope, framework=self.framework,
@@ -207,7 +210,7 @@ class PlanRequest:
         return TrainJob(framework=self.framework, precision=self.precision, optimizer=self.optimizer, seq=self.seq,
                         recompute=framework_mode(recompute, self.framework), offload=frozenset(offload),
                         fp8_transpose_cache=fp8_transpose_cached(self.gpu.architecture),
-                        sdpa_backend=self.sdpa_backend, compile=self.compile,
+                        sdpa_backend=self.sdpa_backend, compile=self.compile, fp8_backend=self.fp8_backend,
                         compile_loss=self.compile and self.framework == "torchtitan",
                         exp_avg_dtype=self.exp_avg_dtype, exp_avg_sq_dtype=self.exp_avg_sq_dtype,
                         moe_token_dispatcher=self.moe_token_dispatcher, moe_a2a_overlap=self.moe_a2a_overlap,
@@ -246,7 +249,7 @@ class Plan:
                          exp_avg_sq_dtype=req.exp_avg_sq_dtype, moe_token_dispatcher=req.moe_token_dispatcher,
                          moe_a2a_overlap=req.moe_a2a_overlap,
                          moe_pad_expert_input_to_capacity=req.moe_pad_expert_input_to_capacity,
-                         cuda_graph_scope=req.cuda_graph_scope)
+                         cuda_graph_scope=req.cuda_graph_scope, fp8_backend=req.fp8_backend)
         out.update(TRAIN_SHARDING[lay.sharding])
         if lay.sharding == "hsdp":
             out["shard_group"] = lay.shard_group

@@ -54,6 +54,15 @@ MEGATRON_OPTIONS = ("activation_func_fp8_input_store", "fp8_dot_product_attentio
 """Megatron-LM options gpuwise models; each needs Megatron, and some its fp8 training (`megatron_option_problem`)."""
 
 
+def fp8_backend_problem(backend: str | None, precision: str, framework: str) -> str | None:
+    """Why --fp8-backend cannot apply to this job (None: it can)."""
+    if backend is not None and precision != "fp8":
+        return f"--fp8-backend {backend} applies to --precision fp8, not {precision}"
+    if backend == "torchao" and framework == "megatron":
+        return "--fp8-backend torchao: Megatron-Core's fp8 is Transformer Engine's (te)"
+    return None
+
+
 def megatron_option_problem(name: str, framework: str | None, precision: str, fp8_param_gather: bool,
                             vendor: str | None = None) -> str | None:
     """Why Megatron option `name` cannot apply to this job, or None. The SwiGLU's fp8 input store casts whatever
@@ -393,10 +402,8 @@ class TrainRequest:
                                               self.gpu.vendor)
             if getattr(self, name) and problem:
                 raise InvalidArgument(problem)
-        if self.fp8_backend is not None and self.precision != "fp8":
-            raise InvalidArgument(f"--fp8-backend {self.fp8_backend} applies to --precision fp8, not {self.precision}")
-        if self.fp8_backend == "torchao" and framework == "megatron":
-            raise InvalidArgument("--fp8-backend torchao: Megatron-Core's fp8 is Transformer Engine's (te)")
+        if (problem := fp8_backend_problem(self.fp8_backend, self.precision, framework)) is not None:
+            raise InvalidArgument(problem)
         if (problem := optimizer_problem(framework, self.optimizer)) is not None:
             raise InvalidArgument(problem)
         if (problem := megatron_job_problem(

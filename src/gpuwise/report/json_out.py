@@ -408,6 +408,7 @@ def plan_to_dict(r) -> dict:
         "moe": {"token_dispatcher": r.request.moe_token_dispatcher, "a2a_overlap": r.request.moe_a2a_overlap,
                 "pad_expert_input_to_capacity": r.request.moe_pad_expert_input_to_capacity},
         "cuda_graph_scope": sorted(r.request.job().cuda_graph_scope),
+        "fp8_backend": r.request.job().fp8_kernels if r.request.precision == "fp8" else None,
         "mfu_denominator": {"flops_per_s_per_gpu": r.mfu_denominator, "what": "dense peak of the GEMM dtype"},
         "plans": plans, "why": r.why, "evaluated": r.evaluated, "timed": r.timed, "feasible": r.feasible,
         "search_time_s": round(r.search_time_s, 4),
