@@ -56,10 +56,10 @@ def test_a_category_with_too_few_held_out_runs_takes_the_band_of_all():
 
 
 def test_configurations_outside_the_validated_runs_are_named():
-    r = gpuwise.train("llama-3.1-8b", gpu="l40s", finetune="qlora")
+    r = gpuwise.train("llama-3.1-8b", gpu="l40s", finetune="qlora", framework="unsloth")
     c = train_confidence(r.request, r.layout)
     joined = "; ".join(c.outside)
-    assert "GPU l40s" in joined and "qlora fine-tuning" in joined and "framework hf" in joined
+    assert "GPU l40s" in joined and "qlora fine-tuning" in joined and "framework unsloth" in joined
     # LoRA has published speed runs (MLPerf's Llama 2 70B LoRA): not named
     lora = gpuwise.train("llama-2-70b", gpu="h100-sxm", num_gpus=8, seq=8192, global_batch=8, micro_batch=1,
                          framework="megatron", precision="fp8", finetune="lora", lora_targets="q,k,v,o")
