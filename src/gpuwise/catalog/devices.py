@@ -326,10 +326,14 @@ _CATALOG_KEY = {"gemm_overhead_s": "gemm_overhead_us", "kernel_overhead_s": "ker
 """Profile fields whose `sources` key is the devices.toml name (microseconds, GB/s) rather than the field's own."""
 
 
+PROFILE_MAX_US = 1e4
+"""The largest fixed time per kernel a profile may give (microseconds, exclusive)."""
+
+
 def _microseconds(name: str, us: object) -> float:
-    """A profile's fixed time in microseconds, as seconds: [0, 10000)."""
-    if isinstance(us, bool) or not isinstance(us, (int, float)) or not 0 <= us < 1e4:
-        raise InvalidArgument(f"profile: {name} must be in [0, 10000), got {us!r}")
+    """A profile's fixed time in microseconds, as seconds: [0, PROFILE_MAX_US)."""
+    if isinstance(us, bool) or not isinstance(us, (int, float)) or not 0 <= us < PROFILE_MAX_US:
+        raise InvalidArgument(f"profile: {name} must be in [0, {PROFILE_MAX_US:g}), got {us!r}")
     return us * 1e-6
 
 

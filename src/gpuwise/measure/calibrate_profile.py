@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..catalog.devices import PROFILE_KIND
+from ..catalog.devices import PROFILE_KIND, PROFILE_MAX_US
 from ..jsonfile import check_save_target, write_atomic
 from ..units import GB
 from ..version import __version__
@@ -31,7 +31,12 @@ def profile_doc(c: Calibration) -> dict:
     doc["memory_bandwidth_gb_s"] = round(min(copy.gb_s, datasheet) if datasheet else copy.gb_s, 3)
     doc["kernel_overhead_us"] = round(c.kernel_overhead_us, 3)
     line = c.gemm_line
-    if line is not None:  # a memory-bound GEMM's line: its fixed time and its streaming rate
+    notes = list(c.notes)
+    if line is not None and not 0 <= line.intercept_s * 1e6 < PROFILE_MAX_US:
+        # a noisy sweep (a busy host) can fit a negative or huge intercept: the profile keeps the kernel overhead
+        notes.append(f"the one-row GEMM line's fixed time, {line.intercept_s * 1e6:.1f} us, is outside [0, "
+                     f"{PROFILE_MAX_US:g}) us: not written (memory-bound GEMMs keep the kernel overhead)")
+    elif line is not None:  # a memory-bound GEMM's line: its fixed time and its streaming rate
         doc["gemm_overhead_us"] = round(line.intercept_s * 1e6, 3)
         gb_s = line.bytes_per_s / GB
         doc["gemm_bandwidth_gb_s"] = round(min(gb_s, datasheet) if datasheet else gb_s, 3)
@@ -47,7 +52,7 @@ def profile_doc(c: Calibration) -> dict:
         "transfers_gb_s": {t.kind: round(t.gb_s, 3) for t in c.transfers},
         "one_row_gemms": None if line is None else {"dtype": line.dtype, "points": [
             {"bytes": b, "s": t} for b, t in line.points]},
-        "skipped": c.skipped, "notes": list(c.notes),
+        "skipped": c.skipped, "notes": notes,
     }
     return doc
 
