@@ -50,7 +50,8 @@ def build(torch, spec, tokens: int, dev, shrink: int = 1):
     moe = spec.moe
     k = moe.top_k
     E = max(2 * k, moe.num_experts // shrink)
-    h, inter = spec.hidden_size // shrink, moe.expert_intermediate_size // shrink
+    h = spec.hidden_size if shrink == 1 else max(16, spec.hidden_size // shrink // 16 * 16)  # rows of 16-byte multiples
+    inter = moe.expert_intermediate_size if shrink == 1 else max(16, moe.expert_intermediate_size // shrink // 16 * 16)
     T = tokens // shrink
     bf = torch.bfloat16
     F = torch.nn.functional
@@ -62,8 +63,7 @@ def build(torch, spec, tokens: int, dev, shrink: int = 1):
 
     def layer(x, w_router, w_up, w_down):
         probs = (x @ w_router).float().softmax(-1)
-        top = probs.gather(1, forced)  # the router's top-k values at the forced experts (top-k itself timed below)
-        probs.topk(k, dim=-1)
+        top = probs.topk(k, dim=-1).values  # the router's top-k weights; the copies go to the forced experts
         top = (top / top.sum(-1, keepdim=True)).to(bf)
         xs = x[tok]  # permute: each routed copy in expert order
         g, u = torch._grouped_mm(xs, w_up, offs=offs).chunk(2, dim=-1)

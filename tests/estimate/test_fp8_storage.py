@@ -120,3 +120,28 @@ def test_doctor_keeps_its_remedies_when_megatron_options_are_on():
               micro_batch=8, framework="megatron", precision="fp8")
     names = lambda r: sorted(x.name for x in r.remedies)  # noqa: E731
     assert names(doctor(TrainRequest(**kw, activation_func_fp8_input_store=True))) == names(doctor(TrainRequest(**kw)))
+
+
+def test_fp8_backend_changes_what_is_stored_whatever_was_asked_before():
+    """--fp8-backend te under hf keeps Transformer Engine's fp8 weight caches and fp8 linear inputs; torchao keeps
+    neither. Asked in either order, each answer is the one a fresh process gives (the memory caches key on it)."""
+    from gpuwise.estimate import activations, model_states, train_memory
+
+    def clear():
+        for cache in (activations._STAGE_TERMS, activations._PER_TOKEN, train_memory._STAGES,
+                      model_states._STATES_CACHE):
+            cache.clear()
+
+    base = dict(gpu="h100-sxm", num_gpus=8, seq=8192, global_batch=8, micro_batch=1, precision="fp8", framework="hf")
+    clear()
+    fresh = {b: gpuwise.train("llama-3.1-8b", fp8_backend=b, **base).memory for b in ("te",)}
+    clear()
+    fresh["torchao"] = gpuwise.train("llama-3.1-8b", fp8_backend="torchao", **base).memory
+    te, ao = fresh["te"], fresh["torchao"]
+    assert te.params > ao.params and te.activations < ao.activations
+    for first, second in (("te", "torchao"), ("torchao", "te")):
+        clear()
+        gpuwise.train("llama-3.1-8b", fp8_backend=first, **base)
+        again = gpuwise.train("llama-3.1-8b", fp8_backend=second, **base).memory
+        assert (again.params, again.activations, again.required) == (
+            fresh[second].params, fresh[second].activations, fresh[second].required)

@@ -268,3 +268,19 @@ def test_the_moment_change_is_said_even_when_one_moment_was_already_narrow():
     assert _describe(req, {"exp_avg_dtype": "bf16", "exp_avg_sq_dtype": "bf16"}) == "exp-avg-sq-dtype None -> bf16"
     plain = replace(req, exp_avg_dtype=None)
     assert _describe(plain, {"exp_avg_dtype": "bf16", "exp_avg_sq_dtype": "bf16"}) == "AdamW moments in bf16"
+
+
+def test_a_remedy_leaving_megatron_takes_the_new_frameworks_fp8_compiled():
+    """Megatron fp8 moved to torchtitan (more GPUs, sharded states) is priced with torchao's compiled float8, not
+    Transformer Engine's kernels nor eager casts, whether or not --fp8-backend te was named for Megatron."""
+    job = dict(gpu="h100-sxm", num_gpus=8, seq=8192, global_batch=64, micro_batch=1, framework="megatron", tp=8,
+               precision="fp8")
+    plain, named = doctor("llama-3.1-70b", **job), doctor("llama-3.1-70b", **job, fp8_backend="te")
+    moved = [x for x in plain.remedies if x.options.get("framework") == "torchtitan"]
+    assert moved
+    for x in moved:
+        twin = next(y for y in named.remedies if y.change == x.change)
+        assert (twin.step_time_s, twin.memory_bytes) == (x.step_time_s, x.memory_bytes)
+        assert x.options["compile"] is True and twin.options["fp8_backend"] is None
+        r = gpuwise.train("llama-3.1-70b", **{**job, **{k: v for k, v in twin.options.items() if k != "gpu"}})
+        assert r.perf.step.step_time_s == pytest.approx(x.step_time_s) and r.request.job.fp8_kernels == "torchao"

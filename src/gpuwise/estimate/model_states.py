@@ -325,7 +325,7 @@ def model_states(spec: ModelSpec, layout: Layout, stage: int, job: TrainJob) -> 
            layout.shard_size,
            layout.sharding, job.framework, job.precision, job.optimizer, job.finetune, job.lora_rank, job.lora_targets,
            job.offload, job.optimizer_in_backward, job.fp8_param_gather, job.grad_reduce_in_fp32, job.kbit_upcast,
-           job.fp8_transpose_cache, job.exp_avg_dtype, job.exp_avg_sq_dtype)
+           job.fp8_transpose_cache, job.exp_avg_dtype, job.exp_avg_sq_dtype, job.te_fp8)
     hit = _STATES_CACHE.get(key)
     if hit is not None:
         return hit[0]

@@ -81,11 +81,39 @@ FP8_QUANTIZE = {
     # torchao's float8 without torch.compile, measured there too: `torch.max(torch.abs(t))`, then
     # `(t.float() * scale).clamp(...).to(float8)` is six kernels moving 33 bytes per element, timed at 42-48 (median
     # 45) bytes' worth of the copy rate; the transposed fp8 copy (`t.t().contiguous()`, PyTorch's strided copy of
-    # one-byte elements) at 23-24 (median 23.5). The fp8 layer runs 0.55-0.78x as fast as bf16 there (1.45-1.52x
+    # one-byte elements) at 23-24 (median 23.5). The fp8 layer runs 0.56-0.76x as fast as bf16 there (1.45-1.52x
     # compiled).
     "eager": Fp8Quantize(cast=45.0, transpose=23.5, kernels=6),
 }
 """Quantization cost per fp8 kernel family (`fp8_quantize_kind`)."""
+
+
+def fp8_quantize_s(profile: DeviceProfile, q: Fp8Quantize, gemms, *, weight_cached: bool = False,
+                   transpose_cached: bool = True) -> tuple[float, float, float]:
+    """(forward, backward, once per step) seconds quantizing the operands of fp8 weight GEMMs `gemms` (layer_ops
+    `Gemm`s, m x n x k, `count` each): the forward casts each input and weight, the backward each output gradient,
+    plus transposed copies of input, output gradient and weight. `weight_cached`: the weights' casts and transposes
+    are made once per optimizer step (Transformer Engine under Megatron-Core; the transposes in every backward
+    without `transpose_cached`) rather than in every micro-batch (torchao's float8)."""
+    cast_f = cast_b = weight_f = weight_b = 0.0
+    casts = 0
+    for g in gemms:
+        act_in, act_out, weight = g.m * g.k * g.count, g.m * g.n * g.count, g.k * g.n * g.count
+        cast_f += q.cast * act_in
+        cast_b += q.cast * act_out + q.transpose * (act_in + act_out)
+        weight_f += q.cast * weight
+        weight_b += q.transpose * weight
+        casts += g.count
+    kernels = casts * q.kernels
+    once = 0.0
+    if weight_cached:  # once per optimizer step: one cast-transpose kernel per weight
+        if not transpose_cached:  # Hopper without the transpose cache: rebuilt in every backward
+            cast_b, weight_b = cast_b + weight_b, 0.0
+        once = memory_s(profile, weight_f + weight_b) + casts * profile.kernel_overhead_s
+    else:  # again in every micro-batch's forward and backward (torchao's float8)
+        cast_f, cast_b = cast_f + weight_f, cast_b + weight_b
+    return (memory_s(profile, cast_f) + kernels * profile.kernel_overhead_s,
+            memory_s(profile, cast_b) + 2 * kernels * profile.kernel_overhead_s, once)
 
 
 def fp8_quantize_kind(backend: str, compile: bool) -> str:
@@ -243,28 +271,9 @@ def _time_block(profile: DeviceProfile, spec: ModelSpec, layer: int, tokens: int
     stream = memory_s(profile, ops.stream_bytes * e / 2) + (ops.kernels - len(ops.gemms) - 1) * profile.kernel_overhead_s
     cast_f = cast_b = weight_cast = 0.0
     if dtype == "fp8":  # every weight GEMM's operands quantized (forward) and transposed (backward)
-        q = FP8_QUANTIZE[fp8_quantize_kind(fp8_kernels, compile)]
-        c, tr = q.cast, q.transpose
-        casts = 0
-        weight_f = weight_b = 0.0
-        for g in ops.gemms:
-            if not g.weight:
-                continue
-            act_in, act_out, weight = g.m * g.k * g.count, g.m * g.n * g.count, g.k * g.n * g.count
-            cast_f += c * act_in
-            cast_b += c * act_out + tr * (act_in + act_out)
-            weight_f += c * weight
-            weight_b += tr * weight
-            casts += g.count
-        kernels = casts * q.kernels
-        if weight_cached:  # once per optimizer step: one cast-transpose kernel per weight
-            if not transpose_cached:  # Hopper without the transpose cache: rebuilt in every backward
-                cast_b, weight_b = cast_b + weight_b, 0.0
-            weight_cast = memory_s(profile, weight_f + weight_b) + casts * profile.kernel_overhead_s
-        else:  # again in every micro-batch's forward and backward (torchao's float8)
-            cast_f, cast_b = cast_f + weight_f, cast_b + weight_b
-        cast_f = memory_s(profile, cast_f) + kernels * profile.kernel_overhead_s
-        cast_b = memory_s(profile, cast_b) + 2 * kernels * profile.kernel_overhead_s
+        cast_f, cast_b, weight_cast = fp8_quantize_s(
+            profile, FP8_QUANTIZE[fp8_quantize_kind(fp8_kernels, compile)], [g for g in ops.gemms if g.weight],
+            weight_cached=weight_cached, transpose_cached=transpose_cached)
     if spec.hidden_dropout > 0:  # two residual dropouts: read + write h, write a 1-byte mask
         stream += memory_s(profile, 2 * tokens * spec.hidden_size * (2 * e + 1))
     forward = fwd_gemm + attn_f + stream + cast_f

@@ -166,11 +166,15 @@ def doctor(req: TrainRequest, *, oom_at_gib: float | None = None) -> DoctorResul
 
     def remedy(name: str, change: str, changes_job: bool = False, note: str = "", **options) -> Remedy | None:
         try:
-            r = train(_changed(req, **options))
+            changed = _changed(req, **options)
+            r = train(changed)
         except GpuwiseError:
             return None  # not a valid job with this change (e.g. a batch that no longer divides)
         mem = r.memory.total + offset
         shown = {k: (v.id if isinstance(v, GPU) else v) for k, v in options.items()}
+        # what moving frameworks changes besides (`_changed`): torchtitan's float8 compiled, the new framework's fp8
+        shown |= {k: getattr(changed, k) for k in ("compile", "fp8_backend")
+                  if k not in options and getattr(changed, k) != getattr(req, k)}
         if r.memory.cpu > 0:
             note = "; ".join(w for w in (note, f"{r.memory.cpu / GiB:.1f} GiB of host memory per GPU") if w)
         # fits as `gpuwise train` says it does: what must be allocated (the allocator's allowance is headroom it
@@ -298,6 +302,11 @@ def _changed(req: TrainRequest, **options) -> TrainRequest:
     if changed.framework == "megatron":  # the moment dtypes are AdamW's
         keep |= {k: v for k, unset in MEGATRON_SETTINGS.items() if (v := options.get(k, getattr(req, k))) != unset
                  and (changed.optimizer == "adamw" or not k.startswith("exp_avg"))}
+    moved = "framework" in options and options["framework"] != req.framework
+    if changed.fp8_backend is not None and "fp8_backend" not in options and (moved or changed.precision != "fp8"):
+        keep["fp8_backend"] = None  # the new framework's own fp8 kernels
+    if moved and changed.precision == "fp8" and changed.framework == "torchtitan" and "compile" not in options:
+        keep["compile"] = True  # torchtitan's float8 runs compiled (eager torchao casts cost more than fp8 saves)
     return replace(changed, **keep) if keep else changed
 
 

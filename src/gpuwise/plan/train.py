@@ -16,10 +16,10 @@ from ..catalog.models import LoadedModel
 from ..errors import InvalidArgument, require_positive_int, require_positive_number
 from ..estimate.comm import Topology
 from ..estimate.flops import StepFlops, gemm_dtype, job_flops, utilization
-from ..estimate.job import (FSDP2_OFFLOAD_ALL, Attention, CpCommType, CudaGraphScope, Finetune, FlopsConvention,
-                            Fp8Backend, Framework, MoeDispatcher, NormType, OffloadTarget, Optimizer, OptimizerImpl,
-                            Precision, Recompute, SdpaBackend, StateDtype, TrainJob, fp8_transpose_cached,
-                            job_default)
+from ..estimate.job import (FSDP2_OFFLOAD_ALL, PYTORCH_NATIVE, Attention, CpCommType, CudaGraphScope, Finetune,
+                            FlopsConvention, Fp8Backend, Framework, MoeDispatcher, NormType, OffloadTarget, Optimizer,
+                            OptimizerImpl, Precision, Recompute, SdpaBackend, StateDtype, TrainJob,
+                            fp8_transpose_cached, job_default)
 from ..estimate.layout import PARAM_OFFLOAD_SHARDINGS, Layout, Schedule, divisors
 from ..estimate.model_states import adapter_input_bytes, lora_targets
 from ..estimate.parallel import validate_layout
@@ -562,6 +562,8 @@ def choose_framework(req: TrainRequest) -> tuple[str, str]:
     if max(req.tp, req.pp, req.cp, req.ep) > 1:
         if optimizer_problem("megatron", req.optimizer) is not None:
             return "torchtitan", "model parallelism given, with an optimizer Megatron-LM does not run: torchtitan"
+        if req.fp8_backend == "torchao":
+            return "torchtitan", "model parallelism given, with torchao's float8: torchtitan"
         return "megatron", "model parallelism given: Megatron-LM"
     return "fsdp", "default: PyTorch-native training (FSDP2 / DDP) with flash attention"
 
@@ -718,14 +720,17 @@ def _assumptions(req: TrainRequest, framework: str, layout: Layout, mem: TrainMe
         out.append("attention: PyTorch SDPA's " + ("FlashAttention-2 kernels (its flash backend)"
                    if req.job.sdpa_runs_flash else "cuDNN backend (torchtitan asks for it first)"
                    if req.sdpa_backend is None else "cuDNN backend") + "; --sdpa-backend flash|cudnn to choose")
-    if req.job.te_fp8:
+    if req.job.te_fp8 and framework in PYTORCH_NATIVE:
+        out.append("Transformer Engine fp8 under FSDP: called without is_first_microbatch, it quantizes each weight "
+                   "in every forward and keeps no fp8 copy; linear inputs saved in fp8")
+    elif req.job.te_fp8:
         out.append("Transformer Engine fp8 weights: " + ("the fp8 weight and its transpose (Hopper's fp8 GEMMs take "
                    "K-major operands only), 2 B per block-matrix element" if req.job.fp8_transpose_cache else
                    "the fp8 weight alone (Blackwell, or no transpose cache), 1 B per block-matrix element"))
     if req.precision == "fp8" and req.job.fp8_kernels == "torchao":
         out.append("torchao float8: " + ("compiled casts, an amax pass then the cast, with separate transposed copies"
                    if req.compile else "without --compile every cast is six eager kernels and every transposed fp8 "
-                   "copy a strided byte copy: an fp8 linear layer ran 0.55-0.78x as fast as in bf16 on an H200 "
+                   "copy a strided byte copy: an fp8 linear layer ran 0.56-0.76x as fast as in bf16 on an H200 "
                    "(1.45-1.52x compiled); torchtitan and torchao ask for --compile"))
     if "activation" in req.job.fp8_saved:
         out.append("--activation-func-fp8-input-store: the SwiGLU keeps its input in fp8")

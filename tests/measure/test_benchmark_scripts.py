@@ -1,0 +1,30 @@
+"""The GPU benchmark scripts of benchmarks/ run end to end on the CPU (`--device cpu`, tiny shapes): what they
+import from gpuwise exists and their logic runs, so that a lent GPU's few minutes are not spent on an ImportError."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("torch")
+
+BENCH = pathlib.Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+@pytest.mark.parametrize("script, args", [
+    ("fp8_linear.py", []),
+    ("moe_grouped_gemm.py", ["--models", "qwen3-30b-a3b:8", "--tokens", "1024"]),
+    ("moe_layer.py", ["--tokens", "4096", "--profile"]),
+], ids=lambda v: v if isinstance(v, str) else "")
+def test_benchmark_dry_run_on_cpu(script: str, args: list[str], tmp_path) -> None:
+    out = tmp_path / "out.json"
+    env = dict(os.environ, PYTHONPATH=str(BENCH.parent / "src"))
+    done = subprocess.run([sys.executable, script, "--device", "cpu", "--json", str(out), *args], cwd=BENCH, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "failed" not in done.stdout, done.stdout[-2000:]
+    assert out.stat().st_size > 0
