@@ -223,3 +223,38 @@ def test_plan_prices_the_fp8_backend_it_is_given_and_hands_it_to_train():
     assert checked.perf.step.step_time_s == pytest.approx(te.plans[0].step_time_s, rel=1e-6)
     with pytest.raises(InvalidArgument, match="Transformer Engine"):
         gpuwise.plan(MODEL, **dict(base, framework="megatron"), fp8_backend="torchao")
+
+
+def test_moe_permute_runs_fused_only_under_megatron_with_moe_permute_fusion(monkeypatch):
+    """Megatron-Core's default (and torchtitan) gathers and scatter-adds the routed copies with PyTorch's index ops;
+    --moe-permute-fusion runs Transformer Engine's fused permute. The difference is the permute's bytes alone."""
+    from gpuwise.catalog.devices import default_profile
+    from gpuwise.errors import InvalidArgument
+    from gpuwise.estimate.kernels import memory_s
+    from gpuwise.estimate.layer_ops import PERMUTE_BYTES, UNFUSED_PERMUTE_BYTES
+
+    one = dict(gpu="h100-sxm", num_gpus=8, ep=8, seq=4096, micro_batch=1, global_batch=8, framework="megatron")
+    moe = "qwen3-30b-a3b"
+
+    def block(**kw):
+        seen = []
+        real = st._time_block
+        monkeypatch.setattr(st, "_time_block", lambda *a, **k: seen.append(real(*a, **k)) or seen[-1])
+        st._CACHE.clear()
+        r = gpuwise.train(moe, **{**one, **kw})
+        st._CACHE.clear()
+        return r, seen[0]
+
+    r, plain = block()
+    _, fused = block(moe_permute_fusion=True)
+    spec = r.request.model.spec
+    tokens = one["seq"] * one["micro_batch"]
+    extra = memory_s(default_profile(get_gpu("h100-sxm")),
+                     (UNFUSED_PERMUTE_BYTES - PERMUTE_BYTES) * (spec.moe.top_k + 1) * spec.hidden_size * tokens)
+    assert plain.forward - fused.forward == pytest.approx(extra, rel=1e-9)
+    assert plain.backward - fused.backward == pytest.approx(2 * extra, rel=1e-9)
+    assert not r.request.job.moe_permute_fused
+    with pytest.raises(InvalidArgument, match="Megatron"):
+        gpuwise.train(moe, **{**one, "framework": "torchtitan"}, moe_permute_fusion=True)
+    with pytest.raises(InvalidArgument, match="has none"):
+        gpuwise.train(MODEL, gpu="h100-sxm", framework="megatron", moe_permute_fusion=True)

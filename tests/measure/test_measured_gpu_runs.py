@@ -77,3 +77,27 @@ def test_fp8_linear_layers_on_h200(kind: str, measured: str) -> None:
         assert once == 0.0
         assert gemms + forward + backward == pytest.approx(d[measured]["measured"], rel=0.10 if kind == "compiled"
                                                            else 0.05), name
+
+
+def test_unfused_moe_permute_bytes_on_h200() -> None:
+    """PyTorch's gather, atomic index_add_ and their backward kernels in one MoE layer's forward + backward (the
+    kernel profile of benchmarks/moe_layer.py) move the routed copies at UNFUSED_PERMUTE_BYTES per element and pass,
+    as gpuwise charges the permute (one pass forward, two backward)."""
+    from gpuwise.catalog.devices import default_profile
+    from gpuwise.catalog.gpus import get_gpu
+    from gpuwise.catalog.models import load_model
+    from gpuwise.estimate.kernels import memory_s
+    from gpuwise.estimate.layer_ops import PERMUTE_BYTES, UNFUSED_PERMUTE_BYTES
+
+    profile = default_profile(get_gpu("h200-sxm"))
+    rows = [r for r in json.loads((RESULTS / "h200-sxm" / "moe-layer-profile.json").read_text())["rows"]
+            if "kernels_s" in r]
+    assert len(rows) == 4
+    for r in rows:
+        spec = load_model(r["model"]).spec
+        elements = (spec.moe.top_k + 1) * spec.hidden_size * r["tokens"]
+        kernels = sum(s for name, s in r["kernels_s"].items() if name.startswith((
+            "void at::native::vectorized_gather_kernel", "void at::native::indexFuncLargeIndex",
+            "void (anonymous namespace)::indexing_backward_kernel")))
+        assert kernels == pytest.approx(3 * memory_s(profile, UNFUSED_PERMUTE_BYTES * elements), rel=0.06), r["model"]
+        assert kernels > 1.6 * 3 * memory_s(profile, PERMUTE_BYTES * elements)

@@ -150,6 +150,10 @@ class TrainJob:
     moe_a2a_overlap: bool = False
     """Expert-parallel dispatch and combine hidden behind another micro-batch's compute (Megatron-Core
     --overlap-moe-expert-parallel-comm, DeepSeek-V3's dual micro-batch overlap): only what exceeds the block shows."""
+    moe_permute_fusion: bool = False
+    """Megatron-Core --moe-permute-fusion (TransformerConfig moe_permute_fusion; default False): Transformer Engine's
+    fused permute and unpermute kernels move each routed copy once each way; without them the copies are gathered and
+    summed back with PyTorch's index ops (`layer_ops.UNFUSED_PERMUTE_BYTES`), as in the PyTorch-native trainers."""
     moe_pad_expert_input_to_capacity: bool = False
     """Megatron-Core --moe-pad-expert-input-to-capacity (with --moe-expert-capacity-factor): each expert's input is
     dropped or padded to its capacity, so the dispatch has static shapes and no host wait for the token counts. gpuwise
@@ -305,6 +309,13 @@ class TrainJob:
         """fp8 training as Transformer Engine does it (cached fp8 weights, fp8 saved linear inputs); torchao's float8
         (torchtitan, FSDP2, torchtune) keeps bf16 weights and saves bf16 inputs."""
         return self.precision == "fp8" and self.fp8_kernels == "te"
+
+    @property
+    def moe_permute_fused(self) -> bool:
+        """An MoE layer's permute and unpermute run as fused kernels: Megatron-Core with --moe-permute-fusion, or
+        with the flex dispatcher (HybridEP permutes inside its dispatch kernels whatever the flag; DeepEP's permute
+        follows the flag, which gpuwise does not tell apart)."""
+        return self.framework == "megatron" and (self.moe_permute_fusion or self.moe_token_dispatcher == "flex")
 
     @property
     def fp8_kernels(self) -> str:

@@ -29,7 +29,14 @@ from ..model.spec import SLIDING, ModelSpec
 
 PERMUTE_BYTES = 8.0
 """Bytes per (token x hidden) element of an MoE layer's permute + unpermute per routed copy and per token: each
-reads (2 B) and writes (2 B) the element once on the way in and once on the way out."""
+reads (2 B) and writes (2 B) the element once on the way in and once on the way out (fused permute kernels:
+Transformer Engine's under Megatron-Core's --moe-permute-fusion, vLLM's and SGLang's fused MoE)."""
+
+UNFUSED_PERMUTE_BYTES = 14.5
+"""The same with PyTorch's index ops (Megatron-Core without --moe-permute-fusion, its default; torchtitan): the
+gather in, the atomic `index_add_` / `scatter_add_` out and their backward kernels. Measured on an H200
+(benchmarks/results/h200-sxm/moe-layer-profile.json: Qwen3-30B-A3B and GPT-OSS-20B layers at 4,096 and 16,384
+tokens, forward + backward): 13.9-14.8 bytes' worth of the copy rate per element and pass, 1.7-1.8x the bytes moved."""
 
 # Bytes per element moved by the streaming kernels of one block, forward (see the module docstring).
 STREAM_BYTES = {
@@ -95,7 +102,8 @@ def raise_untimed_varying(spec: ModelSpec) -> None:
 
 
 def block_ops(spec: ModelSpec, layer: int, *, tokens: int, keys: float, tp: int = 1, ep: int = 1, etp: int | None = None,
-              kv_rows: float | None = None, active_experts: float | None = None, style: str = "eager") -> BlockOps:
+              kv_rows: float | None = None, active_experts: float | None = None, style: str = "eager",
+              permute_bytes: float = PERMUTE_BYTES) -> BlockOps:
     """Forward kernels of block `layer` for `tokens` query rows, each attending to `keys` keys on average.
 
     `kv_rows`: K/V rows (tokens) the attention kernel reads in all; decode reads each sequence's whole cache
@@ -103,6 +111,9 @@ def block_ops(spec: ModelSpec, layer: int, *, tokens: int, keys: float, tp: int 
 
     `active_experts`: in decode, the expected number of distinct routed experts the batch touches (their weights
     are read once each); None uses balanced routing over all local experts.
+
+    `permute_bytes`: an MoE layer's permute + unpermute bytes per element (`PERMUTE_BYTES` fused, or
+    `UNFUSED_PERMUTE_BYTES`).
     """
     if spec.hybrid:
         raise_untimed_linear(spec)
@@ -152,7 +163,7 @@ def block_ops(spec: ModelSpec, layer: int, *, tokens: int, keys: float, tp: int 
         gemms.append(Gemm("router", tokens, moe.num_experts, h, weight=True))
         # permute (read each token, write its top-k copies in expert order) and unpermute (read the copies, write
         # their weighted sum): 2 (k + 1) elements of width h moved per token the rank routes, 2 bytes each way
-        act += PERMUTE_BYTES * (moe.top_k + 1) * h * etp / tp
+        act += permute_bytes * (moe.top_k + 1) * h * etp / tp
         gemms += [Gemm("experts_up", per_expert, (mats - 1) * e_i // etp, h, local),
                   Gemm("experts_down", per_expert, h, e_i // etp, local)]
         act += act_bytes * moe.top_k * e_i / tp

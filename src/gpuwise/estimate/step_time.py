@@ -45,7 +45,8 @@ from .comm import Topology
 from .flops import gemm_dtype
 from .job import TE_FP8, TrainJob, fp8_gemm_needs_transpose, pipeline_keeps_unsharded
 from .kernels import attention_s, matmul_s, memory_s
-from .layer_ops import attention_head_dim, block_ops, block_signature, head_gemm, keys_per_query, unfused_attention
+from .layer_ops import (PERMUTE_BYTES, UNFUSED_PERMUTE_BYTES, attention_head_dim, block_ops, block_signature,
+                        head_gemm, keys_per_query, unfused_attention)
 from .layout import Layout
 from . import muon
 from .model_states import ModelStates, stage_tensors
@@ -209,32 +210,34 @@ def _block_time(profile: DeviceProfile, spec: ModelSpec, layer: int, *, tokens: 
                 attention: str = "flash", compile: bool = False, etp: int | None = None,
                 whole_sequence: bool = False, sdpa_flash: bool | None = None,
                 weight_cached: bool = False, transpose_cached: bool = True,
-                fp8_kernels: str | None = None) -> _BlockTime:
+                fp8_kernels: str | None = None, permute_fused: bool = True) -> _BlockTime:
     """`whole_sequence`: each attention kernel covers the whole context (Ulysses all-to-all CP: all tokens, 1/cp of
     the heads) rather than one rank's chunk of it. `sdpa_flash`: attention runs SDPA's FlashAttention-2 kernels
     (`TrainJob.sdpa_runs_flash`; None: every framework but Megatron). `weight_cached`: fp8 weights quantized once per
     optimizer step (`TrainJob.fp8_weight_cache`), their transposes too with `transpose_cached`. `fp8_kernels`: who
-    quantizes fp8 operands, "te" or "torchao" (`TrainJob.fp8_kernels`; None: the framework's own)."""
+    quantizes fp8 operands, "te" or "torchao" (`TrainJob.fp8_kernels`; None: the framework's own). `permute_fused`:
+    an MoE layer's permute and unpermute run as fused kernels (`TrainJob.moe_permute_fused`)."""
     if fp8_kernels is None:
         fp8_kernels = "te" if framework in TE_FP8 else "torchao"
     if sdpa_flash is None:
         sdpa_flash = framework != "megatron"
     key = (id(profile), id(spec), block_signature(spec, layer), tokens, seq_local, cp, tp, ep, dtype, e, recompute,
            frozen_base, framework, attention, compile, etp, whole_sequence, sdpa_flash, weight_cached, transpose_cached,
-           fp8_kernels)
+           fp8_kernels, permute_fused)
     hit = _CACHE.get(key)
     if hit is not None:
         return hit[0]
     return remember(_CACHE, key, _time_block(profile, spec, layer, tokens, seq_local, cp, tp, ep, dtype, e, recompute,
                                              frozen_base, framework, attention, compile, etp, whole_sequence,
-                                             sdpa_flash, weight_cached, transpose_cached, fp8_kernels), profile, spec)
+                                             sdpa_flash, weight_cached, transpose_cached, fp8_kernels, permute_fused),
+                    profile, spec)
 
 
 def _time_block(profile: DeviceProfile, spec: ModelSpec, layer: int, tokens: int, seq_local: int, cp: int, tp: int,
                 ep: int, dtype: str, e: float, recompute: str, frozen_base: bool, framework: str,
                 attention: str, compile: bool, etp: int | None, whole_sequence: bool = False,
                 sdpa_flash: bool = False, weight_cached: bool = False,
-                transpose_cached: bool = True, fp8_kernels: str = "te") -> _BlockTime:
+                transpose_cached: bool = True, fp8_kernels: str = "te", permute_fused: bool = True) -> _BlockTime:
     context = seq_local * cp
     keys = keys_per_query(spec, layer, context)
     # the keys one attention kernel iterates over: a rank's chunk (ring or gathered K/V attended chunk by chunk), the
@@ -248,7 +251,8 @@ def _time_block(profile: DeviceProfile, spec: ModelSpec, layer: int, tokens: int
     style = "fused" if framework == "megatron" or compile else "eager"
     # each rank: its seq/cp queries against the keys they attend to over the whole context (the load-balanced
     # split of Megatron-Core and torchtitan gives every rank 1/cp of the causal work)
-    ops = block_ops(spec, layer, tokens=tokens, keys=keys, tp=tp, ep=ep, etp=etp, style=style)
+    ops = block_ops(spec, layer, tokens=tokens, keys=keys, tp=tp, ep=ep, etp=etp, style=style,
+                    permute_bytes=PERMUTE_BYTES if permute_fused else UNFUSED_PERMUTE_BYTES)
     fwd_gemm = bwd_gemm = 0.0
     for g in ops.gemms:
         fwd_gemm += g.count * matmul_s(profile, g.m, g.n, g.k, dtype, e)
@@ -416,6 +420,7 @@ def step_time(spec: ModelSpec, layout: Layout, job: TrainJob, *, profile: Device
                              attention=attention, compile=job.compile, etp=layout.expert_tp,
                              whole_sequence=cp_type == "a2a", sdpa_flash=job.sdpa_runs_flash,
                              weight_cached=job.fp8_weight_cache, fp8_kernels=job.fp8_kernels,
+                             permute_fused=job.moe_permute_fused,
                              transpose_cached=job.fp8_transpose_cache
                              or not fp8_gemm_needs_transpose(profile.gpu.architecture))
             parts["forward"] += reps * bt.forward

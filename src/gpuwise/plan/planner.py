@@ -128,6 +128,7 @@ class PlanRequest:
     moe_token_dispatcher: MoeDispatcher = job_default("moe_token_dispatcher")
     moe_a2a_overlap: bool = job_default("moe_a2a_overlap")
     moe_pad_expert_input_to_capacity: bool = job_default("moe_pad_expert_input_to_capacity")
+    moe_permute_fusion: bool = job_default("moe_permute_fusion")
     cuda_graph_scope: str | None = None
     """Megatron-Core --cuda-graph-scope the plans run with (as `gpuwise train --cuda-graph-scope`)."""
     fp8_backend: Fp8Backend | None = None
@@ -155,13 +156,15 @@ class PlanRequest:
         spec = self.model.spec
         object.__setattr__(self, "_graphs", cuda_graph_scopes(self.cuda_graph_scope, framework=self.framework,
                                                               spec=spec, padded=self.moe_pad_expert_input_to_capacity))
-        if self.moe_pad_expert_input_to_capacity and (problem := megatron_option_problem(
-                "moe_pad_expert_input_to_capacity", self.framework, self.precision, False)):
-            raise InvalidArgument(problem)
+        for name in ("moe_pad_expert_input_to_capacity", "moe_permute_fusion"):
+            if getattr(self, name) and (problem := megatron_option_problem(name, self.framework, self.precision,
+                                                                            False)):
+                raise InvalidArgument(problem)
         if (problem := megatron_job_problem(
                 self.framework, spec=spec, optimizer=self.optimizer, moe_a2a_overlap=self.moe_a2a_overlap,
                 moe_token_dispatcher=self.moe_token_dispatcher, pad=self.moe_pad_expert_input_to_capacity,
-                moment_dtypes=(self.exp_avg_dtype, self.exp_avg_sq_dtype))) is not None:
+                moment_dtypes=(self.exp_avg_dtype, self.exp_avg_sq_dtype),
+                permute_fusion=self.moe_permute_fusion)) is not None:
             raise InvalidArgument(problem)
         if self.moe_a2a_overlap and self.ep == 1:
             raise InvalidArgument("--moe-a2a-overlap needs expert parallelism: --ep > 1")
@@ -215,7 +218,7 @@ class PlanRequest:
                         exp_avg_dtype=self.exp_avg_dtype, exp_avg_sq_dtype=self.exp_avg_sq_dtype,
                         moe_token_dispatcher=self.moe_token_dispatcher, moe_a2a_overlap=self.moe_a2a_overlap,
                         moe_pad_expert_input_to_capacity=self.moe_pad_expert_input_to_capacity,
-                        cuda_graph_scope=self._graphs)
+                        moe_permute_fusion=self.moe_permute_fusion, cuda_graph_scope=self._graphs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,7 +252,7 @@ class Plan:
                          exp_avg_sq_dtype=req.exp_avg_sq_dtype, moe_token_dispatcher=req.moe_token_dispatcher,
                          moe_a2a_overlap=req.moe_a2a_overlap,
                          moe_pad_expert_input_to_capacity=req.moe_pad_expert_input_to_capacity,
-                         cuda_graph_scope=req.cuda_graph_scope, fp8_backend=req.fp8_backend)
+                         moe_permute_fusion=req.moe_permute_fusion, cuda_graph_scope=req.cuda_graph_scope, fp8_backend=req.fp8_backend)
         out.update(TRAIN_SHARDING[lay.sharding])
         if lay.sharding == "hsdp":
             out["shard_group"] = lay.shard_group

@@ -50,7 +50,7 @@ LIMITS = {"num_gpus": 1 << 20, "seq": 1 << 24, "micro_batch": 1 << 24, "tp": 1 <
 
 MEGATRON_OPTIONS = ("activation_func_fp8_input_store", "fp8_dot_product_attention",
                     "disable_parameter_transpose_cache", "no_fp8_weight_transpose_cache",
-                    "moe_pad_expert_input_to_capacity")
+                    "moe_pad_expert_input_to_capacity", "moe_permute_fusion")
 """Megatron-LM options gpuwise models; each needs Megatron, and some its fp8 training (`megatron_option_problem`)."""
 
 
@@ -71,7 +71,7 @@ def megatron_option_problem(name: str, framework: str | None, precision: str, fp
     flag = "--" + name.replace("_", "-")
     if framework != "megatron":
         return f"{flag} is a Megatron-LM option: it needs --framework megatron (got {framework})"
-    if name in ("activation_func_fp8_input_store", "moe_pad_expert_input_to_capacity"):
+    if name in ("activation_func_fp8_input_store", "moe_pad_expert_input_to_capacity", "moe_permute_fusion"):
         return None
     if precision != "fp8":
         return f"{flag} needs --precision fp8 (got {precision})"
@@ -141,12 +141,15 @@ def megatron_overlap_problem(job: TrainJob, layout: Layout) -> str | None:
 
 
 def megatron_job_problem(framework: str | None, *, spec, optimizer: str, moe_a2a_overlap: bool,
-                         moe_token_dispatcher: str, pad: bool, moment_dtypes: tuple) -> str | None:
+                         moe_token_dispatcher: str, pad: bool, moment_dtypes: tuple,
+                         permute_fusion: bool = False) -> str | None:
     """Why the Megatron-only options of a job cannot apply, the one home for `gpuwise train` and `gpuwise plan`:
     padded experts need routed experts (under the flex dispatcher only HybridEP pads; the recipe says so), EP overlap
     and the flex dispatcher are Megatron-Core's, and the AdamW moment dtypes are its precision-aware optimizer's."""
     if pad and spec.moe is None:
         return "--moe-pad-expert-input-to-capacity pads routed experts: this model has none"
+    if permute_fusion and spec.moe is None:
+        return "--moe-permute-fusion fuses the routed experts' permutation: this model has none"
     if (moe_a2a_overlap or moe_token_dispatcher == "flex") and framework != "megatron":
         return (f"--moe-a2a-overlap and --moe-token-dispatcher flex are Megatron-Core's: they need --framework megatron "
                 f"(got {framework})")
@@ -284,6 +287,7 @@ class TrainRequest:
     moe_token_dispatcher: MoeDispatcher = job_default("moe_token_dispatcher")
     moe_a2a_overlap: bool = job_default("moe_a2a_overlap")
     moe_pad_expert_input_to_capacity: bool = job_default("moe_pad_expert_input_to_capacity")
+    moe_permute_fusion: bool = job_default("moe_permute_fusion")
     cuda_graph_scope: str | None = None
     """Megatron-Core --cuda-graph-scope (now --cuda-graph-modules), comma-separated: full_iteration (--cuda-graph-impl
     full_iteration: the whole forward-backward replayed as one graph, dropless MoE without host syncs) or Transformer
@@ -384,6 +388,7 @@ class TrainRequest:
                                                           spec=self.model.spec,
                                                           padded=self.moe_pad_expert_input_to_capacity),
                        moe_pad_expert_input_to_capacity=self.moe_pad_expert_input_to_capacity,
+                       moe_permute_fusion=self.moe_permute_fusion,
                        sdpa_backend=self.sdpa_backend, fp8_backend=self.fp8_backend,
                        flops_convention=self.flops_convention,
                        compile=self.compile, loss_chunks=chunks, fused_loss=self.fused_loss,
@@ -409,7 +414,8 @@ class TrainRequest:
         if (problem := megatron_job_problem(
                 framework, spec=self.model.spec, optimizer=self.optimizer, moe_a2a_overlap=self.moe_a2a_overlap,
                 moe_token_dispatcher=self.moe_token_dispatcher, pad=self.moe_pad_expert_input_to_capacity,
-                moment_dtypes=(self.exp_avg_dtype, self.exp_avg_sq_dtype))) is not None:
+                moment_dtypes=(self.exp_avg_dtype, self.exp_avg_sq_dtype),
+                permute_fusion=self.moe_permute_fusion)) is not None:
             raise InvalidArgument(problem)
         if (self.exp_avg_dtype or self.exp_avg_sq_dtype) and self.sharding == "ddp":
             # Megatron's OptimizerConfig asserts the distributed optimizer
@@ -737,6 +743,13 @@ def _assumptions(req: TrainRequest, framework: str, layout: Layout, mem: TrainMe
     if "attention" in req.job.fp8_saved:
         out.append("--fp8-dot-product-attention: q, k, v and the output saved in fp8; attention time is still the "
                    "16-bit kernel's (no fp8 attention curve in the catalog)")
+    if req.model.spec.moe is not None:
+        out.append("MoE permute and unpermute: " + (("HybridEP's dispatch kernels (flex dispatcher)"
+                                                       if not req.moe_permute_fusion else
+                                                       "Transformer Engine's fused kernels (--moe-permute-fusion)")
+                   if req.job.moe_permute_fused else "PyTorch's gather and atomic scatter-add, about 1.8x the bytes' "
+                   "time (measured on an H200)" + ("; --moe-permute-fusion for Transformer Engine's fused kernels"
+                                                   if framework == "megatron" else "")))
     if (gap := moe_sync_gap_s(req.model.spec, req.job)) > 0:
         pad = "" if req.moe_token_dispatcher == "flex" else " or --moe-pad-expert-input-to-capacity"
         out.append(f"eager Megatron-Core MoE: each MoE layer's forward waits {gap * 1e3:.2f} ms for its routed token "
