@@ -29,7 +29,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import time
+
+from bench_device import add_device_options, open_device  # benchmarks/ is on the path when this file runs
 
 E4M3_MAX = 448.0
 
@@ -43,44 +44,20 @@ def shapes(model: str) -> list[tuple[str, int, int]]:
     return out + [("gate_up", h, 2 * s.intermediate_size), ("down", s.intermediate_size, h)]
 
 
-def _timer(torch, dev):
-    if dev.type == "cuda":
-        from kernel_floor import graph_time  # benchmarks/ is on the path when this file runs as a script
-
-        return lambda fn, reps, copies: graph_time(torch, fn, reps, warmup=copies, replays=7)
-
-    def cpu_time(fn, reps, copies):
-        t0 = time.perf_counter()
-        for i in range(reps):
-            fn(i)
-        return (time.perf_counter() - t0) / reps
-    return cpu_time
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="llama-3.1-8b")
     ap.add_argument("--tokens", default="8192")
-    ap.add_argument("--gpu", help="catalog GPU for the prediction (default: the one torch reports; h100 on cpu)")
-    ap.add_argument("--device", default="cuda")
     ap.add_argument("--no-compile", action="store_true")
-    ap.add_argument("--json")
+    add_device_options(ap)
     args = ap.parse_args()
 
-    import torch
-
-    from gpuwise.catalog.devices import default_profile
-    from gpuwise.catalog.gpus import get_gpu
     from gpuwise.estimate.kernels import matmul_s, memory_s
     from gpuwise.estimate.step_time import FP8_QUANTIZE
 
-    dev = torch.device(args.device)
-    cuda = dev.type == "cuda"
-    name = torch.cuda.get_device_name(dev) if cuda else "cpu"
-    gpu = get_gpu(args.gpu or (name if cuda else "h100"))
-    profile = default_profile(gpu)
-    l2 = torch.cuda.get_device_properties(dev).L2_cache_size if cuda else 1 << 20
-    timer = _timer(torch, dev)
+    d = open_device(args)
+    torch, dev, cuda, name, gpu, profile, l2 = d.torch, d.dev, d.cuda, d.name, d.gpu, d.profile, d.l2
+    timer = d.timer()
     f8, bf = torch.float8_e4m3fn, torch.bfloat16
     ov = profile.kernel_overhead_s
 
@@ -91,13 +68,7 @@ def main() -> None:
     # the casts alone compiled once for every shape (dynamic); the whole layer below compiles per shape
     cast_compiled = cast_eager if args.no_compile or not cuda else torch.compile(cast_eager, dynamic=True)
 
-    if cuda:  # one static compile per shape (torchtitan compiles for its fixed shapes), never eager fallback
-        import torch._dynamo
-
-        torch._dynamo.config.automatic_dynamic_shapes = False
-        for knob in ("cache_size_limit", "recompile_limit"):
-            if hasattr(torch._dynamo.config, knob):
-                setattr(torch._dynamo.config, knob, 64)
+    d.static_compile()
 
     def bf16_layer(x, w, dy):  # forward, input gradient, weight gradient
         return x @ w, dy @ w.t(), x.t() @ dy

@@ -24,7 +24,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import time
+
+from bench_device import add_device_options, open_device  # benchmarks/ is on the path when this file runs
 
 DEFAULT_MODELS = "qwen3-30b-a3b:8,gpt-oss-120b:8,deepseek-v3:32,qwen3-235b-a22b:16,mixtral-8x7b:4"
 
@@ -51,20 +52,6 @@ def predicted(profile, g) -> dict[str, float]:
             "wgrad": g.count * matmul_s(profile, g.k, g.n, g.m, "bf16", 2.0)}
 
 
-def _timer(torch, dev):
-    if dev.type == "cuda":
-        from kernel_floor import graph_time  # benchmarks/ is on the path when this file runs as a script
-
-        return lambda fn, reps, copies: graph_time(torch, fn, reps, warmup=copies, replays=7)
-
-    def cpu_time(fn, reps, copies):
-        t0 = time.perf_counter()
-        for i in range(reps):
-            fn(i)
-        return (time.perf_counter() - t0) / reps
-    return cpu_time
-
-
 def measure(torch, dev, g, timer, l2: int) -> dict[str, dict[str, float]]:
     """Seconds per pass (fwd, dgrad, wgrad) of `g.count` experts of `g.m` rows each, grouped and looped."""
     E, m, n, k = g.count, g.m, g.n, g.k
@@ -83,16 +70,18 @@ def measure(torch, dev, g, timer, l2: int) -> dict[str, dict[str, float]]:
     }
     xs, dys = x.view(E, m, k), dy.view(E, m, n)
 
+    def expert(kind, e, w):  # one expert's product of the pass
+        if kind == "fwd":
+            return xs[e] @ w[e]
+        if kind == "dgrad":
+            return dys[e] @ w[e].t()
+        return xs[e].t() @ dys[e]
+
     def loop(kind):
         def run(i):
             w = ws[i % copies]
             for e in range(E):
-                if kind == "fwd":
-                    xs[e] @ w[e]
-                elif kind == "dgrad":
-                    dys[e] @ w[e].t()
-                else:
-                    xs[e].t() @ dys[e]
+                expert(kind, e, w)
         return run
     def streams(kind, n=4):  # Transformer Engine's multi_stream_cublas_gemm: expert e on compute stream e % 4
         side = [torch.cuda.Stream(device=dev) for _ in range(n)] if dev.type == "cuda" else []
@@ -109,12 +98,7 @@ def measure(torch, dev, g, timer, l2: int) -> dict[str, dict[str, float]]:
             w = ws[i % copies]
             for e in range(E):
                 with torch.cuda.stream(side[e % n]):
-                    if kind == "fwd":
-                        xs[e] @ w[e]
-                    elif kind == "dgrad":
-                        dys[e] @ w[e].t()
-                    else:
-                        xs[e].t() @ dys[e]
+                    expert(kind, e, w)
             for s in side:
                 join = torch.cuda.Event()
                 join.record(s)
@@ -132,23 +116,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", default=DEFAULT_MODELS, help="model:ep,... (catalog names)")
     ap.add_argument("--tokens", default="1024,4096,16384", help="tokens per micro-batch on one rank")
-    ap.add_argument("--gpu", help="catalog GPU for the prediction (default: the one torch reports; h100 on cpu)")
-    ap.add_argument("--device", default="cuda")
-    ap.add_argument("--json")
+    add_device_options(ap)
     args = ap.parse_args()
 
-    import torch
-
-    from gpuwise.catalog.devices import default_profile
-    from gpuwise.catalog.gpus import get_gpu
-
-    dev = torch.device(args.device)
-    cuda = dev.type == "cuda"
-    name = torch.cuda.get_device_name(dev) if cuda else "cpu"
-    gpu = get_gpu(args.gpu or (name if cuda else "h100"))
-    profile = default_profile(gpu)
-    l2 = torch.cuda.get_device_properties(dev).L2_cache_size if cuda else 1 << 20
-    timer = _timer(torch, dev)
+    d = open_device(args)
+    torch, dev, cuda, name, gpu, profile, l2 = d.torch, d.dev, d.cuda, d.name, d.gpu, d.profile, d.l2
+    timer = d.timer()
     rows = []
     print(f"MoE expert GEMMs, bf16, on {name} (prediction: catalog {gpu.id}); ms per layer pass, all local experts")
     print(f"{'model':16} {'ep':>3} {'gemm':5} {'E':>3} {'rows/exp':>8} {'pass':5} {'pred':>7} {'grouped':>7} "

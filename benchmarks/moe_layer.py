@@ -24,6 +24,8 @@ import json
 import statistics
 import time
 
+from bench_device import add_device_options, open_device  # benchmarks/ is on the path when this file runs
+
 
 def predicted(profile, spec, tokens: int, style: str) -> dict[str, float]:
     """Forward and backward seconds of the MoE feed-forward part of one block, priced as estimate/step_time.py
@@ -140,32 +142,17 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", default="qwen3-30b-a3b,gpt-oss-20b")
     ap.add_argument("--tokens", default="4096,16384")
-    ap.add_argument("--gpu", help="catalog GPU for the prediction (default: the one torch reports; h100 on cpu)")
-    ap.add_argument("--device", default="cuda")
     ap.add_argument("--no-compile", action="store_true")
     ap.add_argument("--profile", action="store_true",
                     help="also print the device time per kernel of one eager forward + backward (torch.profiler)")
-    ap.add_argument("--json")
+    add_device_options(ap)
     args = ap.parse_args()
 
-    import torch
-
-    from gpuwise.catalog.devices import default_profile
-    from gpuwise.catalog.gpus import get_gpu
     from gpuwise.catalog.models import load_model
 
-    dev = torch.device(args.device)
-    cuda = dev.type == "cuda"
-    name = torch.cuda.get_device_name(dev) if cuda else "cpu"
-    gpu = get_gpu(args.gpu or (name if cuda else "h100"))
-    profile = default_profile(gpu)
-    if cuda:
-        import torch._dynamo
-
-        torch._dynamo.config.automatic_dynamic_shapes = False
-        for knob in ("cache_size_limit", "recompile_limit"):
-            if hasattr(torch._dynamo.config, knob):
-                setattr(torch._dynamo.config, knob, 64)
+    d = open_device(args)
+    torch, dev, cuda, name, gpu, profile = d.torch, d.dev, d.cuda, d.name, d.gpu, d.profile
+    d.static_compile()
     rows = []
     print(f"MoE feed-forward layer (router, permute, grouped GEMMs, SwiGLU, unpermute), bf16, on {name} "
           f"(prediction: catalog {gpu.id}); ms")
