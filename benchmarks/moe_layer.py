@@ -31,14 +31,14 @@ def predicted(profile, spec, tokens: int, style: str) -> dict[str, float]:
     """Forward and backward seconds of the MoE feed-forward part of one block, priced as estimate/step_time.py
     prices it (one rank, no tensor or expert parallelism)."""
     from gpuwise.estimate.kernels import matmul_s, memory_s
-    from gpuwise.estimate.layer_ops import PERMUTE_BYTES, STREAM_BYTES, block_ops
+    from gpuwise.estimate.layer_ops import STREAM_BYTES, UNFUSED_PERMUTE_BYTES, block_ops
 
     layer = next(i for i, on in enumerate(spec.moe.moe_layers) if on)
     ops = block_ops(spec, layer, tokens=tokens, keys=tokens / 2, style=style)
     gemms = [g for g in ops.gemms if g.name in ("router", "experts_up", "experts_down")]
     moe = spec.moe
     act = STREAM_BYTES[style]["act_gated" if spec.gated_mlp else "act"]
-    stream_bytes = tokens * (PERMUTE_BYTES * (moe.top_k + 1) * spec.hidden_size
+    stream_bytes = tokens * (UNFUSED_PERMUTE_BYTES * (moe.top_k + 1) * spec.hidden_size
                              + act * moe.top_k * moe.expert_intermediate_size)
     stream = memory_s(profile, stream_bytes) + 4 * profile.kernel_overhead_s  # top-k, permute, activation, unpermute
     fwd = sum(g.count * matmul_s(profile, g.m, g.n, g.k, "bf16", 2.0) for g in gemms)

@@ -214,7 +214,7 @@ def test_fp8_backend_is_refused_where_it_means_nothing():
 def test_plan_prices_the_fp8_backend_it_is_given_and_hands_it_to_train():
     from gpuwise.errors import InvalidArgument
 
-    base = dict(gpu="h100-sxm", num_gpus=8, seq=4096, global_batch=64, framework="torchtitan", precision="fp8", top=1)
+    base = dict(gpu="h100-sxm", num_gpus=8, seq=4096, global_batch=64, framework="fsdp", precision="fp8", top=1)
     eager, te = gpuwise.plan(MODEL, **base), gpuwise.plan(MODEL, **base, fp8_backend="te")
     assert te.plans[0].step_time_s < eager.plans[0].step_time_s
     options = te.plans[0].train_options(te.request)
@@ -223,6 +223,8 @@ def test_plan_prices_the_fp8_backend_it_is_given_and_hands_it_to_train():
     assert checked.perf.step.step_time_s == pytest.approx(te.plans[0].step_time_s, rel=1e-6)
     with pytest.raises(InvalidArgument, match="Transformer Engine"):
         gpuwise.plan(MODEL, **dict(base, framework="megatron"), fp8_backend="torchao")
+    with pytest.raises(InvalidArgument, match="torchao's float8"):  # torchtitan's recipe writes torchao's converter
+        gpuwise.plan(MODEL, **dict(base, framework="torchtitan"), fp8_backend="te")
 
 
 def test_moe_permute_runs_fused_only_under_megatron_with_moe_permute_fusion(monkeypatch):

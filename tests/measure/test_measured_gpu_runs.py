@@ -92,7 +92,7 @@ def test_unfused_moe_permute_bytes_on_h200() -> None:
     profile = default_profile(get_gpu("h200-sxm"))
     rows = [r for r in json.loads((RESULTS / "h200-sxm" / "moe-layer-profile.json").read_text())["rows"]
             if "kernels_s" in r]
-    assert len(rows) == 4
+    assert len(rows) >= 4
     for r in rows:
         spec = load_model(r["model"]).spec
         elements = (spec.moe.top_k + 1) * spec.hidden_size * r["tokens"]
@@ -100,4 +100,4 @@ def test_unfused_moe_permute_bytes_on_h200() -> None:
             "void at::native::vectorized_gather_kernel", "void at::native::indexFuncLargeIndex",
             "void (anonymous namespace)::indexing_backward_kernel")))
         assert kernels == pytest.approx(3 * memory_s(profile, UNFUSED_PERMUTE_BYTES * elements), rel=0.06), r["model"]
-        assert kernels > 1.6 * 3 * memory_s(profile, PERMUTE_BYTES * elements)
+        assert kernels > 1.6 * 3 * memory_s(profile, PERMUTE_BYTES * elements)  # not the bytes they move

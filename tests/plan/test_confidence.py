@@ -97,11 +97,13 @@ def test_fp8_kernels_no_published_run_used_are_named(monkeypatch):
     from gpuwise.plan import confidence
 
     covered = _bands()["covered"]["fp8_kernels"]
-    assert {"te", "compiled"} <= set(covered)
-    r = gpuwise.train("llama-3.1-8b", gpu="h100-sxm", num_gpus=8, framework="torchtitan", precision="fp8")
-    assert not any("fp8 quantized" in o for o in train_confidence(r.request, r.layout).outside)
-    data = dict(_bands())
-    data["covered"] = dict(data["covered"], fp8_kernels=["te", "compiled"])
-    monkeypatch.setattr(confidence, "_bands", lambda: data)
-    outside = train_confidence(r.request, r.layout).outside
+    assert {"te", "compiled"} <= set(covered) and "eager" not in covered  # every torchao run published compiled
+    base = dict(gpu="h100-sxm", num_gpus=8, framework="torchtitan", precision="fp8")
+    eager, compiled = gpuwise.train("llama-3.1-8b", **base), gpuwise.train("llama-3.1-8b", **base, compile=True)
+    outside = train_confidence(eager.request, eager.layout).outside
     assert any(o.startswith("fp8 quantized by torchao's float8 without torch.compile") for o in outside), outside
+    assert not any("fp8 quantized" in o for o in train_confidence(compiled.request, compiled.layout).outside)
+    data = dict(_bands())
+    data["covered"] = dict(data["covered"], fp8_kernels=["te", "compiled", "eager"])
+    monkeypatch.setattr(confidence, "_bands", lambda: data)
+    assert not any("fp8 quantized" in o for o in train_confidence(eager.request, eager.layout).outside)

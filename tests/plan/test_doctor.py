@@ -284,3 +284,19 @@ def test_a_remedy_leaving_megatron_takes_the_new_frameworks_fp8_compiled():
         assert x.options["compile"] is True and twin.options["fp8_backend"] is None
         r = gpuwise.train("llama-3.1-70b", **{**job, **{k: v for k, v in twin.options.items() if k != "gpu"}})
         assert r.perf.step.step_time_s == pytest.approx(x.step_time_s) and r.request.job.fp8_kernels == "torchao"
+
+
+def test_remedies_leaving_megatron_name_the_megatron_options_they_drop():
+    """The original options plus a remedy's are a job `gpuwise train` takes and prices as the remedy: a remedy that
+    leaves Megatron names the Megatron-only options it turns off (here --moe-permute-fusion)."""
+    job = dict(num_gpus=8, global_batch=64, ep=8, framework="megatron", moe_permute_fusion=True, recompute="full",
+               zero=1, seq=4096)
+    r = doctor("mixtral-8x7b", gpu="h100-sxm", **job)
+    moved = [x for x in r.remedies if x.options.get("framework") not in (None, "megatron")]
+    assert moved
+    for x in r.remedies:
+        options = {**job, **x.options}
+        gpu = options.pop("gpu", "h100-sxm")
+        checked = gpuwise.train("mixtral-8x7b", gpu=gpu, **options)
+        assert x.step_time_s == pytest.approx(checked.perf.step.step_time_s), x.change
+    assert all(x.options.get("moe_permute_fusion") is False for x in moved)

@@ -428,3 +428,22 @@ def test_a_moe_plan_prices_and_writes_its_dispatcher_overlap_and_cuda_graphs():
     with pytest.raises(InvalidArgument, match="needs --framework megatron"):
         gpuwise.plan("qwen3-30b-a3b", gpu="h100-sxm", num_gpus=16, seq=4096, global_batch=256, framework="torchtitan",
                      cuda_graph_scope="full_iteration")
+
+
+def test_a_moe_plan_writes_the_permute_fusion_it_was_priced_with():
+    """--moe-permute-fusion, and the flex dispatcher (priced fused: HybridEP permutes in its dispatch, DeepEP's
+    permute follows the flag), put --moe-permute-fusion in Megatron's flags; plain alltoall without it does not, and
+    is priced slower. The plan's --json says what was priced."""
+    from gpuwise.report.json_out import plan_to_dict
+
+    kw = dict(num_gpus=16, seq=4096, global_batch=256, framework="megatron", ep=16)
+    plain, fused, flex = (_plan("qwen3-30b-a3b", **kw, **extra) for extra in (
+        {}, dict(moe_permute_fusion=True), dict(moe_token_dispatcher="flex")))
+    for r, written in ((plain, False), (fused, True), (flex, True)):
+        assert ("--moe-permute-fusion" in recipes(r, r.plans[0])["megatron.args"]) is written
+        assert plan_to_dict(r)["moe"]["permute_fused"] is written
+    assert fused.plans[0].step_time_s < plain.plans[0].step_time_s
+    opts = fused.plans[0].train_options(fused.request)
+    assert opts["moe_permute_fusion"] is True
+    assert gpuwise.train("qwen3-30b-a3b", gpu="h100-sxm", **opts).perf.step.step_time_s == pytest.approx(
+        fused.plans[0].step_time_s)

@@ -36,7 +36,11 @@ UNFUSED_PERMUTE_BYTES = 14.5
 """The same with PyTorch's index ops (Megatron-Core without --moe-permute-fusion, its default; torchtitan): the
 gather in, the atomic `index_add_` / `scatter_add_` out and their backward kernels. Measured on an H200
 (benchmarks/results/h200-sxm/moe-layer-profile.json: Qwen3-30B-A3B and GPT-OSS-20B layers at 4,096 and 16,384
-tokens, forward + backward): 13.9-14.8 bytes' worth of the copy rate per element and pass, 1.7-1.8x the bytes moved."""
+tokens, forward + backward): 13.9-14.8 bytes' worth of the copy rate per element and pass, 1.7-1.8x the bytes moved.
+Measured there on a torchtitan-style eager layer (`x[tok]`, `index_add_`); Megatron-Core's unfused path runs
+`index_select` and `scatter_add_` (kernels of the same kind, not measured), and torch.compile is assumed to leave
+them as they are (not measured). The measured kernels lean to the forward (about 2.6 : 1), where gpuwise splits the
+permute's time 1 : 2 as it does every streaming kernel's, so a recomputed forward is charged slightly less."""
 
 # Bytes per element moved by the streaming kernels of one block, forward (see the module docstring).
 STREAM_BYTES = {

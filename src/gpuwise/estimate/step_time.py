@@ -210,7 +210,7 @@ def _block_time(profile: DeviceProfile, spec: ModelSpec, layer: int, *, tokens: 
                 attention: str = "flash", compile: bool = False, etp: int | None = None,
                 whole_sequence: bool = False, sdpa_flash: bool | None = None,
                 weight_cached: bool = False, transpose_cached: bool = True,
-                fp8_kernels: str | None = None, permute_fused: bool = True) -> _BlockTime:
+                fp8_kernels: str | None = None, permute_fused: bool = False) -> _BlockTime:
     """`whole_sequence`: each attention kernel covers the whole context (Ulysses all-to-all CP: all tokens, 1/cp of
     the heads) rather than one rank's chunk of it. `sdpa_flash`: attention runs SDPA's FlashAttention-2 kernels
     (`TrainJob.sdpa_runs_flash`; None: every framework but Megatron). `weight_cached`: fp8 weights quantized once per
@@ -237,7 +237,7 @@ def _time_block(profile: DeviceProfile, spec: ModelSpec, layer: int, tokens: int
                 ep: int, dtype: str, e: float, recompute: str, frozen_base: bool, framework: str,
                 attention: str, compile: bool, etp: int | None, whole_sequence: bool = False,
                 sdpa_flash: bool = False, weight_cached: bool = False,
-                transpose_cached: bool = True, fp8_kernels: str = "te", permute_fused: bool = True) -> _BlockTime:
+                transpose_cached: bool = True, fp8_kernels: str = "te", permute_fused: bool = False) -> _BlockTime:
     context = seq_local * cp
     keys = keys_per_query(spec, layer, context)
     # the keys one attention kernel iterates over: a rank's chunk (ring or gathered K/V attended chunk by chunk), the

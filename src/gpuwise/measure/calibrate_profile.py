@@ -32,7 +32,7 @@ def profile_doc(c: Calibration) -> dict:
     doc["kernel_overhead_us"] = round(c.kernel_overhead_us, 3)
     line = c.gemm_line
     notes = list(c.notes)
-    if line is not None and not 0 <= line.intercept_s * 1e6 < PROFILE_MAX_US:
+    if line is not None and not 0 <= round(line.intercept_s * 1e6, 3) < PROFILE_MAX_US:  # as written
         # a noisy sweep (a busy host) can fit a negative or huge intercept: the profile keeps the kernel overhead
         notes.append(f"the one-row GEMM line's fixed time, {line.intercept_s * 1e6:.1f} us, is outside [0, "
                      f"{PROFILE_MAX_US:g}) us: not written (memory-bound GEMMs keep the kernel overhead)")

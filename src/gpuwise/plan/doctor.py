@@ -172,8 +172,9 @@ def doctor(req: TrainRequest, *, oom_at_gib: float | None = None) -> DoctorResul
             return None  # not a valid job with this change (e.g. a batch that no longer divides)
         mem = r.memory.total + offset
         shown = {k: (v.id if isinstance(v, GPU) else v) for k, v in options.items()}
-        # what moving frameworks changes besides (`_changed`): torchtitan's float8 compiled, the new framework's fp8
-        shown |= {k: getattr(changed, k) for k in ("compile", "fp8_backend")
+        # what moving frameworks changes besides (`_changed`): the Megatron options it leaves behind, torchtitan's
+        # float8 compiled, the new framework's fp8 kernels
+        shown |= {k: getattr(changed, k) for k in (*MEGATRON_OPTIONS, *MEGATRON_SETTINGS, "compile", "fp8_backend")
                   if k not in options and getattr(changed, k) != getattr(req, k)}
         if r.memory.cpu > 0:
             note = "; ".join(w for w in (note, f"{r.memory.cpu / GiB:.1f} GiB of host memory per GPU") if w)
@@ -294,7 +295,11 @@ values: a remedy keeps them while the job stays Megatron's."""
 def _changed(req: TrainRequest, **options) -> TrainRequest:
     """`req` with a remedy's changes, leaving behind the Megatron options the changed job cannot take (a remedy that
     moves to another framework, leaves it to be chosen, or changes the precision)."""
-    changed = replace(req, **{k: False for k in MEGATRON_OPTIONS}, **MEGATRON_SETTINGS,
+    moved = "framework" in options and options["framework"] != req.framework
+    # the new framework's own fp8 kernels (Transformer Engine's or torchao's): asked for one, it may refuse the other
+    fp8 = {"fp8_backend": None} if req.fp8_backend is not None and "fp8_backend" not in options and (
+        moved or options.get("precision", req.precision) != "fp8") else {}
+    changed = replace(req, **{k: False for k in MEGATRON_OPTIONS}, **MEGATRON_SETTINGS, **fp8,
                       **{k: v for k, v in options.items() if k not in MEGATRON_OPTIONS and k not in MEGATRON_SETTINGS})
     wanted = {k: getattr(req, k) for k in MEGATRON_OPTIONS} | {k: v for k, v in options.items() if k in MEGATRON_OPTIONS}
     keep: dict = {k: True for k, on in wanted.items() if on and not megatron_option_problem(
@@ -302,9 +307,6 @@ def _changed(req: TrainRequest, **options) -> TrainRequest:
     if changed.framework == "megatron":  # the moment dtypes are AdamW's
         keep |= {k: v for k, unset in MEGATRON_SETTINGS.items() if (v := options.get(k, getattr(req, k))) != unset
                  and (changed.optimizer == "adamw" or not k.startswith("exp_avg"))}
-    moved = "framework" in options and options["framework"] != req.framework
-    if changed.fp8_backend is not None and "fp8_backend" not in options and (moved or changed.precision != "fp8"):
-        keep["fp8_backend"] = None  # the new framework's own fp8 kernels
     if moved and changed.precision == "fp8" and changed.framework == "torchtitan" and "compile" not in options:
         keep["compile"] = True  # torchtitan's float8 runs compiled (eager torchao casts cost more than fp8 saves)
     return replace(changed, **keep) if keep else changed

@@ -60,6 +60,9 @@ def fp8_backend_problem(backend: str | None, precision: str, framework: str) -> 
         return f"--fp8-backend {backend} applies to --precision fp8, not {precision}"
     if backend == "torchao" and framework == "megatron":
         return "--fp8-backend torchao: Megatron-Core's fp8 is Transformer Engine's (te)"
+    if backend == "te" and framework == "torchtitan":
+        return ("--fp8-backend te: torchtitan's fp8 is torchao's float8 (torchao); Transformer Engine under FSDP is "
+                "--framework fsdp or hf")
     return None
 
 
@@ -744,12 +747,15 @@ def _assumptions(req: TrainRequest, framework: str, layout: Layout, mem: TrainMe
         out.append("--fp8-dot-product-attention: q, k, v and the output saved in fp8; attention time is still the "
                    "16-bit kernel's (no fp8 attention curve in the catalog)")
     if req.model.spec.moe is not None:
-        out.append("MoE permute and unpermute: " + (("HybridEP's dispatch kernels (flex dispatcher)"
-                                                       if not req.moe_permute_fusion else
-                                                       "Transformer Engine's fused kernels (--moe-permute-fusion)")
-                   if req.job.moe_permute_fused else "PyTorch's gather and atomic scatter-add, about 1.8x the bytes' "
-                   "time (measured on an H200)" + ("; --moe-permute-fusion for Transformer Engine's fused kernels"
-                                                   if framework == "megatron" else "")))
+        if not req.job.moe_permute_fused:
+            how = "PyTorch's gather and atomic scatter-add, about 1.8x the bytes' time (measured on an H200)" + (
+                "; --moe-permute-fusion for Transformer Engine's fused kernels" if framework == "megatron" else "")
+        elif req.moe_token_dispatcher == "flex":
+            how = ("fused: HybridEP's dispatch kernels, or Transformer Engine's after DeepEP's (the flex dispatcher; "
+                   "the recipe sets --moe-permute-fusion)")
+        else:
+            how = "Transformer Engine's fused kernels (--moe-permute-fusion)"
+        out.append("MoE permute and unpermute: " + how)
     if (gap := moe_sync_gap_s(req.model.spec, req.job)) > 0:
         pad = "" if req.moe_token_dispatcher == "flex" else " or --moe-pad-expert-input-to-capacity"
         out.append(f"eager Megatron-Core MoE: each MoE layer's forward waits {gap * 1e3:.2f} ms for its routed token "

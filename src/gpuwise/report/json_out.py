@@ -407,7 +407,7 @@ def plan_to_dict(r) -> dict:
         "adam_moment_dtypes": _moment_dtypes(r.request),
         "moe": {"token_dispatcher": r.request.moe_token_dispatcher, "a2a_overlap": r.request.moe_a2a_overlap,
                 "pad_expert_input_to_capacity": r.request.moe_pad_expert_input_to_capacity,
-                "permute_fusion": r.request.moe_permute_fusion},
+                "permute_fused": r.request.job().moe_permute_fused},
         "cuda_graph_scope": sorted(r.request.job().cuda_graph_scope),
         "fp8_backend": r.request.job().fp8_kernels if r.request.precision == "fp8" else None,
         "mfu_denominator": {"flops_per_s_per_gpu": r.mfu_denominator, "what": "dense peak of the GEMM dtype"},
