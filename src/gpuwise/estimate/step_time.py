@@ -89,6 +89,27 @@ FP8_QUANTIZE = {
 """Quantization cost per fp8 kernel family (`fp8_quantize_kind`)."""
 
 
+GROUPED_MM_EFFICIENCY = 0.90
+"""PyTorch's grouped GEMM (`torch._grouped_mm`, a CUTLASS kernel that packs every expert's tiles into shared waves)
+runs at this share of the rate gpuwise gives one GEMM of the same tiles: the median over 90 measured points on an
+H200 (benchmarks/results/h200-sxm/moe-grouped-gemm.json: five MoE models' expert GEMMs, 256-16,384 rows per expert,
+forward, input and weight gradient; torch 2.11), quartiles 0.85 and 0.94. Priced so, the points fit within 5.2%
+(median; 13.7% p90)."""
+
+
+def gemm_passes_s(profile: DeviceProfile, g, dtype: str, e: float, *, grouped: bool = False
+                  ) -> tuple[float, float, float]:
+    """(forward, input gradient, weight gradient) seconds of a block GEMM `g` (layer_ops `Gemm`, `count` of them):
+    one kernel each, or for routed experts under `grouped` (torchtitan's `torch._grouped_mm`) one grouped kernel
+    whose tiles share waves, at `GROUPED_MM_EFFICIENCY`. Transformer Engine's grouped linear (Megatron-Core) runs
+    cuBLAS per expert, on four streams that were measured to overlap little (the same H200 run)."""
+    if grouped and g.count > 1:
+        return tuple(matmul_s(profile, m, n, k, dtype, e, batch=g.count) / GROUPED_MM_EFFICIENCY
+                     for m, n, k in ((g.m, g.n, g.k), (g.m, g.k, g.n), (g.k, g.n, g.m)))
+    return tuple(g.count * matmul_s(profile, m, n, k, dtype, e)
+                 for m, n, k in ((g.m, g.n, g.k), (g.m, g.k, g.n), (g.k, g.n, g.m)))
+
+
 def fp8_quantize_s(profile: DeviceProfile, q: Fp8Quantize, gemms, *, weight_cached: bool = False,
                    transpose_cached: bool = True) -> tuple[float, float, float]:
     """(forward, backward, once per step) seconds quantizing the operands of fp8 weight GEMMs `gemms` (layer_ops
@@ -254,11 +275,11 @@ def _time_block(profile: DeviceProfile, spec: ModelSpec, layer: int, tokens: int
     ops = block_ops(spec, layer, tokens=tokens, keys=keys, tp=tp, ep=ep, etp=etp, style=style,
                     permute_bytes=PERMUTE_BYTES if permute_fused else UNFUSED_PERMUTE_BYTES)
     fwd_gemm = bwd_gemm = 0.0
+    grouped = framework == "torchtitan"  # its experts run as torch._grouped_mm
     for g in ops.gemms:
-        fwd_gemm += g.count * matmul_s(profile, g.m, g.n, g.k, dtype, e)
-        dgrad = g.count * matmul_s(profile, g.m, g.k, g.n, dtype, e)
-        wgrad = 0.0 if (frozen_base and g.weight) else g.count * matmul_s(profile, g.k, g.n, g.m, dtype, e)
-        bwd_gemm += dgrad + wgrad
+        fwd, dgrad, wgrad = gemm_passes_s(profile, g, dtype, e, grouped=grouped)
+        fwd_gemm += fwd
+        bwd_gemm += dgrad + (0.0 if (frozen_base and g.weight) else wgrad)
     if attention == "unfused":
         attn_f, attn_b = _unfused_attention_s(profile, spec, seq_local=seq_local, context=context,
                                               batch=tokens // seq_local, tp=tp, dtype=dtype, e=e)
