@@ -29,9 +29,10 @@ from bench_device import add_device_options, open_device  # benchmarks/ is on th
 
 def predicted(profile, spec, tokens: int, style: str) -> dict[str, float]:
     """Forward and backward seconds of the MoE feed-forward part of one block, priced as estimate/step_time.py
-    prices it (one rank, no tensor or expert parallelism)."""
-    from gpuwise.estimate.kernels import matmul_s, memory_s
+    prices torchtitan's (one rank, no tensor or expert parallelism; experts as one grouped GEMM, unfused permute)."""
+    from gpuwise.estimate.kernels import memory_s
     from gpuwise.estimate.layer_ops import STREAM_BYTES, UNFUSED_PERMUTE_BYTES, block_ops
+    from gpuwise.estimate.step_time import gemm_passes_s
 
     layer = next(i for i, on in enumerate(spec.moe.moe_layers) if on)
     ops = block_ops(spec, layer, tokens=tokens, keys=tokens / 2, style=style)
@@ -41,9 +42,9 @@ def predicted(profile, spec, tokens: int, style: str) -> dict[str, float]:
     stream_bytes = tokens * (UNFUSED_PERMUTE_BYTES * (moe.top_k + 1) * spec.hidden_size
                              + act * moe.top_k * moe.expert_intermediate_size)
     stream = memory_s(profile, stream_bytes) + 4 * profile.kernel_overhead_s  # top-k, permute, activation, unpermute
-    fwd = sum(g.count * matmul_s(profile, g.m, g.n, g.k, "bf16", 2.0) for g in gemms)
-    bwd = sum(g.count * (matmul_s(profile, g.m, g.k, g.n, "bf16", 2.0) + matmul_s(profile, g.k, g.n, g.m, "bf16", 2.0))
-              for g in gemms)
+    passes = [gemm_passes_s(profile, g, "bf16", 2.0, grouped=True) for g in gemms]
+    fwd = sum(f for f, _, _ in passes)
+    bwd = sum(d + w for _, d, w in passes)
     return {"forward": fwd + stream, "backward": bwd + 2 * stream, "gemm_forward": fwd, "gemm_backward": bwd}
 
 
