@@ -252,7 +252,8 @@ class Plan:
                          exp_avg_sq_dtype=req.exp_avg_sq_dtype, moe_token_dispatcher=req.moe_token_dispatcher,
                          moe_a2a_overlap=req.moe_a2a_overlap,
                          moe_pad_expert_input_to_capacity=req.moe_pad_expert_input_to_capacity,
-                         moe_permute_fusion=req.moe_permute_fusion, cuda_graph_scope=req.cuda_graph_scope, fp8_backend=req.fp8_backend)
+                         moe_permute_fusion=req.moe_permute_fusion, cuda_graph_scope=req.cuda_graph_scope,
+                         fp8_backend=req.fp8_backend)
         out.update(TRAIN_SHARDING[lay.sharding])
         if lay.sharding == "hsdp":
             out["shard_group"] = lay.shard_group
