@@ -126,3 +126,20 @@ def test_json_names_the_cuda_graph_scope_and_the_host_wait_it_removes(capsys) ->
     assert scoped["cuda_graph_scope"] == ["attn", "moe_router"] and whole["cuda_graph_scope"] == ["full_iteration"]
     assert eager["time_breakdown_s"]["host_sync"] == scoped["time_breakdown_s"]["host_sync"] > 0
     assert "host_sync" not in whole["time_breakdown_s"] and whole["step_time_s"] < eager["step_time_s"]
+
+
+def test_train_json_says_how_moe_layers_were_priced(capsys):
+    """`moe` in train --json: the dispatch options as given and what they priced (fused permute, grouped experts);
+    null for a dense model."""
+    def doc(*argv):
+        assert main(["train", *argv, "--json"]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    moe = "qwen3-30b-a3b --gpu h100-sxm --num-gpus 16 --ep 16 --seq 4096 --global-batch 256".split()
+    plain = doc(*moe, "--framework", "megatron")["moe"]
+    assert plain == {"token_dispatcher": "alltoall", "a2a_overlap": False, "pad_expert_input_to_capacity": False,
+                     "permute_fused": False, "grouped_experts": False}
+    assert doc(*moe, "--framework", "megatron", "--moe-permute-fusion")["moe"]["permute_fused"] is True
+    assert doc(*moe, "--framework", "megatron", "--moe-token-dispatcher", "flex")["moe"]["permute_fused"] is True
+    assert doc(*moe, "--framework", "torchtitan")["moe"]["grouped_experts"] is True
+    assert doc("llama-3.1-8b", "--gpu", "h100-sxm")["moe"] is None

@@ -138,6 +138,11 @@ def _train_dict(r: TrainResult) -> dict[str, Any]:
         "adam_moment_dtypes": _moment_dtypes(req),
         "compile": {"blocks": req.compile, "loss": req.job.compile_loss},
         "cuda_graph_scope": sorted(req.job.cuda_graph_scope),
+        "moe": None if spec.moe is None else {
+            "token_dispatcher": req.moe_token_dispatcher, "a2a_overlap": req.moe_a2a_overlap,
+            "pad_expert_input_to_capacity": req.moe_pad_expert_input_to_capacity,
+            "permute_fused": req.job.moe_permute_fused,
+            "grouped_experts": req.job.framework == "torchtitan"},
         "recompute": req.job.recompute,
         "offload": list(req.offload),
         "finetune": {"mode": req.finetune, "lora_rank": req.lora_rank if req.finetune != "full" else None,
