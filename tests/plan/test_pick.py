@@ -94,6 +94,22 @@ def test_training_candidates_keep_the_headroom():
         assert c.memory_bytes <= 0.9 * c.gpu.memory_bytes and c.tokens_per_s > 0
 
 
+def test_fp8_training_rejects_gpus_without_fp8_and_prices_torchtitan_compiled():
+    """--precision fp8: a GPU without fp8 tensor cores is rejected by the precision rule (torchao's float8 and
+    Transformer Engine refuse it); the plans run torchtitan compiled, as its float8 runs, and say so."""
+    r = gpuwise.pick("llama-3.1-8b", task="train", precision="fp8", seq=2048, global_batch=16,
+                     gpus=["a100-sxm-80gb", "h100-sxm"], max_gpus=2, top=10)
+    assert r.ranked and all(c.gpu.peak("fp8") for c in r.ranked)
+    assert all(c.setup.startswith("torchtitan + compile:") for c in r.ranked)
+    a100 = [c for c in r.rejected if c.gpu.id == "a100-sxm-80gb"]
+    assert a100 and all(c.rule == "precision" and "fp8 tensor cores" in c.reason for c in a100)
+    best = r.ranked[0]
+    checked = gpuwise.plan("llama-3.1-8b", gpu=best.gpu.id, num_gpus=best.count, seq=2048, global_batch=16,
+                           framework="torchtitan", precision="fp8", compile=True, top=1,
+                           reserve_gib=0.10 * best.gpu.memory_bytes / 2**30)  # pick keeps its 10% headroom free
+    assert checked.plans[0].step_time_s == pytest.approx(16 * 2048 / best.tokens_per_s, rel=1e-6)
+
+
 MODELS = ["llama-3.1-8b", "qwen2.5-7b", "mistral-7b-v0.3"]
 
 

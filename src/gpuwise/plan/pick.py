@@ -103,6 +103,11 @@ def _priced_kinds(req: PickRequest, candidates: list[Candidate]):
         if missing:
             candidates.append(_unknown(gpu, price, source, f"its {missing} not in the catalog: no speed to rank it by"))
             continue
+        if req.task in ("train", "finetune") and req.precision == "fp8" and not gpu.peak("fp8"):
+            candidates.append(replace(_unknown(gpu, price, source, "no fp8 tensor cores: fp8 training (torchao's "
+                                               "float8, Transformer Engine) needs them (Ada, Hopper, Blackwell, "
+                                               "CDNA 3 and later)"), rule="precision"))
+            continue
         yield gpu, price, source
 
 

@@ -30,7 +30,7 @@ FINETUNE_METHOD = "lora"
 """Fine-tuning method for --task finetune unless --finetune is given (what most people fine-tune with)."""
 FINETUNE_BATCH = 16
 """Sequences per step for --task finetune unless --global-batch is given (PEFT examples' order of magnitude)."""
-RULES = ("unknown", "memory", "slo", "scale", "communication", "budget", "headroom", "cost")
+RULES = ("unknown", "precision", "memory", "slo", "scale", "communication", "budget", "headroom", "cost")
 SloPercentile = Literal[50, 90, 99]
 ENGINE_VENDORS = {"vllm": ("nvidia", "amd"), "sglang": ("nvidia", "amd"), "hf": ("nvidia", "amd"), "trtllm": ("nvidia",),
                   "llamacpp": ("nvidia", "amd", "apple")}

@@ -689,7 +689,7 @@ def train_confidence(req: TrainRequest, layout: Layout) -> SpeedConfidence:
                             num_gpus=req.num_gpus, seq=req.seq, finetune=req.finetune, power_limit_w=gpu.power_limit_w,
                             optimizer=req.optimizer,
                             fp8_kernels=fp8_quantize_kind(req.job.fp8_kernels, req.compile)
-                            if req.precision == "fp8" else None)
+                            if req.precision == "fp8" and "fp8" in gpu.peak_flops else None)
 
 
 def _assumptions(req: TrainRequest, framework: str, layout: Layout, mem: TrainMemory) -> tuple[str, ...]:
@@ -736,7 +736,7 @@ def _assumptions(req: TrainRequest, framework: str, layout: Layout, mem: TrainMe
         out.append("Transformer Engine fp8 weights: " + ("the fp8 weight and its transpose (Hopper's fp8 GEMMs take "
                    "K-major operands only), 2 B per block-matrix element" if req.job.fp8_transpose_cache else
                    "the fp8 weight alone (Blackwell, or no transpose cache), 1 B per block-matrix element"))
-    if req.precision == "fp8" and req.job.fp8_kernels == "torchao":
+    if req.precision == "fp8" and req.job.fp8_kernels == "torchao" and "fp8" in req.gpu.peak_flops:
         out.append("torchao float8: " + ("compiled casts, an amax pass then the cast, with separate transposed copies"
                    if req.compile else "without --compile every cast is six eager kernels and every transposed fp8 "
                    "copy a strided byte copy: an fp8 linear layer ran 0.56-0.76x as fast as in bf16 on an H200 "
