@@ -137,7 +137,7 @@ def _train_setup(req: PickRequest, gpu: GPU, n: int, reserve: float) -> tuple[fl
         from .planner import PlanRequest, describe, plan
 
         framework = "torchtitan" if req.task == "train" else "fsdp"
-        compiled = precision == "fp8"  # torchao's float8 runs under torch.compile (eager casts cost more than fp8 saves)
+        compiled = precision == "fp8"  # torchao's float8 runs compiled (eager casts cost more than fp8 saves)
         res = plan(PlanRequest(model=req.model, gpu=gpu, num_gpus=n, seq=seq, global_batch=batch, top=1,
                                framework=framework, precision=precision, reserve_gib=reserve / GiB, compile=compiled))
         if not res.plans:
