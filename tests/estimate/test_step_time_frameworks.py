@@ -233,7 +233,7 @@ def test_moe_permute_runs_fused_only_under_megatron_with_moe_permute_fusion(monk
     from gpuwise.catalog.devices import default_profile
     from gpuwise.errors import InvalidArgument
     from gpuwise.estimate.kernels import memory_s
-    from gpuwise.estimate.layer_ops import PERMUTE_BYTES, UNFUSED_PERMUTE_BYTES
+    from gpuwise.estimate.layer_ops import MEGATRON_UNFUSED_PERMUTE_BYTES, PERMUTE_BYTES
 
     one = dict(gpu="h100-sxm", num_gpus=8, ep=8, seq=4096, micro_batch=1, global_batch=8, framework="megatron")
     moe = "qwen3-30b-a3b"
@@ -252,7 +252,8 @@ def test_moe_permute_runs_fused_only_under_megatron_with_moe_permute_fusion(monk
     spec = r.request.model.spec
     tokens = one["seq"] * one["micro_batch"]
     extra = memory_s(default_profile(get_gpu("h100-sxm")),
-                     (UNFUSED_PERMUTE_BYTES - PERMUTE_BYTES) * (spec.moe.top_k + 1) * spec.hidden_size * tokens)
+                     (MEGATRON_UNFUSED_PERMUTE_BYTES - PERMUTE_BYTES) * (spec.moe.top_k + 1) * spec.hidden_size
+                     * tokens)
     assert plain.forward - fused.forward == pytest.approx(extra, rel=1e-9)
     assert plain.backward - fused.backward == pytest.approx(2 * extra, rel=1e-9)
     assert not r.request.job.moe_permute_fused

@@ -19,6 +19,7 @@ BENCH = pathlib.Path(__file__).resolve().parents[2] / "benchmarks"
     ("fp8_linear.py", []),
     ("moe_grouped_gemm.py", ["--models", "qwen3-30b-a3b:8", "--tokens", "1024"]),
     ("moe_layer.py", ["--tokens", "4096", "--profile"]),
+    ("moe_permute.py", ["--tokens", "4096"]),
 ], ids=lambda v: v if isinstance(v, str) else "")
 def test_benchmark_dry_run_on_cpu(script: str, args: list[str], tmp_path) -> None:
     out = tmp_path / "out.json"

@@ -127,3 +127,22 @@ def test_expert_gemms_on_h200() -> None:
             small.append(each / r["grouped_s"])
     assert statistics.median(grouped_err) < 0.06 and statistics.median(loop_err) < 0.06
     assert small and min(small) > 1.3
+
+
+def test_megatron_unfused_permute_bytes_on_h200() -> None:
+    """Megatron-Core's unfused permute and unpermute (index_select, the copies weighted by bf16 probabilities,
+    scatter_add_; benchmarks/moe_permute.py) cost MEGATRON_UNFUSED_PERMUTE_BYTES per element and pass on every
+    measured shape; fp32 probabilities (--moe-router-dtype fp32) cost more still."""
+    from gpuwise.catalog.devices import default_profile
+    from gpuwise.catalog.gpus import get_gpu
+    from gpuwise.estimate.layer_ops import MEGATRON_UNFUSED_PERMUTE_BYTES, UNFUSED_PERMUTE_BYTES
+
+    bw = default_profile(get_gpu("h200-sxm")).bandwidth
+    per_pass = {}
+    for dtype in ("bf16", "fp32"):
+        rows = json.loads((RESULTS / "h200-sxm" / f"moe-permute-{dtype}.json").read_text())["rows"]
+        assert len(rows) >= 6
+        per_pass[dtype] = [(r["forward_s"] + r["backward_s"]) / 3 * bw / ((r["top_k"] + 1) * r["hidden"] * r["tokens"])
+                           for r in rows]
+    assert statistics.median(per_pass["bf16"]) == pytest.approx(MEGATRON_UNFUSED_PERMUTE_BYTES, rel=0.05)
+    assert min(per_pass["fp32"]) > max(per_pass["bf16"]) > UNFUSED_PERMUTE_BYTES

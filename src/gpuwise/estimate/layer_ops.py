@@ -33,14 +33,20 @@ reads (2 B) and writes (2 B) the element once on the way in and once on the way 
 Transformer Engine's under Megatron-Core's --moe-permute-fusion, vLLM's and SGLang's fused MoE)."""
 
 UNFUSED_PERMUTE_BYTES = 14.5
-"""The same with PyTorch's index ops (Megatron-Core without --moe-permute-fusion, its default; torchtitan): the
-gather in, the atomic `index_add_` / `scatter_add_` out and their backward kernels. Measured on an H200
-(benchmarks/results/h200-sxm/moe-layer-profile.json: Qwen3-30B-A3B and GPT-OSS-20B layers at 4,096 and 16,384
-tokens, forward + backward): 13.9-14.8 bytes' worth of the copy rate per element and pass, 1.7-1.8x the bytes moved.
-Measured there on a torchtitan-style eager layer (`x[tok]`, `index_add_`); Megatron-Core's unfused path runs
-`index_select` and `scatter_add_` (kernels of the same kind, not measured), and torch.compile is assumed to leave
-them as they are (not measured). The measured kernels lean to the forward (about 2.6 : 1), where gpuwise splits the
-permute's time 1 : 2 as it does every streaming kernel's, so a recomputed forward is charged slightly less."""
+"""The same with PyTorch's index ops as torchtitan runs them: the gather in, the atomic `index_add_` out (the copies
+already weighted) and their backward kernels. Measured on an H200 (benchmarks/results/h200-sxm/moe-layer-profile.json:
+Qwen3-30B-A3B and GPT-OSS-20B layers at 4,096 and 16,384 tokens, forward + backward): 13.9-14.8 bytes' worth of the
+copy rate per element and pass, 1.7-1.8x the bytes moved. torch.compile is assumed to leave them as they are (not
+measured). The kernels lean to the forward (about 2.6 : 1), where gpuwise splits the permute's time 1 : 2 as it
+does every streaming kernel's, so a recomputed forward is charged slightly less."""
+
+MEGATRON_UNFUSED_PERMUTE_BYTES = 24.3
+"""Megatron-Core's permute and unpermute without --moe-permute-fusion (moe_utils.py `permute` / `unpermute`):
+`index_select` in, the copies multiplied by their routing probabilities, then `scatter_add_` into a zeroed output,
+and their backward. Measured on the same H200 (benchmarks/moe_permute.py, moe-permute-bf16.json: Qwen3-30B-A3B,
+GPT-OSS-20B and DeepSeek-V3 shapes at 4,096 and 16,384 tokens): 22.9-26.1 bytes' worth per element and pass (median
+24.3) with bf16 probabilities; with --moe-router-dtype fp32 the weighted copies are promoted to fp32 before the
+scatter-add and it costs 31.0-33.4 (moe-permute-fp32.json; gpuwise has no router dtype option and takes bf16)."""
 
 # Bytes per element moved by the streaming kernels of one block, forward (see the module docstring).
 STREAM_BYTES = {

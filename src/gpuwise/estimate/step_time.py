@@ -45,8 +45,8 @@ from .comm import Topology
 from .flops import gemm_dtype
 from .job import TE_FP8, TrainJob, fp8_gemm_needs_transpose, pipeline_keeps_unsharded
 from .kernels import attention_s, matmul_s, memory_s
-from .layer_ops import (PERMUTE_BYTES, UNFUSED_PERMUTE_BYTES, attention_head_dim, block_ops, block_signature,
-                        head_gemm, keys_per_query, unfused_attention)
+from .layer_ops import (MEGATRON_UNFUSED_PERMUTE_BYTES, PERMUTE_BYTES, UNFUSED_PERMUTE_BYTES, attention_head_dim,
+                        block_ops, block_signature, head_gemm, keys_per_query, unfused_attention)
 from .layout import Layout
 from . import muon
 from .model_states import ModelStates, stage_tensors
@@ -272,8 +272,10 @@ def _time_block(profile: DeviceProfile, spec: ModelSpec, layer: int, tokens: int
     style = "fused" if framework == "megatron" or compile else "eager"
     # each rank: its seq/cp queries against the keys they attend to over the whole context (the load-balanced
     # split of Megatron-Core and torchtitan gives every rank 1/cp of the causal work)
+    permute_bytes = PERMUTE_BYTES if permute_fused else (
+        MEGATRON_UNFUSED_PERMUTE_BYTES if framework == "megatron" else UNFUSED_PERMUTE_BYTES)
     ops = block_ops(spec, layer, tokens=tokens, keys=keys, tp=tp, ep=ep, etp=etp, style=style,
-                    permute_bytes=PERMUTE_BYTES if permute_fused else UNFUSED_PERMUTE_BYTES)
+                    permute_bytes=permute_bytes)
     fwd_gemm = bwd_gemm = 0.0
     grouped = framework == "torchtitan"  # its experts run as torch._grouped_mm
     for g in ops.gemms:
