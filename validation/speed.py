@@ -89,8 +89,8 @@ def score(row: dict) -> Scored:
     error = published / predicted - 1 if row["metric"] == "step_time_s" else predicted / published - 1
     capacity = row.get("device_memory_gib", r.request.gpu.memory_bytes / GiB)
     required = r.memory.required / GiB
-    from gpuwise.estimate.step_time import fp8_quantize_kind
     from gpuwise.plan.confidence import speed_category
+    from gpuwise.plan.train import fp8_family
 
     req, lay = r.request, r.layout
     rule = speed_category(moe=req.model.spec.moe is not None, cp=lay.cp, seq=req.seq, vendor=req.gpu.vendor,
@@ -99,7 +99,7 @@ def score(row: dict) -> Scored:
     config = {"gpu": req.gpu.id, "precision": req.precision, "framework": r.framework, "num_gpus": req.num_gpus,
               "seq": req.seq, "finetune": req.finetune, "optimizer": req.optimizer,
               "power_limit_w": req.gpu.power_limit_w,
-              "fp8_kernels": fp8_quantize_kind(req.job.fp8_kernels, req.compile) if req.precision == "fp8" else None,
+              "fp8_kernels": fp8_family(req),
               "degrees": {"tp": lay.tp, "pp": lay.pp, "cp": lay.cp, "ep": lay.ep}}
     return Scored(row["category"], row["split"], row["name"], row["metric"], published, predicted, error,
                   required <= capacity, required, capacity, rule, config)

@@ -77,6 +77,12 @@ TE_FP8: tuple[str, ...] = ("megatron", "deepspeed", "hf")
 """Frameworks whose fp8 training is Transformer Engine's (fp8 weight caches, fp8 saved linear inputs)."""
 Fp8Backend = Literal["te", "torchao"]
 FP8_BACKENDS: tuple[str, ...] = get_args(Fp8Backend)
+
+
+def fp8_kernels_of(framework: str, backend: str | None = None) -> str:
+    """Whose kernels run a job's fp8: `backend` when given, else the framework's own (Transformer Engine for
+    `TE_FP8`, torchao's float8 for the PyTorch-native trainers)."""
+    return backend or ("te" if framework in TE_FP8 else "torchao")
 FINETUNE: tuple[str, ...] = get_args(Finetune)
 ATTENTION: tuple[str, ...] = get_args(Attention)
 CONVENTIONS: tuple[str, ...] = get_args(FlopsConvention)
@@ -321,7 +327,7 @@ class TrainJob:
     def fp8_kernels(self) -> str:
         """"te" or "torchao": `fp8_backend`, else the framework's (Transformer Engine for megatron, deepspeed and hf;
         torchao's float8 for torchtitan, fsdp and torchtune)."""
-        return self.fp8_backend or ("te" if self.framework in TE_FP8 else "torchao")
+        return fp8_kernels_of(self.framework, self.fp8_backend)
 
     @property
     def sdpa_runs_flash(self) -> bool:

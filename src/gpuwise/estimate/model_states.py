@@ -17,7 +17,7 @@ from ..memo import remember
 from ..model.params import Tensor, tensor_inventory
 from ..model.spec import ModelSpec
 from . import muon
-from .job import FRAMEWORKS, HF_TRAINERS, OPTIMIZERS, PYTORCH_NATIVE, STATE_DTYPE_BYTES, TE_FP8, TrainJob
+from .job import FRAMEWORKS, HF_TRAINERS, OPTIMIZERS, PYTORCH_NATIVE, STATE_DTYPE_BYTES, TrainJob, fp8_kernels_of
 from .layout import Layout
 from .pipeline import stage_blocks, stage_layers
 
@@ -77,7 +77,7 @@ def precision_layout(framework: str, precision: str, *, te_fp8: bool | None = No
         return PrecisionLayout(working=2, master=0, grad=2, state=2)
     fp16 = precision == "fp16"
     if te_fp8 is None:  # the framework's own fp8 (`TrainJob.fp8_kernels`)
-        te_fp8 = framework in TE_FP8
+        te_fp8 = fp8_kernels_of(framework) == "te"
     fp8 = fp8_weight_bytes if precision == "fp8" and te_fp8 else 0.0
     if framework == "megatron":
         # --fp8-param-gather: a block matrix is an fp8 weight and (Hopper) TE's cached fp8 transpose, in place of

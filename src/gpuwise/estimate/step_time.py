@@ -43,7 +43,7 @@ from ..model.spec import SLIDING, ModelSpec
 from ..units import GB
 from .comm import Topology
 from .flops import gemm_dtype
-from .job import TE_FP8, TrainJob, fp8_gemm_needs_transpose, pipeline_keeps_unsharded
+from .job import TrainJob, fp8_gemm_needs_transpose, fp8_kernels_of, pipeline_keeps_unsharded
 from .kernels import attention_s, matmul_s, memory_s
 from .layer_ops import (MEGATRON_UNFUSED_PERMUTE_BYTES, PERMUTE_BYTES, UNFUSED_PERMUTE_BYTES, attention_head_dim,
                         block_ops, block_signature, head_gemm, keys_per_query, unfused_attention)
@@ -238,8 +238,7 @@ def _block_time(profile: DeviceProfile, spec: ModelSpec, layer: int, *, tokens: 
     optimizer step (`TrainJob.fp8_weight_cache`), their transposes too with `transpose_cached`. `fp8_kernels`: who
     quantizes fp8 operands, "te" or "torchao" (`TrainJob.fp8_kernels`; None: the framework's own). `permute_fused`:
     an MoE layer's permute and unpermute run as fused kernels (`TrainJob.moe_permute_fused`)."""
-    if fp8_kernels is None:
-        fp8_kernels = "te" if framework in TE_FP8 else "torchao"
+    fp8_kernels = fp8_kernels_of(framework, fp8_kernels)
     if sdpa_flash is None:
         sdpa_flash = framework != "megatron"
     key = (id(profile), id(spec), block_signature(spec, layer), tokens, seq_local, cp, tp, ep, dtype, e, recompute,

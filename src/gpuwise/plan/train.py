@@ -25,6 +25,7 @@ from ..estimate.model_states import adapter_input_bytes, lora_targets
 from ..estimate.parallel import validate_layout
 from ..estimate.pipeline import stage_layers, torchtitan_default_ends
 from ..estimate.recompute import framework_mode, recompute_plan
+from ..estimate.layer_ops import MEGATRON_UNFUSED_PERMUTE_BYTES, PERMUTE_BYTES, UNFUSED_PERMUTE_BYTES
 from ..estimate.step_time import StepTime, fp8_quantize_kind, moe_sync_gap_s, step_time
 from ..estimate.train_memory import FRAGMENTATION_RISK, TrainMemory, layout_memory, required_bytes
 from ..fields import field_default
@@ -678,6 +679,14 @@ def _perf(req: TrainRequest, layout: Layout, memory: TrainMemory, flops: StepFlo
                      usd_source=price_source, cost_usd=cost, energy_kwh=energy)
 
 
+def fp8_family(req: TrainRequest) -> str | None:
+    """The fp8 quantization kernel family the request is priced with (`step_time.fp8_quantize_kind`), or None
+    where no GEMM runs in fp8 (another precision, or a GPU without fp8 tensor cores: `flops.gemm_dtype`)."""
+    if req.precision != "fp8" or "fp8" not in req.gpu.peak_flops:
+        return None
+    return fp8_quantize_kind(req.job.fp8_kernels, req.compile)
+
+
 def train_confidence(req: TrainRequest, layout: Layout) -> SpeedConfidence:
     """The error band of this configuration's category on held-out published runs, and what lies outside them."""
     gpu, spec = req.gpu, req.model.spec
@@ -688,8 +697,7 @@ def train_confidence(req: TrainRequest, layout: Layout) -> SpeedConfidence:
                             degrees={"tp": layout.tp, "pp": layout.pp, "cp": layout.cp, "ep": layout.ep},
                             num_gpus=req.num_gpus, seq=req.seq, finetune=req.finetune, power_limit_w=gpu.power_limit_w,
                             optimizer=req.optimizer,
-                            fp8_kernels=fp8_quantize_kind(req.job.fp8_kernels, req.compile)
-                            if req.precision == "fp8" and "fp8" in gpu.peak_flops else None)
+                            fp8_kernels=fp8_family(req))
 
 
 def _assumptions(req: TrainRequest, framework: str, layout: Layout, mem: TrainMemory) -> tuple[str, ...]:
@@ -736,7 +744,7 @@ def _assumptions(req: TrainRequest, framework: str, layout: Layout, mem: TrainMe
         out.append("Transformer Engine fp8 weights: " + ("the fp8 weight and its transpose (Hopper's fp8 GEMMs take "
                    "K-major operands only), 2 B per block-matrix element" if req.job.fp8_transpose_cache else
                    "the fp8 weight alone (Blackwell, or no transpose cache), 1 B per block-matrix element"))
-    if req.precision == "fp8" and req.job.fp8_kernels == "torchao" and "fp8" in req.gpu.peak_flops:
+    if fp8_family(req) in ("compiled", "eager"):  # torchao's float8
         out.append("torchao float8: " + ("compiled casts, an amax pass then the cast, with separate transposed copies"
                    if req.compile else "without --compile every cast is six eager kernels and every transposed fp8 "
                    "copy a strided byte copy: an fp8 linear layer ran 0.56-0.76x as fast as in bf16 on an H200 "
@@ -748,10 +756,11 @@ def _assumptions(req: TrainRequest, framework: str, layout: Layout, mem: TrainMe
                    "16-bit kernel's (no fp8 attention curve in the catalog)")
     if req.model.spec.moe is not None:
         if not req.job.moe_permute_fused:
-            how = ("PyTorch's index_select, probability weighting and atomic scatter_add_, about 3x the bytes' time "
-                   "(measured on an H200); --moe-permute-fusion for Transformer Engine's fused kernels"
-                   if framework == "megatron" else
-                   "PyTorch's gather and atomic index_add_, about 1.8x the bytes' time (measured on an H200)")
+            how = (f"PyTorch's index_select, probability weighting and atomic scatter_add_, about "
+                   f"{MEGATRON_UNFUSED_PERMUTE_BYTES / PERMUTE_BYTES:.1f}x the bytes' time (measured on an H200); "
+                   "--moe-permute-fusion for Transformer Engine's fused kernels" if framework == "megatron" else
+                   f"PyTorch's gather and atomic index_add_, about {UNFUSED_PERMUTE_BYTES / PERMUTE_BYTES:.1f}x the "
+                   "bytes' time (measured on an H200)")
         elif req.moe_token_dispatcher == "flex":
             how = ("fused: HybridEP's dispatch kernels, or Transformer Engine's after DeepEP's (the flex dispatcher; "
                    "the recipe sets --moe-permute-fusion)")
