@@ -26,7 +26,7 @@ from ..model.spec import ModelSpec
 from ..units import GB
 from .comm import Topology
 from .engines import SERVING_ENGINES as ENGINES
-from .kernels import attention_s, matmul_s, memory_s
+from .kernels import attention_s, matmul_s, memory_s, recurrent_scan_s
 from .layer_ops import attention_head_dim, block_ops, block_signature, head_gemm, keys_per_query
 
 
@@ -198,7 +198,7 @@ def forward_pass_s(spec: ModelSpec, *, profile: DeviceProfile, topo: Topology, e
             active = _active_experts(spec, rows * dp, ep) if decode else None
             ops = block_ops(spec, layer, tokens=rows, keys=keys, tp=tp, ep=ep, etp=1 if ep > 1 else None,
                             kv_rows=sequences * keys if decode else None, active_experts=active,
-                            style=engine.kernel_style)
+                            style=engine.kernel_style, sequences=sequences if decode else None)
             if dp > 1:  # the experts run on every GPU's tokens: their GEMMs at dp x rows, each GPU its 1/dp of them
                 moe_ops = block_ops(spec, layer, tokens=rows * dp, keys=keys, tp=dp, ep=dp, etp=1,
                                     active_experts=active, style=engine.kernel_style)
@@ -230,8 +230,13 @@ def forward_pass_s(spec: ModelSpec, *, profile: DeviceProfile, topo: Topology, e
             kernel_seq = None if decode else min(context, window or context)
             a = attention_s(profile, attn_flops, attn_bytes, backward=False, seq=kernel_seq,
                             bandwidth=decode_kv_bandwidth(profile, engine, spec) if decode else None,
-                            head_dim=None if decode else attention_head_dim(spec))
-            s = memory_s(profile, ops.stream_bytes) + (ops.kernels - len(ops.gemms) - 1) * profile.kernel_overhead_s
+                            head_dim=None if decode else attention_head_dim(spec)) if attn_flops > 0 else 0.0
+            if ops.recurrent_kind is not None:  # a hybrid model's recurrent layer: its scan, or its state in decode
+                a += recurrent_scan_s(profile, ops.recurrent_kind, ops.recurrent_flops, ops.recurrent_state_bytes)
+                attn_flops += ops.recurrent_flops
+                attn_bytes += ops.recurrent_state_bytes
+            mixer = 1 if (attn_flops > 0 or ops.recurrent_kind is not None) else 0  # its fixed cost is in `a`
+            s = memory_s(profile, ops.stream_bytes) + (ops.kernels - len(ops.gemms) - mixer) * profile.kernel_overhead_s
             if engine.fused_moe and profile.fused_moe_call_s and spec.moe is not None and spec.moe.moe_layers[layer]:
                 # the fused call's measured fixed cost, beyond the per-kernel costs of the kernels it stands for
                 # (top-k, sort, activation, sum and the two grouped GEMMs)

@@ -48,6 +48,41 @@ def matmul_s(profile: DeviceProfile, m: int, n: int, k: int, dtype: str, operand
     return max(compute, mem) + profile.gemm_fixed_s
 
 
+RECURRENT_SCAN_FLOPS = {"gated_deltanet": 32.8e12, "mamba2": 49.5e12}
+"""FLOP/s of a hybrid model's chunked scan on an H100 SXM in prefill, counted as its benchmarks count it (4 x head_dim
+x state_dim per token and head):
+
+- Gated DeltaNet, flash-linear-attention's Triton kernels (what vLLM and SGLang ship): flashinfer PR #3788's
+  comparison on an H100 80GB HBM3, Qwen3.5-397B's shape at TP 1 (16 key and 64 value heads of 128): 1,045 us at
+  8,192 tokens and 8,633 us at 65,536 against flashinfer's 0.404 ms at 85.0 TFLOP/s and 3.022 ms at 91.0 in that
+  count: 32.9 and 31.9 TFLOP/s (30.7 at 2,048 tokens, 32 for four sequences of 2,048); 32.8 taken. With 8 value
+  heads (TP 8) the same kernels run about 1.8x slower per head (too few thread blocks), which is not modelled.
+- Mamba-2, vLLM's SSD kernels (mamba_chunk_scan_combined): vLLM PR #27299's microbenchmark on one H100 at
+  granite-4.0-h-small's shape (128 heads of 64, one group, state 128), 1.07-1.29e7 tokens/s from 4,096 to 262,144
+  tokens, median 1.18e7: 49.5 TFLOP/s.
+
+Other GPUs: the kernels are bound by how many thread blocks run at once, not by the matrix peak (flashinfer PR #4078
+times the same Triton kernels on a B300 at 2.065 ms where PR #3866's H100 took 1.954), so the rate scales with the
+SM count (132 on an H100 SXM), capped at the ratio of the 16-bit matrix peaks (`recurrent_scan_s`)."""
+
+RECURRENT_SCAN_REFERENCE = (132, 989.5e12)
+"""The H100 SXM the scan rates were measured on: SMs, dense bf16 FLOP/s."""
+
+
+def recurrent_scan_s(profile: DeviceProfile, kind: str, flops: float, state_bytes: float) -> float:
+    """A hybrid model's recurrent layer's scan: the chunked kernels over `flops` (prefill, training forward) at the
+    measured rate of their family scaled to the GPU (`RECURRENT_SCAN_FLOPS`), or in decode the single-step update,
+    bound by reading and writing the `state_bytes` of recurrent state; with the fixed cost of one kernel."""
+    if flops <= 0 and state_bytes <= 0:
+        return 0.0
+    sms, peak_ref = RECURRENT_SCAN_REFERENCE
+    gpu = profile.gpu
+    peak = gpu.peak_flops.get("bf16") or gpu.peak_flops.get("fp16") or gpu.peak_flops.get("fp32")
+    scale = min((gpu.sm_count or sms) / sms, (peak / peak_ref) if peak else 1.0)
+    compute = flops / (RECURRENT_SCAN_FLOPS[kind] * scale) if flops > 0 else 0.0
+    return max(compute, state_bytes / profile.bandwidth) + profile.kernel_overhead_s
+
+
 def attention_s(profile: DeviceProfile, flops: float, nbytes: float, *, backward: bool, dtype: str = "bf16",
                 sdpa: bool = False, seq: float | None = None, bandwidth: float | None = None,
                 head_dim: int | None = None) -> float:

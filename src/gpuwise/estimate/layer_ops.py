@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import InvalidArgument
-from ..model.spec import SLIDING, ModelSpec
+from ..model.spec import LINEAR, NONE, SLIDING, ModelSpec
 
 PERMUTE_BYTES = 8.0
 """Bytes per (token x hidden) element of an MoE layer's permute + unpermute per routed copy and per token: each
@@ -83,6 +83,12 @@ class BlockOps:
     kernels: int
     """Kernels launched by the forward pass of the block: its GEMMs, the attention kernel and the streaming ones
     (norms, two residual adds, RoPE, the activation; for MoE also top-k, permute and unpermute)."""
+    recurrent_flops: float = 0.0
+    """A hybrid model's recurrent layer: its scan's FLOPs (4 x head_dim x state_dim per token and head)."""
+    recurrent_state_bytes: float = 0.0
+    """A recurrent layer in decode: bytes of recurrent state (and convolution window) read and written."""
+    recurrent_kind: str | None = None
+    """The recurrent mixer's kind (`LinearMixerSpec.kind`), None for an attention or mixer-less layer."""
 
 
 def _moe_expert_tokens(spec: ModelSpec, tokens: int, ep: int) -> tuple[int, int]:
@@ -93,14 +99,19 @@ def _moe_expert_tokens(spec: ModelSpec, tokens: int, ep: int) -> tuple[int, int]
     return local, per_expert
 
 
-def raise_untimed_linear(spec: ModelSpec) -> None:
-    """Hybrid models' recurrent layers have no kernel model yet: every time and activation estimate stops here, in
-    one line, rather than costing them as attention."""
+def raise_untimed_linear(spec: ModelSpec, *, training: bool = False) -> None:
+    """What hybrid models are not modelled for, in one line rather than costing it as attention: training (their
+    recurrent layers' backward kernels and saved tensors have no model yet), and any parallel hybrid (Falcon-H1:
+    attention and a Mamba-2 mixer side by side in one layer)."""
     kind = {"gated_deltanet": "Gated DeltaNet", "mamba2": "Mamba-2"}.get(spec.linear.kind if spec.linear else "",
                                                                          "recurrent")
-    raise InvalidArgument(f"{spec.family}: its {kind} layers are not timed yet (no kernel model for them): "
-                          "`gpuwise fit` answers memory (weights, KV cache and recurrent state); speed, training "
-                          "memory and plans are not available for this model")
+    if training and not spec.parallel_mixer:
+        raise InvalidArgument(f"{spec.family}: its {kind} layers are not modelled for training yet (no model of their "
+                              "backward kernels and saved tensors): `gpuwise infer` and `gpuwise fit` answer "
+                              "inference; training time, training memory and plans are not available for this model")
+    raise InvalidArgument(f"{spec.family}: its {kind} layers run beside attention in the same layer, which is not "
+                          "timed yet: `gpuwise fit` answers memory (weights, KV cache and recurrent state); speed, "
+                          "training memory and plans are not available for this model")
 
 
 def raise_untimed_varying(spec: ModelSpec) -> None:
@@ -113,7 +124,7 @@ def raise_untimed_varying(spec: ModelSpec) -> None:
 
 def block_ops(spec: ModelSpec, layer: int, *, tokens: int, keys: float, tp: int = 1, ep: int = 1, etp: int | None = None,
               kv_rows: float | None = None, active_experts: float | None = None, style: str = "eager",
-              permute_bytes: float = PERMUTE_BYTES) -> BlockOps:
+              permute_bytes: float = PERMUTE_BYTES, sequences: int | None = None) -> BlockOps:
     """Forward kernels of block `layer` for `tokens` query rows, each attending to `keys` keys on average.
 
     `kv_rows`: K/V rows (tokens) the attention kernel reads in all; decode reads each sequence's whole cache
@@ -124,16 +135,26 @@ def block_ops(spec: ModelSpec, layer: int, *, tokens: int, keys: float, tp: int 
 
     `permute_bytes`: an MoE layer's permute + unpermute bytes per element (`PERMUTE_BYTES` fused, or
     `UNFUSED_PERMUTE_BYTES`).
+
+    `sequences`: in decode, the sequences whose recurrent state a hybrid model's linear layer reads and writes once
+    each (one token each); None: a chunked scan over the `tokens` (prefill, training).
+
+    A layer is a token mixer (attention, or a hybrid model's recurrent mixer, or none: Nemotron-H's MLP and MoE
+    layers) and a feed-forward part (absent in Nemotron-H's mixer layers, `ModelSpec.ffn_layers`).
     """
-    if spec.hybrid:
-        raise_untimed_linear(spec)
     if spec.varying_attention:
         raise_untimed_varying(spec)
+    if spec.parallel_mixer and spec.linear is not None:
+        raise_untimed_linear(spec)  # Falcon-H1: attention and a Mamba-2 mixer side by side, not modelled
     h = spec.hidden_size
+    kind = spec.layer_types[layer]
+    attends = kind not in (LINEAR, NONE)
     gemms: list[Gemm] = []
     mla = spec.mla
     nh = spec.num_heads
-    if mla is not None:
+    score_dim = value_dim = kv_width = q_width = rope_elems = extra_norms = 0.0
+    mixer_kernels = 1 if attends else 0  # the attention kernel
+    if attends and mla is not None:
         if mla.q_lora_rank:
             gemms += [Gemm("q_a", tokens, mla.q_lora_rank, h), Gemm("q_b", tokens, nh * mla.qk_head_dim // tp, mla.q_lora_rank)]
         else:
@@ -146,22 +167,39 @@ def block_ops(spec: ModelSpec, layer: int, *, tokens: int, keys: float, tp: int 
         q_width = nh * mla.qk_head_dim / tp
         rope_elems = nh * mla.qk_rope_head_dim / tp + mla.qk_rope_head_dim
         extra_norms = (mla.q_lora_rank or 0) + mla.kv_lora_rank
-    else:
+    elif attends:
         q = nh * spec.head_dim
         kv = spec.num_kv_heads * spec.head_dim
-        gemms += [Gemm("qkv", tokens, max(1, (q + 2 * kv) // tp), h), Gemm("o", tokens, h, max(1, q // tp))]
+        gate = q if spec.attn_output_gate else 0  # Qwen3-Next's q_proj also yields the output gate
+        # fewer KV heads than TP ranks: each rank keeps (projects, caches and reads) one whole head, as vLLM,
+        # SGLang and Megatron-Core replicate them
+        kv_local = max(spec.num_kv_heads / tp, 1.0) * spec.head_dim
+        gemms += [Gemm("qkv", tokens, max(1, (q + gate) // tp + round(2 * kv_local)), h),
+                  Gemm("o", tokens, h, max(1, q // tp))]
         score_dim = value_dim = q / tp
-        kv_width = 2 * kv / tp
+        kv_width = 2 * kv_local
         q_width = q / tp
         rope_elems = (q + kv) / tp if spec.position == "rope" else 0.0
         extra_norms = (q + kv) / tp if spec.qk_norm != "none" else 0.0
+    sb = STREAM_BYTES[style]
+    act = 0.0
+    scan_flops = state_bytes = 0.0
+    if kind == LINEAR:
+        lm = spec.linear
+        assert lm is not None
+        g, scan_flops, state_bytes, mixer_stream = _linear_mixer_ops(spec, tokens, tp, sequences)
+        gemms += g
+        act += mixer_stream
+        mixer_kernels = LINEAR_MIXER_KERNELS[lm.kind]
+    if attends and spec.attn_output_gate:
+        act += sb["residual"] * q_width  # sigmoid(gate) x attention output, one pass
     gated = spec.gated_mlp
     mats = 3 if gated else 2
     moe = spec.moe
-    sb = STREAM_BYTES[style]
-    act = 0.0
     act_bytes = sb["act_gated"] if gated else sb["act"]
-    if moe is not None and moe.moe_layers[layer]:
+    ffn = not spec.ffn_layers or spec.ffn_layers[layer]
+    mlp_streaming = 0
+    if ffn and moe is not None and moe.moe_layers[layer]:
         e_i = moe.expert_intermediate_size
         # Expert TP below the dense TP (Megatron-Core's parallel folding, torchtitan's etp 1): each rank routes its
         # own tp / etp share of the tokens to whole (etp-split) experts instead of all tokens to tp-split ones.
@@ -183,18 +221,59 @@ def block_ops(spec: ModelSpec, layer: int, *, tokens: int, keys: float, tp: int 
             act += act_bytes * s_i / tp
         mlp_streaming = 4 + (1 if moe.shared_intermediate_size else 0)  # top-k, permute, activation, unpermute;
         # the shared experts' activation
-    else:
+    elif ffn:
         i = spec.intermediate_size
         gemms += [Gemm("mlp_up", tokens, (mats - 1) * i // tp, h), Gemm("mlp_down", tokens, h, i // tp)]
         act += act_bytes * i / tp
         mlp_streaming = 1  # the activation
+    # a residual add after each part: two in a transformer block, one in Nemotron-H's single-part layers
+    residuals = (1 if kind != NONE else 0) + (1 if ffn else 0)
     # Norms and residuals run on the full hidden width (replicated over TP without sequence parallelism).
-    stream = (sb["norm"] * (spec.norms_per_layer * h + extra_norms) + sb["residual"] * 2 * h + sb["rope"] * rope_elems
-              + sb["attn_copy"] * (q_width + kv_width) + act)
-    io = tokens * (q_width + value_dim) + (tokens if kv_rows is None else kv_rows) * kv_width
+    stream = (sb["norm"] * (spec.norms_per_layer * h + extra_norms) + sb["residual"] * residuals * h
+              + sb["rope"] * rope_elems + sb["attn_copy"] * (q_width + kv_width) + act)
+    io = tokens * (q_width + value_dim) + (tokens if kv_rows is None else kv_rows) * kv_width if attends else 0.0
     return BlockOps(gemms=tuple(gemms), attention_flops=2.0 * (score_dim + value_dim) * keys * tokens,
                     attention_io_elements=io, stream_bytes=stream * tokens,
-                    kernels=len(gemms) + 1 + spec.norms_per_layer + 2 + (1 if rope_elems else 0) + mlp_streaming)
+                    kernels=(len(gemms) + mixer_kernels + spec.norms_per_layer + residuals
+                             + (1 if rope_elems else 0) + mlp_streaming),
+                    recurrent_flops=scan_flops, recurrent_state_bytes=state_bytes,
+                    recurrent_kind=spec.linear.kind if kind == LINEAR and spec.linear else None)
+
+
+LINEAR_MIXER_KERNELS = {"gated_deltanet": 6, "mamba2": 7}
+"""Kernels one recurrent mixer launches beside its two projections, in prefill (vLLM's and SGLang's Triton ports of
+flash-linear-attention and mamba_ssm): the causal convolution, the gating (Gated DeltaNet's beta and decay) or dt
+softplus, the chunked scan (Gated DeltaNet: chunk_local_cumsum, the fused kkt / solve_tril / WY kernel, the state
+recurrence and the output: three beside the cumsum; Mamba-2: chunk cumsum, chunk state, state passing, BMM and chunk
+scan: five) and the gated RMSNorm."""
+
+
+def _linear_mixer_ops(spec: ModelSpec, tokens: int, tp: int,
+                      sequences: int | None) -> tuple[list[Gemm], float, float, float]:
+    """(projection GEMMs, scan FLOPs, recurrent-state bytes, streaming bytes per token) of a hybrid model's
+    recurrent layer on one rank (heads split over TP).
+
+    Projections (params.py `_linear_mixer`): Gated DeltaNet's in_proj_qkvz and in_proj_ba (q, k, v, the output gate
+    z, and beta and the decay input per value head); Mamba-2's in_proj (z, x, B, C and dt per head); out_proj back
+    to the hidden width. The scan is counted as the kernel benchmarks count it, 4 x head_dim x state_dim FLOPs per
+    token and head (the state's update and its read-out; flashinfer's delta-rule benchmarks, vLLM's SSD ones). In
+    decode (`sequences`) each sequence's state is read and written once per token: state_bytes. Streaming: the causal
+    convolution reads and writes its channels (4 bytes each), the gated RMSNorm reads the output and the gate and
+    writes the result (6 bytes per inner channel)."""
+    lm = spec.linear
+    assert lm is not None
+    h = spec.hidden_size
+    per_head = lm.num_heads if lm.kind == "mamba2" else 2 * lm.num_heads  # dt; or beta and the decay input
+    in_width = lm.inner + lm.conv_dim + per_head
+    gemms = [Gemm("mixer_in", tokens, max(1, in_width // tp), h), Gemm("mixer_out", tokens, h, max(1, lm.inner // tp))]
+    heads = lm.num_heads / tp
+    scan = 4.0 * lm.head_dim * lm.state_dim * heads * tokens
+    state = 0.0
+    if sequences is not None:
+        ssm = lm.ssm_state_bytes if lm.ssm_state_bytes is not None else 2.0
+        state = 2.0 * sequences * (lm.ssm_elements * ssm + lm.conv_elements * 2.0) / tp
+    stream = (4.0 * lm.conv_dim + 6.0 * lm.inner) / tp
+    return gemms, scan, state, stream
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,6 +323,7 @@ def head_gemm(spec: ModelSpec, tokens: int, tp: int = 1) -> Gemm:
 
 
 def block_signature(spec: ModelSpec, layer: int) -> tuple:
-    """Blocks with the same signature have the same kernels (dense/MoE, full/sliding attention)."""
+    """Blocks with the same signature have the same kernels (dense/MoE, the mixer: full/sliding attention, recurrent
+    or none, and whether a feed-forward part follows)."""
     moe = spec.moe is not None and spec.moe.moe_layers[layer]
-    return (moe, spec.layer_types[layer])
+    return (moe, spec.layer_types[layer], not spec.ffn_layers or spec.ffn_layers[layer])

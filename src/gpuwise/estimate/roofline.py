@@ -19,7 +19,7 @@ from ..catalog.devices import DeviceProfile
 from ..model.spec import ModelSpec
 from .layer_ops import block_ops, head_gemm, keys_per_query
 
-STREAMING_OPS = ("attention (scores, values)", "norms, residuals, activation")
+STREAMING_OPS = ("attention (scores, values)", "norms, residuals, activation", "recurrent scan (state)")
 """The operation groups that are not weight GEMMs: timed at the copy bandwidth."""
 
 Phase = Literal["prefill", "decode"]
@@ -101,14 +101,23 @@ def roofline(spec: ModelSpec, profile: DeviceProfile, *, dtype: str, phase: str,
 
     for layer in range(spec.num_layers):
         keys = seq if decode else keys_per_query(spec, layer, seq)
-        ops = block_ops(spec, layer, tokens=rows, keys=keys, kv_rows=batch * keys if decode else None)
+        ops = block_ops(spec, layer, tokens=rows, keys=keys, kv_rows=batch * keys if decode else None,
+                        sequences=batch if decode else None)
         for g in ops.gemms:
-            name = "experts" if g.name.startswith("experts") else ("mlp" if g.name.startswith(("mlp", "shared"))
-                                                                    else ("attention projections" if g.name != "router"
-                                                                          else "router"))
+            if g.name.startswith("experts"):
+                name = "experts"
+            elif g.name.startswith("mixer"):
+                name = "recurrent projections"
+            elif g.name.startswith(("mlp", "shared")):
+                name = "mlp"
+            else:
+                name = "attention projections" if g.name != "router" else "router"
             add(name, g.flops, g.count * (g.n * g.k * weight_bytes_per_param + (g.m * g.k + g.m * g.n) * e))
-        add("attention (scores, values)", ops.attention_flops,
-            ops.attention_io_elements * (kv_bytes_per_element if decode else e))
+        if ops.recurrent_kind is not None:  # a hybrid model's recurrent layer: its scan (prefill), its state (decode)
+            add("recurrent scan (state)", ops.recurrent_flops, ops.recurrent_state_bytes)
+        else:
+            add("attention (scores, values)", ops.attention_flops,
+                ops.attention_io_elements * (kv_bytes_per_element if decode else e))
         add("norms, residuals, activation", 0.0, ops.stream_bytes)
     hg = head_gemm(spec, batch)
     add("lm head", hg.flops, hg.n * hg.k * weight_bytes_per_param + (hg.m * hg.k + hg.m * hg.n) * e)

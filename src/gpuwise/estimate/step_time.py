@@ -46,7 +46,8 @@ from .flops import gemm_dtype
 from .job import TrainJob, fp8_gemm_needs_transpose, fp8_kernels_of, pipeline_keeps_unsharded
 from .kernels import attention_s, matmul_s, memory_s
 from .layer_ops import (MEGATRON_UNFUSED_PERMUTE_BYTES, PERMUTE_BYTES, UNFUSED_PERMUTE_BYTES, attention_head_dim,
-                        block_ops, block_signature, head_gemm, keys_per_query, unfused_attention)
+                        block_ops, block_signature, head_gemm, keys_per_query, raise_untimed_linear,
+                        unfused_attention)
 from .layout import Layout
 from . import muon
 from .model_states import ModelStates, stage_tensors
@@ -258,6 +259,8 @@ def _time_block(profile: DeviceProfile, spec: ModelSpec, layer: int, tokens: int
                 attention: str, compile: bool, etp: int | None, whole_sequence: bool = False,
                 sdpa_flash: bool = False, weight_cached: bool = False,
                 transpose_cached: bool = True, fp8_kernels: str = "te", permute_fused: bool = False) -> _BlockTime:
+    if spec.hybrid:
+        raise_untimed_linear(spec, training=True)
     context = seq_local * cp
     keys = keys_per_query(spec, layer, context)
     # the keys one attention kernel iterates over: a rank's chunk (ring or gathered K/V attended chunk by chunk), the

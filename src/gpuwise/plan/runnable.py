@@ -251,7 +251,7 @@ def _row(model: LoadedModel, req: FitRequest, w: WeightFormat, *, detail: bool, 
             r = infer(InferRequest(model=model, gpu=req.gpu, num_gpus=req.num_gpus, weights=w.name,
                                    engine=req.engine, prompt_tokens=min(512, req.context // 2), output_tokens=128))
             tok_s = 1.0 / r.tpot_s if r.tpot_s else None
-        except GpuwiseError:  # a model whose layers gpuwise does not time (hybrids): its speed is unknown
+        except GpuwiseError:  # a model whose layers gpuwise does not time (Falcon-H1, Gemma 4): its speed is unknown
             notes.append("speed not modelled for its layers")
     nbytes = w.weight_bytes(spec)
     bits = _bits(model, w)

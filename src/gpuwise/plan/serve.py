@@ -203,10 +203,16 @@ LLAMACPP_BATCH = 2048
 
 
 def load_spec(req, *, gpu_memory_bytes: int, gpu_id: str, kv_pool_bytes: float | None,
-              kv_bytes_per_token: float, context: int, dp: int = 1) -> tuple[LoadSpec, int, str]:
+              kv_bytes_per_token: float, context: int, dp: int = 1,
+              state_bytes_per_sequence: float = 0.0) -> tuple[LoadSpec, int, str]:
     """The workload and the engine's limits and KV pool for an under-load `InferRequest`; with data-parallel
     attention over `dp` GPUs, one rank's: every dp-th request, 1/dp of the rate or of the concurrency (the engines
-    deal requests round-robin over their DP ranks)."""
+    deal requests round-robin over their DP ranks).
+
+    `state_bytes_per_sequence`: a hybrid model's recurrent state per request on one GPU. The engines hold one state
+    slot per running request in the same memory (SGLang's MambaPool beside its token pool, vLLM's hybrid allocator in
+    its block pool), so the running requests are capped at what the pool holds with their states and their KV at
+    `context` tokens each, and the token pool is what their state slots leave (`hybrid_slots`)."""
     if req.dataset_path:
         prompts, outputs = read_lengths(req.dataset_path)
         n = req.num_prompts
@@ -271,6 +277,11 @@ def load_spec(req, *, gpu_memory_bytes: int, gpu_id: str, kv_pool_bytes: float |
         capacity = int(pool // (kv_bytes_per_token * block)) * block if kv_bytes_per_token > 0 else 0
         cap_reason = (f"the engine's KV pool {pool / 2**30:.2f} GiB per GPU / {kv_bytes_per_token:,.0f} bytes per "
                       f"token, in blocks of {block}")
+    if state_bytes_per_sequence > 0 and req.engine != "llamacpp":
+        seqs, capacity, note = hybrid_slots(kv_pool_bytes or 0.0, kv_bytes_per_token, state_bytes_per_sequence,
+                                            seqs, context, block)
+        cap_reason += note
+        reason += f"; {seqs} state slots"
     if capacity < block:
         raise InvalidArgument("under load: the weights leave no room for a KV cache on this GPU (see `gpuwise fit`); "
                               "use more GPUs, smaller weights or a larger GPU")
@@ -282,6 +293,20 @@ def load_spec(req, *, gpu_memory_bytes: int, gpu_id: str, kv_pool_bytes: float |
     return (LoadSpec(workload=workload, limits=limits, limits_reason=reason, lengths_source=source,
                      speculation=speculation, frontend=None if req.offline else frontend_of(req.engine)),
             capacity, cap_reason)
+
+
+def hybrid_slots(pool: float, per_token: float, state: float, seqs: int, context: int,
+                 block: int) -> tuple[int, int, str]:
+    """(running requests, token capacity, note) of a hybrid model's pool: each running request holds `state` bytes of
+    recurrent state beside its KV, so at most pool / (state + `context` tokens of KV) requests run, and the tokens are
+    what their state slots leave."""
+    fit = int(pool // (state + per_token * context)) if state + per_token * context > 0 else seqs
+    slots = max(1, min(seqs, fit))
+    left = max(0.0, pool - slots * state)
+    capacity = int(left // (per_token * block)) * block if per_token > 0 else 0
+    note = (f", less {slots} recurrent-state slots of {state / 2**20:,.1f} MiB each (one per running request, at most "
+            f"what the pool holds with {context:,} tokens of KV each)")
+    return slots, capacity, note
 
 
 def frontend_of(engine: str) -> Frontend | None:

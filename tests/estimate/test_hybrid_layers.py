@@ -1,0 +1,137 @@
+"""Hybrid models' recurrent layers (Gated DeltaNet, Mamba-2) in the inference kernel model (estimate/layer_ops.py,
+estimate/kernels.py `recurrent_scan_s`)."""
+
+from __future__ import annotations
+
+import pytest
+
+import gpuwise
+from gpuwise.catalog.devices import default_profile
+from gpuwise.catalog.gpus import get_gpu
+from gpuwise.catalog.models import load_model
+from gpuwise.errors import InvalidArgument
+from gpuwise.estimate.kernels import RECURRENT_SCAN_FLOPS, recurrent_scan_s
+from gpuwise.estimate.kv_cache import state_bytes_per_sequence
+from gpuwise.estimate.layer_ops import block_ops
+from gpuwise.model.params import tensor_inventory
+from gpuwise.model.spec import LINEAR, NONE
+
+HYBRIDS = ("qwen3-next-80b-a3b-thinking", "qwen3.5-27b", "qwen3.5-35b-a3b", "nemotron-3-nano-30b-a3b")
+
+
+@pytest.mark.parametrize("name", HYBRIDS)
+def test_projection_flops_are_twice_the_weights_each_token_reads(name: str) -> None:
+    """The GEMMs block_ops lists for a layer's token mixer multiply every weight of it once per token: 2 FLOPs per
+    weight, as the parameter inventory (checked against transformers in tests/model/test_params_oracle.py) has
+    them. Two independent descriptions of the same layers."""
+    spec = load_model(name).spec
+    inventory = tensor_inventory(spec)
+    for layer in range(spec.num_layers):
+        kind = spec.layer_types[layer]
+        if kind == NONE:
+            continue
+        prefix = "ssm_" if kind == LINEAR else "attn_"
+        weights = sum(t.numel for t in inventory if t.layer == layer and t.role.startswith(prefix)
+                      and len(t.shape) == 2)
+        ops = block_ops(spec, layer, tokens=1, keys=1)
+        names = ("mixer_in", "mixer_out") if kind == LINEAR else ("qkv", "o")
+        assert sum(g.flops for g in ops.gemms if g.name in names) == 2 * weights, (name, layer)
+
+
+@pytest.mark.parametrize("name", HYBRIDS)
+def test_decode_reads_and_writes_each_sequence_state_once(name: str) -> None:
+    """In decode a recurrent layer reads and writes each sequence's state (and convolution window) once: twice the
+    state that kv_cache.state_bytes_per_sequence holds for it, whatever the context."""
+    spec = load_model(name).spec
+    layer = spec.layer_types.index(LINEAR)
+    per_layer = state_bytes_per_sequence(spec, tp=2, layers=range(layer, layer + 1))
+    short, long = (block_ops(spec, layer, tokens=8, keys=k, tp=2, kv_rows=8 * k, sequences=8) for k in (100, 100_000))
+    assert short.recurrent_state_bytes == pytest.approx(2 * 8 * per_layer)
+    assert long == short  # no per-token cache: the context does not enter
+    assert short.attention_flops == 0 and short.attention_io_elements == 0
+
+
+def test_mixer_less_layers_are_their_feed_forward_part_alone() -> None:
+    """Nemotron-H's MLP and MoE layers run no token mixer, its Mamba-2 and attention layers no feed-forward part."""
+    spec = load_model("nemotron-3-nano-30b-a3b").spec
+    for layer, kind in enumerate(spec.layer_types):
+        names = {g.name for g in block_ops(spec, layer, tokens=64, keys=64).gemms}
+        if kind == NONE:
+            assert not names & {"qkv", "o", "mixer_in", "mixer_out"} and names
+        else:
+            assert not names & {"mlp_up", "mlp_down", "experts_up", "router"}
+
+
+def test_scan_rate_reproduces_the_measured_kernel_times() -> None:
+    """flashinfer PR #3788 times flash-linear-attention's Gated DeltaNet prefill on an H100 (Qwen3.5-397B's shape at
+    TP 1: 64 value heads of 128): 0.279 ms at 2,048 tokens, 1.045 ms at 8,192, 8.633 ms at 65,536; vLLM PR #27299
+    runs its Mamba-2 SSD at 1.07-1.29e7 tokens/s over granite-4.0-h-small's 128 heads of 64 (state 128)."""
+    h100 = default_profile(get_gpu("h100-sxm"))
+    for tokens, ms in ((2048, 0.279), (8192, 1.045), (65536, 8.633)):
+        flops = 4 * 128 * 128 * 64 * tokens
+        assert recurrent_scan_s(h100, "gated_deltanet", flops, 0.0) * 1e3 == pytest.approx(ms, rel=0.1)
+    tokens = 16384
+    seconds = recurrent_scan_s(h100, "mamba2", 4 * 64 * 128 * 128 * tokens, 0.0)
+    assert 1.07e7 <= tokens / seconds <= 1.29e7
+    # other GPUs: by SM count, never above their matrix peak's share (a B300's 148 SMs run it ~1.1x an H100)
+    b300 = default_profile(get_gpu("b300"))
+    ratio = recurrent_scan_s(h100, "mamba2", 1e12, 0.0) / recurrent_scan_s(b300, "mamba2", 1e12, 0.0)
+    assert 1.0 < ratio < 1.25
+    assert set(RECURRENT_SCAN_FLOPS) == {"gated_deltanet", "mamba2"}
+
+
+def test_hybrid_inference_is_timed_and_training_says_why_not() -> None:
+    r = gpuwise.infer("qwen3.5-27b", gpu="h100", num_gpus=2, batch=8, prompt_tokens=2048, output_tokens=256)
+    assert 0 < r.ttft_s < 10 and 0 < r.tpot_s < 1
+    with pytest.raises(InvalidArgument, match="not modelled for training yet"):
+        gpuwise.train("qwen3.5-27b", gpu="h100", num_gpus=8)
+
+
+def test_a_recurrent_layer_decodes_at_a_cost_that_does_not_grow_with_the_context() -> None:
+    """Per output token, a hybrid's decode grows with the context only through its attention layers: from 1k to
+    64k tokens the step slows by the extra KV its attention layers read at the paged decode kernel's bandwidth
+    (Hopper: 55% of HBM), nothing more for the 36 recurrent layers of the 48. With 2 KV heads over 4 GPUs each GPU
+    holds and reads one whole head (vLLM replicates them), as kv_bytes_per_token counts it."""
+    from gpuwise.estimate.kv_cache import kv_bytes_per_token
+
+    spec = load_model("qwen3-next-80b-a3b-thinking").spec
+    batch, gpus = 32, 4
+
+    def tpot(context: int) -> float:
+        return gpuwise.infer("qwen3-next-80b-a3b-thinking", gpu="h200", num_gpus=gpus, batch=batch,
+                             prompt_tokens=context, output_tokens=64).tpot_s
+
+    grow = tpot(65536) - tpot(1024)
+    h200 = default_profile(get_gpu("h200-sxm"))
+    kv = batch * (65536 - 1024) * kv_bytes_per_token(spec, 2.0, "vllm", gpus)
+    assert grow == pytest.approx(kv / (0.552 * h200.gpu.memory_bandwidth_bytes_per_s), rel=0.2)
+
+
+def test_a_larger_decode_batch_never_takes_less_time_per_step() -> None:
+    steps = [gpuwise.infer("nemotron-3-nano-30b-a3b", gpu="b200", batch=b, prompt_tokens=1024,
+                           output_tokens=128).tpot_s for b in (1, 8, 64, 256)]
+    assert steps == sorted(steps)
+
+
+def test_serving_holds_one_state_slot_per_running_request() -> None:
+    """A hybrid's recurrent state takes pool memory per running request: the engine runs no more requests than the
+    pool holds with their states, and its token pool is what the state slots leave."""
+    r = gpuwise.infer("qwen3.5-27b", gpu="h100", engine="vllm", prompt_tokens=1000, output_tokens=200,
+                      num_prompts=64, max_concurrency=64)
+    state = state_bytes_per_sequence(load_model("qwen3.5-27b").spec)
+    assert "recurrent-state slots" in r.serving.kv_capacity_reason
+    pool = r.memory.estimate.details["kv_pool_bytes"]
+    per_token = 65536  # 16 attention layers x 4 KV heads x 256 x 2 (K and V) x 2 bytes
+    slots, tokens = r.serving.load.limits.max_num_seqs, r.serving.kv_capacity_tokens
+    assert slots * state + tokens * per_token <= pool < slots * state + (tokens + 16) * per_token + state
+    assert slots * (state + 1200 * per_token) <= pool  # each slot's request fits with its whole context
+    assert 40 < slots < 100  # vLLM's default on an H100 is 1,024: the states cap it (~147 MiB each)
+
+
+def test_a_parallel_hybrid_is_still_refused_in_one_line() -> None:
+    """Falcon-H1 runs attention and a Mamba-2 mixer side by side in each layer: not timed, said so."""
+    from gpuwise.model.hf_config import spec_from_hf_config
+
+    spec = spec_from_hf_config({"model_type": "falcon_h1"})
+    with pytest.raises(InvalidArgument, match="beside attention"):
+        block_ops(spec, 0, tokens=8, keys=8)
