@@ -135,3 +135,48 @@ def test_a_parallel_hybrid_is_still_refused_in_one_line() -> None:
     spec = spec_from_hf_config({"model_type": "falcon_h1"})
     with pytest.raises(InvalidArgument, match="beside attention"):
         block_ops(spec, 0, tokens=8, keys=8)
+
+
+@pytest.mark.parametrize(("name", "gpu", "gpus"), [("qwen3.5-27b", "h100", 1), ("nemotron-3-nano-30b-a3b", "b200", 1),
+                                                   ("qwen3-next-80b-a3b-thinking", "h200", 2)])
+def test_a_lone_request_under_load_takes_the_static_time(name: str, gpu: str, gpus: int) -> None:
+    """The serving simulation prices the same kernels as the static answer: one request at a time (rate far below
+    what the engine serves, no HTTP server) gets the static TTFT and TPOT, the recurrent state charged per request
+    and not per prompt row."""
+    static = gpuwise.infer(name, gpu=gpu, num_gpus=gpus, prompt_tokens=8000, output_tokens=64)
+    loaded = gpuwise.infer(name, gpu=gpu, num_gpus=gpus, prompt_tokens=8000, output_tokens=64, request_rate=0.01,
+                           num_prompts=3, offline=True).serving.result
+    assert loaded.ttft_s.mean == pytest.approx(static.ttft_s, rel=0.03)
+    assert loaded.tpot_s.mean == pytest.approx(static.tpot_s, rel=0.03)
+
+
+def test_state_slots_at_the_edges(tmp_path) -> None:
+    """hybrid_slots: a pool too small for one request leaves no token room (then `infer` refuses in one line); a model
+    whose every layer is recurrent has slots and no per-token cache; an explicit request limit is kept when the
+    pool allows more."""
+    import json
+
+    from gpuwise.plan.serve import hybrid_slots
+
+    slots, tokens, _ = hybrid_slots(0.0, 1000.0, 1e6, 64, 100, 16)
+    assert (slots, tokens) == (1, 0)
+    slots, tokens, _ = hybrid_slots(1e9, 0.0, 1e6, 4096, 500, 16)
+    assert slots == 1000 and tokens == slots * 500
+    slots, _, _ = hybrid_slots(1e12, 1000.0, 1e6, 32, 500, 16)
+    assert slots == 32
+    with pytest.raises(InvalidArgument, match="no room for a KV cache"):
+        gpuwise.infer("qwen3.5-27b", gpu="rtx-4090", request_rate=1, num_prompts=4)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "granitemoehybrid"}))  # its default config: every layer Mamba-2
+    for engine in ("vllm", "sglang"):
+        r = gpuwise.infer(str(path), gpu="h100", num_gpus=2, engine=engine, request_rate=2, num_prompts=20)
+        assert r.serving.result.completed == 20 and "recurrent-state slots" in r.serving.kv_capacity_reason
+    r = gpuwise.infer("nemotron-3-nano-30b-a3b", gpu="b200", engine="vllm", max_num_seqs=16, max_concurrency=64,
+                      num_prompts=64, prompt_tokens=512, output_tokens=64)
+    assert r.serving.load.limits.max_num_seqs == 16 and r.serving.result.max_running <= 16
+
+
+def test_picking_gpus_to_train_a_hybrid_is_refused_once() -> None:
+    from gpuwise.cli.main import main
+
+    assert main(["pick", "--task", "train", "qwen3.5-27b"]) == 2

@@ -22,7 +22,7 @@ from functools import lru_cache
 from ..catalog._toml import load_toml
 from ..catalog.devices import DeviceProfile
 from ..errors import InvalidArgument
-from ..model.spec import ModelSpec
+from ..model.spec import NONE, ModelSpec
 from ..units import GB
 from .comm import Topology
 from .engines import SERVING_ENGINES as ENGINES
@@ -218,7 +218,7 @@ def forward_pass_s(spec: ModelSpec, *, profile: DeviceProfile, topo: Topology, e
             attn_bytes = ops.attention_io_elements * (kv_bytes_per_element if decode else e)
             attn_flops = ops.attention_flops
             mla = spec.mla
-            if decode and mla is not None and engine.name != "hf":
+            if decode and mla is not None and engine.name != "hf" and attn_flops > 0:
                 # MLA-aware engines decode on the latent (FlashMLA, weight absorption): each GPU reads every cached
                 # token's latent + RoPE key once, and each of its query heads scores the latent + RoPE key and sums
                 # the latent values: 2 x (2 x kv_lora_rank + rope) FLOPs per head and key
@@ -247,10 +247,13 @@ def forward_pass_s(spec: ModelSpec, *, profile: DeviceProfile, topo: Topology, e
         stream += hit[2]
         flops += hit[3]
         nbytes += hit[4]
-        kernels += engine.kernels_per_block
-        launched += hit[5] + (2 if tp > 1 else 0)  # and the two all-reduces
+        # a transformer block has two parts (mixer, feed-forward), each ending in a TP all-reduce; Nemotron-H's layers
+        # have one; an engine's per-block kernel count is a two-part block's
+        parts = (sig[1] != NONE) + bool(sig[2])
+        kernels += engine.kernels_per_block * parts / 2
+        launched += hit[5] + (parts if tp > 1 else 0)  # and the all-reduces
         if tp > 1:
-            comm += 2 * topo.collective_s("all_reduce", rows * spec.hidden_size * e, tp)
+            comm += parts * topo.collective_s("all_reduce", rows * spec.hidden_size * e, tp)
         if dp > 1 and spec.moe.moe_layers[layer]:
             launched += 2  # the all-gather before the experts and the reduce-scatter after
             gathered = rows * dp * spec.hidden_size * e

@@ -62,24 +62,31 @@ x state_dim per token and head):
   tokens, median 1.18e7: 49.5 TFLOP/s.
 
 Other GPUs: the kernels are bound by how many thread blocks run at once, not by the matrix peak (flashinfer PR #4078
-times the same Triton kernels on a B300 at 2.065 ms where PR #3866's H100 took 1.954), so the rate scales with the
-SM count (132 on an H100 SXM), capped at the ratio of the 16-bit matrix peaks (`recurrent_scan_s`)."""
+times the same Triton kernels on a B300 at 2.065 ms where PR #3866's H100 took 1.954 ms, at 8 value heads per GPU),
+so the rate scales with the SM count (132 on an H100 SXM; a B300's 148 make it 12% faster than that measurement
+says), and never beyond the ratio of the 16-bit matrix peaks, since their dot products run on the tensor cores
+(`recurrent_scan_rate`). Neither rule is checked on a GPU other than those two; llama.cpp's own kernels are priced
+the same, unmeasured."""
 
 RECURRENT_SCAN_REFERENCE = (132, 989.5e12)
 """The H100 SXM the scan rates were measured on: SMs, dense bf16 FLOP/s."""
 
 
-def recurrent_scan_s(profile: DeviceProfile, kind: str, flops: float, state_bytes: float) -> float:
-    """A hybrid model's recurrent layer's scan: the chunked kernels over `flops` (prefill, training forward) at the
-    measured rate of their family scaled to the GPU (`RECURRENT_SCAN_FLOPS`), or in decode the single-step update,
-    bound by reading and writing the `state_bytes` of recurrent state; with the fixed cost of one kernel."""
-    if flops <= 0 and state_bytes <= 0:
-        return 0.0
+def recurrent_scan_rate(profile: DeviceProfile, kind: str) -> float:
+    """FLOP/s of the chunked scan of a recurrent layer of `kind` on the profile's GPU (`RECURRENT_SCAN_FLOPS`)."""
     sms, peak_ref = RECURRENT_SCAN_REFERENCE
     gpu = profile.gpu
     peak = gpu.peak_flops.get("bf16") or gpu.peak_flops.get("fp16") or gpu.peak_flops.get("fp32")
-    scale = min((gpu.sm_count or sms) / sms, (peak / peak_ref) if peak else 1.0)
-    compute = flops / (RECURRENT_SCAN_FLOPS[kind] * scale) if flops > 0 else 0.0
+    return RECURRENT_SCAN_FLOPS[kind] * min((gpu.sm_count or sms) / sms, (peak / peak_ref) if peak else 1.0)
+
+
+def recurrent_scan_s(profile: DeviceProfile, kind: str, flops: float, state_bytes: float) -> float:
+    """A hybrid model's recurrent layer's scan: the chunked kernels over `flops` (prefill, training forward) at the
+    measured rate of their family scaled to the GPU (`recurrent_scan_rate`), or in decode the single-step update,
+    bound by reading and writing the `state_bytes` of recurrent state; with the fixed cost of one kernel."""
+    if flops <= 0 and state_bytes <= 0:
+        return 0.0
+    compute = flops / recurrent_scan_rate(profile, kind) if flops > 0 else 0.0
     return max(compute, state_bytes / profile.bandwidth) + profile.kernel_overhead_s
 
 

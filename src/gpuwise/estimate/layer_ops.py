@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from ..errors import InvalidArgument
 from ..model.spec import LINEAR, NONE, SLIDING, ModelSpec
+from .kv_cache import STATE_BYTES_PER_ELEMENT
 
 PERMUTE_BYTES = 8.0
 """Bytes per (token x hidden) element of an MoE layer's permute + unpermute per routed copy and per token: each
@@ -169,7 +170,6 @@ def block_ops(spec: ModelSpec, layer: int, *, tokens: int, keys: float, tp: int 
         extra_norms = (mla.q_lora_rank or 0) + mla.kv_lora_rank
     elif attends:
         q = nh * spec.head_dim
-        kv = spec.num_kv_heads * spec.head_dim
         gate = q if spec.attn_output_gate else 0  # Qwen3-Next's q_proj also yields the output gate
         # fewer KV heads than TP ranks: each rank keeps (projects, caches and reads) one whole head, as vLLM,
         # SGLang and Megatron-Core replicate them
@@ -179,8 +179,8 @@ def block_ops(spec: ModelSpec, layer: int, *, tokens: int, keys: float, tp: int 
         score_dim = value_dim = q / tp
         kv_width = 2 * kv_local
         q_width = q / tp
-        rope_elems = (q + kv) / tp if spec.position == "rope" else 0.0
-        extra_norms = (q + kv) / tp if spec.qk_norm != "none" else 0.0
+        rope_elems = q / tp + kv_local if spec.position == "rope" else 0.0
+        extra_norms = q / tp + kv_local if spec.qk_norm != "none" else 0.0
     sb = STREAM_BYTES[style]
     act = 0.0
     scan_flops = state_bytes = 0.0
@@ -190,9 +190,10 @@ def block_ops(spec: ModelSpec, layer: int, *, tokens: int, keys: float, tp: int 
         g, scan_flops, state_bytes, mixer_stream = _linear_mixer_ops(spec, tokens, tp, sequences)
         gemms += g
         act += mixer_stream
-        mixer_kernels = LINEAR_MIXER_KERNELS[lm.kind]
+        mixer_kernels = LINEAR_MIXER_KERNELS[lm.kind] if sequences is None else LINEAR_MIXER_DECODE_KERNELS
     if attends and spec.attn_output_gate:
         act += sb["residual"] * q_width  # sigmoid(gate) x attention output, one pass
+        mixer_kernels += 1
     gated = spec.gated_mlp
     mats = 3 if gated else 2
     moe = spec.moe
@@ -240,12 +241,16 @@ def block_ops(spec: ModelSpec, layer: int, *, tokens: int, keys: float, tp: int 
                     recurrent_kind=spec.linear.kind if kind == LINEAR and spec.linear else None)
 
 
-LINEAR_MIXER_KERNELS = {"gated_deltanet": 6, "mamba2": 7}
-"""Kernels one recurrent mixer launches beside its two projections, in prefill (vLLM's and SGLang's Triton ports of
-flash-linear-attention and mamba_ssm): the causal convolution, the gating (Gated DeltaNet's beta and decay) or dt
-softplus, the chunked scan (Gated DeltaNet: chunk_local_cumsum, the fused kkt / solve_tril / WY kernel, the state
-recurrence and the output: three beside the cumsum; Mamba-2: chunk cumsum, chunk state, state passing, BMM and chunk
-scan: five) and the gated RMSNorm."""
+LINEAR_MIXER_KERNELS = {"gated_deltanet": 7, "mamba2": 8}
+"""Kernels one recurrent mixer launches beside its two projections in prefill (vLLM's and SGLang's Triton ports of
+flash-linear-attention and mamba_ssm): the causal convolution, the gating (Gated DeltaNet's beta and decay; Mamba-2's
+dt softplus), the chunked scan (Gated DeltaNet: chunk_local_cumsum, the fused kkt / solve_tril / WY kernel, the state
+recurrence and the output, four; Mamba-2: chunk cumsum, chunk state, state passing, BMM and chunk scan, five) and the
+gated RMSNorm."""
+
+LINEAR_MIXER_DECODE_KERNELS = 3
+"""In decode: the convolution's one-step update, the state update (fused_recurrent_gated_delta_rule,
+selective_state_update) and the gated RMSNorm."""
 
 
 def _linear_mixer_ops(spec: ModelSpec, tokens: int, tp: int,
@@ -270,8 +275,8 @@ def _linear_mixer_ops(spec: ModelSpec, tokens: int, tp: int,
     scan = 4.0 * lm.head_dim * lm.state_dim * heads * tokens
     state = 0.0
     if sequences is not None:
-        ssm = lm.ssm_state_bytes if lm.ssm_state_bytes is not None else 2.0
-        state = 2.0 * sequences * (lm.ssm_elements * ssm + lm.conv_elements * 2.0) / tp
+        ssm = lm.ssm_state_bytes if lm.ssm_state_bytes is not None else STATE_BYTES_PER_ELEMENT
+        state = 2.0 * sequences * (lm.ssm_elements * ssm + lm.conv_elements * STATE_BYTES_PER_ELEMENT) / tp
     stream = (4.0 * lm.conv_dim + 6.0 * lm.inner) / tp
     return gemms, scan, state, stream
 

@@ -17,6 +17,7 @@ from typing import Literal, get_args
 
 from ..catalog.devices import DeviceProfile
 from ..model.spec import ModelSpec
+from .kernels import recurrent_scan_rate
 from .layer_ops import block_ops, head_gemm, keys_per_query
 
 STREAMING_OPS = ("attention (scores, values)", "norms, residuals, activation", "recurrent scan (state)")
@@ -121,7 +122,9 @@ def roofline(spec: ModelSpec, profile: DeviceProfile, *, dtype: str, phase: str,
         add("norms, residuals, activation", 0.0, ops.stream_bytes)
     hg = head_gemm(spec, batch)
     add("lm head", hg.flops, hg.n * hg.k * weight_bytes_per_param + (hg.m * hg.k + hg.m * hg.n) * e)
-    out = tuple(RooflineOp(name, f, b, max(f / a_peak, b / op_bandwidth(name, a_bw, profile.bandwidth)))
+    # a recurrent layer's chunked scan runs at its kernels' measured rate, far below the matrix peak
+    rate = {"recurrent scan (state)": recurrent_scan_rate(profile, spec.linear.kind)} if spec.linear else {}
+    out = tuple(RooflineOp(name, f, b, max(f / rate.get(name, a_peak), b / op_bandwidth(name, a_bw, profile.bandwidth)))
                 for name, (f, b) in sums.items())
     return Roofline(dtype=dtype, peak_flops=peak, bandwidth_bytes_per_s=bw, achievable_flops=a_peak,
                     achievable_bandwidth_bytes_per_s=a_bw, ops=out, copy_bandwidth_bytes_per_s=profile.bandwidth)

@@ -46,7 +46,8 @@ class StepCost:
     """Time of one engine step as a function of what it computes (built from the kernel model by `plan.serve`).
 
     seconds = rows_s(rows) + head_s(logits_rows) + kv_read_s_per_token x cached tokens the decoding requests read
-              + prefill_attention_s_per_pair x (query, key) pairs of the prompt chunks + step_overhead_s
+              + prefill_attention_s_per_pair x (query, key) pairs of the prompt chunks
+              + state_s_per_request x running requests (hybrid models' recurrent state) + step_overhead_s
     """
 
     rows_grid: tuple[int, ...]
@@ -68,6 +69,9 @@ class StepCost:
     prefill_host_s: float = 0.0
     """Host time to launch a step with prompt chunks that the engine runs eagerly (SGLang's extend): such a step's
     kernels take at least this long (`EnginePerf.prefill_host_s_per_kernel`); 0: graphed or compiled."""
+    state_s_per_request: float = 0.0
+    """Hybrid models: seconds to read and write one running request's recurrent state (all its recurrent layers)
+    in a step; 0 for attention-only models."""
 
     def seconds(self, rows: int, logits_rows: int, kv_tokens: float, attention_pairs: float,
                 requests: int = 0) -> float:
@@ -85,7 +89,7 @@ def _step_seconds(cost, rows_s: float, head_s: float, kv_tokens: float, attentio
                   requests: int) -> float:
     """One step: its kernels (at least the eager launches of a step with prompt chunks), then the host's time."""
     kernels = (rows_s + head_s + kv_tokens * cost.kv_read_s_per_token
-               + attention_pairs * cost.prefill_attention_s_per_pair)
+               + attention_pairs * cost.prefill_attention_s_per_pair + requests * cost.state_s_per_request)
     if attention_pairs > 0 and kernels < cost.prefill_host_s:
         kernels = cost.prefill_host_s
     return kernels + cost.step_overhead_s + requests * cost.step_overhead_s_per_request
@@ -355,7 +359,7 @@ class _Memo:
     again and again)."""
 
     __slots__ = ("cost", "rows", "head", "kv_read_s_per_token", "prefill_attention_s_per_pair", "step_overhead_s",
-                 "step_overhead_s_per_request", "prefill_host_s")
+                 "step_overhead_s_per_request", "prefill_host_s", "state_s_per_request")
 
     def __init__(self, cost: StepCost) -> None:
         self.cost, self.rows, self.head = cost, {}, {}
@@ -364,6 +368,7 @@ class _Memo:
         self.step_overhead_s = cost.step_overhead_s
         self.step_overhead_s_per_request = cost.step_overhead_s_per_request
         self.prefill_host_s = cost.prefill_host_s
+        self.state_s_per_request = cost.state_s_per_request
 
     def rows_time(self, n: int) -> float:
         t = self.rows.get(n)

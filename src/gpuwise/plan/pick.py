@@ -28,6 +28,7 @@ from ..estimate.engines import SGLANG
 from ..units import GiB
 from .pick_request import ENGINE_VENDORS, RULES, TRAIN_VENDORS, Candidate, PickRequest, PickResult
 from ..errors import GpuwiseError
+from ..estimate.layer_ops import raise_untimed_linear
 from .pick_setups import _evaluate, _rate
 
 
@@ -73,6 +74,8 @@ def pick(req: PickRequest) -> PickResult:
     t0 = time.perf_counter()
     if req.task == "serve":
         return _finish(req, *_pick_serve(req), t0)
+    if req.model.spec.hybrid:  # the model itself cannot be costed for training on any GPU: said once
+        raise_untimed_linear(req.model.spec, training=True)
     candidates: list[Candidate] = []
     errors: list[GpuwiseError] = []
     evaluated = 0

@@ -12,6 +12,7 @@ import csv
 import json
 import math
 import random
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +21,7 @@ from ..errors import InvalidArgument
 from ..estimate import engines
 from ..estimate.infer_time import PassTime, decode_kv_bandwidth, engine_perf
 from ..estimate.kernels import attention_s
-from ..estimate.kv_cache import kv_cache_bytes
+from ..estimate.kv_cache import kv_cache_bytes, state_bytes_per_sequence
 from ..estimate.layer_ops import attention_head_dim, block_ops
 from ..estimate.serving import (EngineLimits, Frontend, OutputReservation, ServingResult, Speculation, StepCost,
                                 Workload, simulate, stats)
@@ -132,8 +133,11 @@ def step_cost(step, *, spec, profile, engine, kv_bytes_per_element: float, tp: i
         m *= 2
     grid.append(max_rows)
     rows_s = []
+    # a hybrid's recurrent state is read and written once per running request, not per row: the rows are timed
+    # with no sequence attached (their scan at the chunked kernels' rate) and the state priced per request below
+    hybrid = spec.linear is not None
     for m in grid:
-        p: PassTime = step(m, m, 1, True, 0)
+        p: PassTime = step(m, 0 if hybrid else m, 1, True, 0)
         rows_s.append(p.seconds - p.overhead_s)
     head_grid = [m for m in grid if m <= 4096] or [1]
     base = step(1, 1, 1, True, 0).seconds
@@ -142,8 +146,8 @@ def step_cost(step, *, spec, profile, engine, kv_bytes_per_element: float, tp: i
     # the workload's mean context (sliding-window layers hold at most their window), at the paged decode kernel's
     # bandwidth where the engine runs one (`decode_kv_bandwidth`)
     ctx = max(1, int(mean_context))
-    kv_bytes = kv_cache_bytes(spec, context=ctx, batch=1, bytes_per_element=kv_bytes_per_element,
-                              engine="vllm", tp=tp) / ctx
+    kv_bytes = (kv_cache_bytes(spec, context=ctx, batch=1, bytes_per_element=kv_bytes_per_element, engine="vllm",
+                               tp=tp) - state_bytes_per_sequence(spec, tp)) / ctx  # the state: per request, below
     flops_per_pair = sum(block_ops(spec, i, tokens=1, keys=1, tp=tp).attention_flops for i in range(spec.num_layers))
     # the flash kernel's rate at the workload's mean prompt length (the per-launch cost is in rows_s)
     probe = 1e15
@@ -155,7 +159,8 @@ def step_cost(step, *, spec, profile, engine, kv_bytes_per_element: float, tp: i
                     prefill_attention_s_per_pair=flops_per_pair * s_per_flop,
                     step_overhead_s=engine.step_overhead_s,
                     step_overhead_s_per_request=engine.step_overhead_s_per_request,
-                    prefill_host_s=step(1, 1, 1, False, 1).host_s if engine.prefill_host_s_per_kernel else 0.0)
+                    prefill_host_s=step(1, 1, 1, False, 1).host_s if engine.prefill_host_s_per_kernel else 0.0,
+                    state_s_per_request=2 * state_bytes_per_sequence(spec, tp) / profile.bandwidth if hybrid else 0.0)
 
 
 def run(cost: StepCost, load: LoadSpec) -> ServingResult:
@@ -252,7 +257,8 @@ def load_spec(req, *, gpu_memory_bytes: int, gpu_id: str, kv_pool_bytes: float |
 
         pool = kv_pool_bytes or 0.0
         capacity = int(pool // kv_bytes_per_token) if kv_bytes_per_token > 0 else 0
-        seqs = req.max_num_seqs or min(SGLANG.max_running_requests, max(1, capacity // 2))
+        seqs = req.max_num_seqs or min(SGLANG.max_running_requests, max(1, capacity // 2) if capacity else
+                                       SGLANG.max_running_requests)  # a pool of states alone: its slots cap it
         tokens = req.max_num_batched_tokens or SGLANG.chunked_prefill_size(gpu_memory_bytes)
         reason = ("as given" if (req.max_num_seqs and req.max_num_batched_tokens) else
                   f"SGLang's defaults on this GPU (max_running_requests {seqs}: half the pool's tokens, at most "
@@ -278,10 +284,14 @@ def load_spec(req, *, gpu_memory_bytes: int, gpu_id: str, kv_pool_bytes: float |
         cap_reason = (f"the engine's KV pool {pool / 2**30:.2f} GiB per GPU / {kv_bytes_per_token:,.0f} bytes per "
                       f"token, in blocks of {block}")
     if state_bytes_per_sequence > 0 and req.engine != "llamacpp":
+        # the requests' whole lengths, as the workload has them (a length file's mean, not --prompt-tokens)
+        mean_length = max(1, round(statistics.fmean(p + o for p, o in zip(prompts, outputs))))
+        cap = seqs
         seqs, capacity, note = hybrid_slots(kv_pool_bytes or 0.0, kv_bytes_per_token, state_bytes_per_sequence,
-                                            seqs, context, block)
+                                            seqs, mean_length, block)
         cap_reason += note
-        reason += f"; {seqs} state slots"
+        if seqs < cap:
+            reason += f"; running requests capped at {seqs} by their recurrent states"
     if capacity < block:
         raise InvalidArgument("under load: the weights leave no room for a KV cache on this GPU (see `gpuwise fit`); "
                               "use more GPUs, smaller weights or a larger GPU")
@@ -303,7 +313,8 @@ def hybrid_slots(pool: float, per_token: float, state: float, seqs: int, context
     fit = int(pool // (state + per_token * context)) if state + per_token * context > 0 else seqs
     slots = max(1, min(seqs, fit))
     left = max(0.0, pool - slots * state)
-    capacity = int(left // (per_token * block)) * block if per_token > 0 else 0
+    # a model whose every layer is recurrent caches no token: the pool's limit is its slots alone
+    capacity = int(left // (per_token * block)) * block if per_token > 0 else (slots * context if fit else 0)
     note = (f", less {slots} recurrent-state slots of {state / 2**20:,.1f} MiB each (one per running request, at most "
             f"what the pool holds with {context:,} tokens of KV each)")
     return slots, capacity, note
