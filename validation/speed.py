@@ -90,7 +90,7 @@ def score(row: dict) -> Scored:
     capacity = row.get("device_memory_gib", r.request.gpu.memory_bytes / GiB)
     required = r.memory.required / GiB
     from gpuwise.plan.confidence import speed_category
-    from gpuwise.plan.train import fp8_family
+    from gpuwise.plan.train import fp8_family, recurrent_kind
 
     req, lay = r.request, r.layout
     rule = speed_category(moe=req.model.spec.moe is not None, cp=lay.cp, seq=req.seq, vendor=req.gpu.vendor,
@@ -99,7 +99,7 @@ def score(row: dict) -> Scored:
     config = {"gpu": req.gpu.id, "precision": req.precision, "framework": r.framework, "num_gpus": req.num_gpus,
               "seq": req.seq, "finetune": req.finetune, "optimizer": req.optimizer,
               "power_limit_w": req.gpu.power_limit_w,
-              "fp8_kernels": fp8_family(req),
+              "fp8_kernels": fp8_family(req), "mixer": recurrent_kind(req.model.spec),
               "degrees": {"tp": lay.tp, "pp": lay.pp, "cp": lay.cp, "ep": lay.ep}}
     return Scored(row["category"], row["split"], row["name"], row["metric"], published, predicted, error,
                   required <= capacity, required, capacity, rule, config)
@@ -226,6 +226,7 @@ def bands_toml(scored: list[Scored]) -> str:
                 f"optimizers = {strings('optimizer')}",
                 "fp8_kernels = [" + ", ".join(f'"{v}"' for v in sorted({c["fp8_kernels"] for c in cover
                                                                            if c["fp8_kernels"]})) + "]",
+                "mixers = [" + ", ".join(f'"{v}"' for v in sorted({c["mixer"] for c in cover if c["mixer"]})) + "]",
                 f"max_gpus = {max(c['num_gpus'] for c in cover)}",
                 f"max_seq = {max(c['seq'] for c in cover)}",
                 "power_limits = [" + ", ".join(f'"{g} at {w:g} W"' for g, w in limits) + "]",

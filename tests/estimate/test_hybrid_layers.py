@@ -3,6 +3,8 @@ estimate/kernels.py `recurrent_scan_s`)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 import gpuwise
@@ -80,11 +82,65 @@ def test_scan_rate_reproduces_the_measured_kernel_times() -> None:
     assert set(RECURRENT_SCAN_FLOPS) == {"gated_deltanet", "mamba2"}
 
 
-def test_hybrid_inference_is_timed_and_training_says_why_not() -> None:
+def test_what_a_hybrid_cannot_train_with_is_said_in_one_line() -> None:
+    """Context parallelism over recurrent layers and torchtitan's per-op checkpointing have no model; Falcon-H1's
+    parallel hybrid is not timed at all."""
+    with pytest.raises(InvalidArgument, match="context parallelism over its recurrent layers"):
+        gpuwise.train("qwen3.5-27b", gpu="h100", num_gpus=8, cp=2, seq=8192)
+    with pytest.raises(InvalidArgument, match="per-op checkpointing"):
+        gpuwise.train("qwen3.5-35b-a3b", gpu="h100", num_gpus=8, framework="torchtitan", ac="selective")
+
+
+@pytest.mark.parametrize("name", HYBRIDS)
+def test_training_flops_count_the_kernels_the_step_runs(name: str) -> None:
+    """flops.forward_flops (the MFU numerator) and layer_ops.block_ops (what the step time prices) are written apart;
+    over a whole model they agree: GEMM FLOPs, the recurrent scans and the attention core of the attending layers."""
+    from gpuwise.estimate.flops import forward_flops
+    from gpuwise.estimate.layer_ops import head_gemm, keys_per_query
+
+    spec = load_model(name).spec
+    seq = 4096
+    f = forward_flops(spec, seq)
+    gemm = scan = attn = 0.0
+    for layer in range(spec.num_layers):
+        ops = block_ops(spec, layer, tokens=seq, keys=keys_per_query(spec, layer, seq))
+        gemm += sum(g.flops for g in ops.gemms if not g.name.startswith("experts"))
+        scan += ops.recurrent_flops
+        attn += ops.attention_flops
+    routed = f.routed_experts  # block_ops runs balanced expert GEMMs: the same FLOPs up to rounding
+    assert f.total - routed == pytest.approx(gemm + scan + attn + head_gemm(spec, seq).flops, rel=1e-9)
+    assert f.recurrent_scan == pytest.approx(scan) and f.recurrent_scan > 0
+
+
+@pytest.mark.parametrize("name", ["nemotron-3-nano-30b-a3b", "qwen3.5-27b"])
+@pytest.mark.parametrize("framework", ["megatron", "hf"])
+def test_hybrid_training_keeps_the_memory_and_time_properties(name: str, framework: str) -> None:
+    """Memory never falls when the micro-batch or the sequence grows; checkpointing never raises activations; the
+    step never gets shorter when the sequence or the batch grows; MFU stays below 1."""
+    def run(**kw):
+        base = dict(num_gpus=8, seq=2048, micro_batch=1, global_batch=16, framework=framework, zero=1)
+        if "nemotron" in name:
+            base["ep"] = 8
+        return gpuwise.train(name, gpu="h100-sxm", **{**base, **kw})
+
+    base = run()
+    # two micro-batches per rank on both sides (one alone frees the gradients at the backward's start: a real fall)
+    assert run(micro_batch=2, global_batch=32).memory.total >= base.memory.total
+    longer = run(seq=4096)
+    assert longer.memory.activations_per_microbatch > base.memory.activations_per_microbatch
+    assert longer.perf.step.step_time_s > base.perf.step.step_time_s
+    assert run(global_batch=32).perf.step.step_time_s > base.perf.step.step_time_s
+    modes = ["none", "selective", "full"] + (["selective:moe"] if framework == "megatron" and "nemotron" in name
+                                             else [])
+    act = {m: run(recompute=m).memory.activations_per_microbatch for m in modes}
+    assert act["full"] <= act["selective"] <= act["none"]
+    assert all(v <= act["none"] for v in act.values())
+    assert 0 < base.perf.mfu < 1 and 0 < base.perf.hfu < 1
+
+
+def test_hybrid_inference_is_timed() -> None:
     r = gpuwise.infer("qwen3.5-27b", gpu="h100", num_gpus=2, batch=8, prompt_tokens=2048, output_tokens=256)
     assert 0 < r.ttft_s < 10 and 0 < r.tpot_s < 1
-    with pytest.raises(InvalidArgument, match="not modelled for training yet"):
-        gpuwise.train("qwen3.5-27b", gpu="h100", num_gpus=8)
 
 
 def test_a_recurrent_layer_decodes_at_a_cost_that_does_not_grow_with_the_context() -> None:
@@ -176,7 +232,9 @@ def test_state_slots_at_the_edges(tmp_path) -> None:
     assert r.serving.load.limits.max_num_seqs == 16 and r.serving.result.max_running <= 16
 
 
-def test_picking_gpus_to_train_a_hybrid_is_refused_once() -> None:
+def test_picking_gpus_to_train_a_hybrid_costs_them(capsys) -> None:
     from gpuwise.cli.main import main
 
-    assert main(["pick", "--task", "train", "qwen3.5-27b"]) == 2
+    assert main(["pick", "--task", "train", "nemotron-3-nano-30b-a3b", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["ranked"] and not any(c["rule"] == "unknown" for c in doc["rejected"])

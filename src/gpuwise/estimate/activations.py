@@ -32,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..memo import remember
-from ..model.spec import ModelSpec
+from ..model.spec import LINEAR, NONE, ModelSpec
 from .job import TrainJob
 from .layer_ops import block_signature
 from .layout import Layout
@@ -144,6 +144,14 @@ def layer_terms(spec: ModelSpec, layer: int, *, framework: str, e: float = 2.0, 
         rep["linear_inputs"] = inputs * lin_se * h
     if spec.hidden_dropout > 0:
         rep["dropout_masks"] = 2 * h  # one byte per element, after attention and after the MLP
+    kind = spec.layer_types[layer]
+    ffn = not spec.ffn_layers or spec.ffn_layers[layer]
+    if kind in (LINEAR, NONE):  # a hybrid's recurrent layer, or a feed-forward-only one (Nemotron-H): no attention
+        if kind == LINEAR:
+            split["recurrent"] = linear_mixer_saved(spec, e, framework)
+        if ffn:
+            _ffn_terms(spec, layer, rep, split, e, se, lin_in, lin_se, framework, compiled, keeps, megatron, fp8_saved)
+        return LayerTerms(replicated=rep, split=split)
     if spec.qk_norm == "head":
         split["qk_norm"] = (_norm_bytes(spec, q, e, framework, compiled, fused=fused_norm)
                             + _norm_bytes(spec, k, e, framework, compiled, fused=fused_norm)
@@ -169,6 +177,16 @@ def layer_terms(spec: ModelSpec, layer: int, *, framework: str, e: float = 2.0, 
         # its fp32 output (the softmax's backward) and the 16-bit cast (the matmul with V)
         softmax = (4 + (e if se < 4 else 0)) if framework == "hf" else se  # fp32 q, k: fp32 scores, no cast
         score = a * (softmax + (1 + e if spec.attention_dropout > 0 else 0))
+    if ffn:
+        _ffn_terms(spec, layer, rep, split, e, se, lin_in, lin_se, framework, compiled, keeps, megatron, fp8_saved)
+    return LayerTerms(replicated=rep, split=split, score_per_key=score)
+
+
+def _ffn_terms(spec: ModelSpec, layer: int, rep: dict[str, float], split: dict[str, float], e: float, se: float,
+               lin_in: float, lin_se: float, framework: str, compiled: bool, keeps, megatron: bool,
+               fp8_saved: frozenset[str]) -> None:
+    """The feed-forward part's saved terms (dense MLP, or MoE router, expert inputs and experts), into `rep`/`split`."""
+    h = spec.hidden_size
     act_in = 1.0 if "activation" in fp8_saved else None
     moe = spec.moe
     if moe is not None and moe.moe_layers[layer]:
@@ -182,7 +200,37 @@ def layer_terms(spec: ModelSpec, layer: int, *, framework: str, e: float = 2.0, 
                                                  keeps("down"), act_in)
     else:
         split["mlp"] = _mlp_terms(spec, spec.intermediate_size, se, lin_se, framework, compiled, keeps("down"), act_in)
-    return LayerTerms(replicated=rep, split=split, score_per_key=score)
+
+
+GDN_CHUNK = 64
+"""flash-linear-attention's chunk for the gated delta rule: its forward keeps the chunk's fp32 intra-chunk matrix A,
+one row of 64 per token and head."""
+
+
+def linear_mixer_saved(spec: ModelSpec, e: float, framework: str) -> float:
+    """Bytes per token a hybrid model's recurrent layer keeps for its backward beyond its input (counted with the
+    linear inputs), before TP splits its heads: what each kernel's autograd function saves.
+
+    Mamba-2, training path of mamba_ssm's `mamba_split_conv1d_scan_combined` (Megatron-Core's MambaMixer
+    `_ssm_training`, transformers' cuda_kernels_forward): the in_proj output (z, x, B, C, dt) as one contiguous copy
+    and the scan's output before the gate; the convolution is recomputed in the backward. Megatron runs its gated
+    RMSNorm and out_proj outside the kernel (they keep their inputs, and the norm its rstd per group);
+    transformers passes both into the kernel, which keeps the rstd only.
+
+    Gated DeltaNet (flash-linear-attention's causal_conv1d and chunk_gated_delta_rule): the convolution keeps its
+    input (q, k, v), the delta rule its own q, k, v, the decay g (fp32), beta and its intra-chunk matrix A (fp32,
+    `GDN_CHUNK` per head); the gated norm keeps the output and the gate z, out_proj its input. Megatron-Core's
+    GatedDeltaNet normalizes q and k outside the kernel (use_qk_l2norm_in_kernel False), which keeps them once more."""
+    lm = spec.linear
+    assert lm is not None
+    if lm.kind == "mamba2":
+        saved = e * (2 * lm.inner + 2 * lm.num_groups * lm.state_dim + lm.num_heads) + e * lm.inner
+        if framework == "megatron":
+            saved += 2 * e * lm.inner
+        return saved + 4 * lm.num_groups
+    keys = 2 * lm.num_groups * lm.state_dim
+    saved = e * (2 * lm.conv_dim + 3 * lm.inner) + lm.num_heads * (4 + e + 4 * GDN_CHUNK)
+    return saved + (e * keys if framework == "megatron" else 0.0)
 
 
 def adapters_keeping_input(job: TrainJob) -> frozenset[str] | None:
@@ -295,7 +343,7 @@ def _per_token(spec: ModelSpec, layer: int, framework: str, e: float, fp8: bool,
     hit = _PER_TOKEN.get(key)
     if hit is not None:
         return hit[0]
-    if mode == "op":
+    if mode == "op" and not spec.hybrid:  # (a hybrid is refused per-op checkpointing: plan/train.py)
         value = op_saved_per_token(spec, layer, e=e, tp=tp, sp=sp)
     else:
         terms = layer_terms(spec, layer, framework=framework, e=e, fp8=fp8, flash=flash, compiled=compiled,

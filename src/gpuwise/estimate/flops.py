@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 
 from ..dtypes import peak_operand_bytes
 from ..memo import remember
-from ..model.spec import SLIDING, ModelSpec
+from ..model.spec import LINEAR, NONE, SLIDING, ModelSpec
 from .job import CONVENTIONS, TrainJob
 from .recompute import recompute_plan, recomputed_flops
 
@@ -40,11 +40,16 @@ class FlopsBreakdown:
     routed_experts: float = 0.0
     shared_experts: float = 0.0
     lm_head: float = 0.0
+    recurrent_projections: float = 0.0
+    """Hybrid models' recurrent layers: their input and output projections."""
+    recurrent_scan: float = 0.0
+    """Their scan, 4 x head_dim x state_dim per token and head (the count their kernels' benchmarks use)."""
 
     @property
     def total(self) -> float:
         return (self.qkv + self.attention_scores + self.attention_values + self.attention_output + self.mlp
-                + self.router + self.routed_experts + self.shared_experts + self.lm_head)
+                + self.router + self.routed_experts + self.shared_experts + self.lm_head
+                + self.recurrent_projections + self.recurrent_scan)
 
     @property
     def attention_core(self) -> float:
@@ -100,16 +105,18 @@ def _keys_per_query(seq: int, window: int | None, convention: str) -> float:
 _KINDS: dict = {}
 
 
-def _layer_kinds(spec: ModelSpec) -> tuple[tuple[bool, bool, int], ...]:
-    """(sliding-window attention, MoE, number of layers) for each kind of block in the model (cached)."""
+def _layer_kinds(spec: ModelSpec) -> tuple[tuple[str, bool, bool, int], ...]:
+    """(mixer: full/sliding attention, linear or none; MoE; a feed-forward part; number of layers) for each kind of
+    block in the model (cached)."""
     hit = _KINDS.get((id(spec),))
     if hit is not None:
         return hit[0]
-    counts: dict[tuple[bool, bool], int] = {}
+    counts: dict[tuple[str, bool, bool], int] = {}
     for i in range(spec.num_layers):
-        kind = (spec.layer_types[i] == SLIDING, spec.moe is not None and bool(spec.moe.moe_layers[i]))
+        kind = (spec.layer_types[i], spec.moe is not None and bool(spec.moe.moe_layers[i]),
+                not spec.ffn_layers or spec.ffn_layers[i])
         counts[kind] = counts.get(kind, 0) + 1
-    return remember(_KINDS, (id(spec),), tuple((s, m, n) for (s, m), n in counts.items()), spec)
+    return remember(_KINDS, (id(spec),), tuple((t, m, f, n) for (t, m, f), n in counts.items()), spec)
 
 
 def forward_flops(spec: ModelSpec, seq: int, *, convention: str = "causal", lm_head_tokens: int | None = None) -> FlopsBreakdown:
@@ -134,15 +141,25 @@ def forward_flops(spec: ModelSpec, seq: int, *, convention: str = "causal", lm_h
         out = 2 * q * h
         score_dim = value_dim = q
     mats = 3 if spec.gated_mlp else 2
+    if spec.attn_output_gate:  # Qwen3-Next's q_proj also yields the attention output's gate
+        qkv += 2 * h * spec.num_heads * spec.head_dim
     totals = dict(qkv=0.0, attention_scores=0.0, attention_values=0.0, attention_output=0.0, mlp=0.0, router=0.0,
-                  routed_experts=0.0, shared_experts=0.0)
-    for sliding, is_moe, n in _layer_kinds(spec):
-        keys = _keys_per_query(seq, spec.sliding_window if sliding else None, convention)
-        totals["qkv"] += n * qkv * seq
-        totals["attention_scores"] += n * 2 * score_dim * keys * seq
-        totals["attention_values"] += n * 2 * value_dim * keys * seq
-        totals["attention_output"] += n * out * seq
+                  routed_experts=0.0, shared_experts=0.0, recurrent_projections=0.0, recurrent_scan=0.0)
+    lm = spec.linear
+    for kind, is_moe, ffn, n in _layer_kinds(spec):
+        if kind == LINEAR and lm is not None:  # the projections of layer_ops._linear_mixer_ops, and its scan
+            per_head = lm.num_heads if lm.kind == "mamba2" else 2 * lm.num_heads
+            totals["recurrent_projections"] += n * 2 * h * (2 * lm.inner + lm.conv_dim + per_head) * seq
+            totals["recurrent_scan"] += n * 4 * lm.head_dim * lm.state_dim * lm.num_heads * seq
+        elif kind != NONE:
+            keys = _keys_per_query(seq, spec.sliding_window if kind == SLIDING else None, convention)
+            totals["qkv"] += n * qkv * seq
+            totals["attention_scores"] += n * 2 * score_dim * keys * seq
+            totals["attention_values"] += n * 2 * value_dim * keys * seq
+            totals["attention_output"] += n * out * seq
         moe = spec.moe
+        if not ffn:
+            continue
         if is_moe:
             totals["router"] += n * 2 * h * moe.num_experts * seq
             totals["routed_experts"] += n * moe.top_k * mats * 2 * h * moe.expert_intermediate_size * seq

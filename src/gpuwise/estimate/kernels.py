@@ -68,6 +68,11 @@ says), and never beyond the ratio of the 16-bit matrix peaks, since their dot pr
 (`recurrent_scan_rate`). Neither rule is checked on a GPU other than those two; llama.cpp's own kernels are priced
 the same, unmeasured."""
 
+RECURRENT_BACKWARD_RATIO = 1.9
+"""A chunked scan's backward over its forward: flash-linear-attention's chunked delta rule on an A100 (TileOPs PR
+#633, batch 2, 4 heads, fp16) 0.731 ms against 0.383 ms at 16,384 tokens (1.91; 1.70 at 8,192, where both are
+latency-bound). Taken for Mamba-2's SSD too, whose backward has the same chunked structure (no measurement)."""
+
 RECURRENT_SCAN_REFERENCE = (132, 989.5e12)
 """The H100 SXM the scan rates were measured on: SMs, dense bf16 FLOP/s."""
 

@@ -100,16 +100,11 @@ def _moe_expert_tokens(spec: ModelSpec, tokens: int, ep: int) -> tuple[int, int]
     return local, per_expert
 
 
-def raise_untimed_linear(spec: ModelSpec, *, training: bool = False) -> None:
-    """What hybrid models are not modelled for, in one line rather than costing it as attention: training (their
-    recurrent layers' backward kernels and saved tensors have no model yet), and any parallel hybrid (Falcon-H1:
-    attention and a Mamba-2 mixer side by side in one layer)."""
+def raise_untimed_linear(spec: ModelSpec) -> None:
+    """A parallel hybrid (Falcon-H1: attention and a Mamba-2 mixer side by side in one layer) is not timed: said in
+    one line rather than costing the layer as attention alone."""
     kind = {"gated_deltanet": "Gated DeltaNet", "mamba2": "Mamba-2"}.get(spec.linear.kind if spec.linear else "",
                                                                          "recurrent")
-    if training and not spec.parallel_mixer:
-        raise InvalidArgument(f"{spec.family}: its {kind} layers are not modelled for training yet (no model of their "
-                              "backward kernels and saved tensors): `gpuwise infer` and `gpuwise fit` answer "
-                              "inference; training time, training memory and plans are not available for this model")
     raise InvalidArgument(f"{spec.family}: its {kind} layers run beside attention in the same layer, which is not "
                           "timed yet: `gpuwise fit` answers memory (weights, KV cache and recurrent state); speed, "
                           "training memory and plans are not available for this model")
@@ -220,6 +215,8 @@ def block_ops(spec: ModelSpec, layer: int, *, tokens: int, keys: float, tp: int 
             s_i = moe.shared_intermediate_size
             gemms += [Gemm("shared_up", tokens, (mats - 1) * s_i // tp, h), Gemm("shared_down", tokens, h, s_i // tp)]
             act += act_bytes * s_i / tp
+            if moe.shared_expert_gate:  # Qwen-MoE's sigmoid gate on the shared expert's output: one column
+                gemms.append(Gemm("shared_gate", tokens, 1, h))
         mlp_streaming = 4 + (1 if moe.shared_intermediate_size else 0)  # top-k, permute, activation, unpermute;
         # the shared experts' activation
     elif ffn:
@@ -325,6 +322,12 @@ def attention_head_dim(spec: ModelSpec) -> int:
 def head_gemm(spec: ModelSpec, tokens: int, tp: int = 1) -> Gemm:
     """The LM head (vocabulary-parallel over tp)."""
     return Gemm("lm_head", tokens, max(1, spec.vocab_size // tp), spec.embed_proj_dim or spec.hidden_size)
+
+
+def block_parts(spec: ModelSpec, layer: int) -> int:
+    """Parts of block `layer` that each end in a tensor-parallel all-reduce: its token mixer and its feed-forward
+    part (two in a transformer block, one in Nemotron-H's layers)."""
+    return (spec.layer_types[layer] != NONE) + (not spec.ffn_layers or bool(spec.ffn_layers[layer]))
 
 
 def block_signature(spec: ModelSpec, layer: int) -> tuple:

@@ -39,15 +39,16 @@ from dataclasses import dataclass
 
 from ..catalog.devices import DeviceProfile, host_copy_bytes_per_s, network_defaults
 from ..memo import remember
-from ..model.spec import SLIDING, ModelSpec
+from ..errors import InvalidArgument
+from ..model.spec import LINEAR, SLIDING, ModelSpec
 from ..units import GB
 from .comm import Topology
 from .flops import gemm_dtype
 from .job import TrainJob, fp8_gemm_needs_transpose, fp8_kernels_of, pipeline_keeps_unsharded
-from .kernels import attention_s, matmul_s, memory_s
+from .kernels import RECURRENT_BACKWARD_RATIO, attention_s, matmul_s, memory_s, recurrent_scan_s
 from .layer_ops import (MEGATRON_UNFUSED_PERMUTE_BYTES, PERMUTE_BYTES, UNFUSED_PERMUTE_BYTES, attention_head_dim,
-                        block_ops, block_signature, head_gemm, keys_per_query, raise_untimed_linear,
-                        unfused_attention)
+                        block_ops, block_parts, block_signature, head_gemm, keys_per_query,
+                        raise_untimed_linear, unfused_attention)
 from .layout import Layout
 from . import muon
 from .model_states import ModelStates, stage_tensors
@@ -259,8 +260,14 @@ def _time_block(profile: DeviceProfile, spec: ModelSpec, layer: int, tokens: int
                 attention: str, compile: bool, etp: int | None, whole_sequence: bool = False,
                 sdpa_flash: bool = False, weight_cached: bool = False,
                 transpose_cached: bool = True, fp8_kernels: str = "te", permute_fused: bool = False) -> _BlockTime:
-    if spec.hybrid:
-        raise_untimed_linear(spec, training=True)
+    if spec.parallel_mixer and spec.linear is not None:
+        raise_untimed_linear(spec)
+    if spec.hybrid and recompute_plan(recompute).kind == "op":
+        raise InvalidArgument(f"{spec.family}: torchtitan's per-op checkpointing has no policy for its recurrent "
+                              "layers; use --recompute full or none (or Megatron's --recompute-modules)")
+    if cp > 1 and spec.layer_types[layer] == LINEAR:
+        raise InvalidArgument(f"{spec.family}: context parallelism over its recurrent layers (their state passed from "
+                              "rank to rank) is not modelled; use --cp 1")
     context = seq_local * cp
     keys = keys_per_query(spec, layer, context)
     # the keys one attention kernel iterates over: a rank's chunk (ring or gathered K/V attended chunk by chunk), the
@@ -284,7 +291,9 @@ def _time_block(profile: DeviceProfile, spec: ModelSpec, layer: int, tokens: int
         fwd, dgrad, wgrad = gemm_passes_s(profile, g, dtype, e, grouped=grouped)
         fwd_gemm += fwd
         bwd_gemm += dgrad + (0.0 if (frozen_base and g.weight) else wgrad)
-    if attention == "unfused":
+    if ops.attention_flops <= 0:  # a hybrid's recurrent or feed-forward-only layer
+        attn_f = attn_b = 0.0
+    elif attention == "unfused":
         attn_f, attn_b = _unfused_attention_s(profile, spec, seq_local=seq_local, context=context,
                                               batch=tokens // seq_local, tp=tp, dtype=dtype, e=e)
     else:
@@ -296,8 +305,15 @@ def _time_block(profile: DeviceProfile, spec: ModelSpec, layer: int, tokens: int
                              sdpa=sdpa_flash, seq=kernel_seq, head_dim=hd)
         attn_b = attention_s(profile, 2.5 * ops.attention_flops, 2 * attn_bytes, backward=True, dtype=attn_dtype,
                              sdpa=sdpa_flash, seq=kernel_seq, head_dim=hd)
-    # the streaming kernels' fixed time (each GEMM's is in matmul_s, the attention kernel's in attention_s)
-    stream = memory_s(profile, ops.stream_bytes * e / 2) + (ops.kernels - len(ops.gemms) - 1) * profile.kernel_overhead_s
+    scan_f = scan_b = 0.0
+    if ops.recurrent_kind is not None:  # the chunked scan, its backward RECURRENT_BACKWARD_RATIO x as long
+        scan_f = recurrent_scan_s(profile, ops.recurrent_kind, ops.recurrent_flops, 0.0)
+        scan_b = RECURRENT_BACKWARD_RATIO * (scan_f - profile.kernel_overhead_s) + profile.kernel_overhead_s
+    # the streaming kernels' fixed time (each GEMM's is in matmul_s, the attention kernel's in attention_s, the
+    # scan's in recurrent_scan_s)
+    mixer = 1 if (ops.attention_flops > 0 or ops.recurrent_kind is not None) else 0
+    stream = (memory_s(profile, ops.stream_bytes * e / 2)
+              + (ops.kernels - len(ops.gemms) - mixer) * profile.kernel_overhead_s)
     cast_f = cast_b = weight_cast = 0.0
     if dtype == "fp8":  # every weight GEMM's operands quantized (forward) and transposed (backward)
         cast_f, cast_b, weight_cast = fp8_quantize_s(
@@ -305,8 +321,8 @@ def _time_block(profile: DeviceProfile, spec: ModelSpec, layer: int, tokens: int
             weight_cached=weight_cached, transpose_cached=transpose_cached)
     if spec.hidden_dropout > 0:  # two residual dropouts: read + write h, write a 1-byte mask
         stream += memory_s(profile, 2 * tokens * spec.hidden_size * (2 * e + 1))
-    forward = fwd_gemm + attn_f + stream + cast_f
-    backward = bwd_gemm + attn_b + 2 * stream + cast_b
+    forward = fwd_gemm + attn_f + scan_f + stream + cast_f
+    backward = bwd_gemm + attn_b + scan_b + 2 * stream + cast_b
     kind = recompute_plan(recompute).kind
     if kind == "none":
         rec = 0.0
@@ -452,13 +468,15 @@ def step_time(spec: ModelSpec, layout: Layout, job: TrainJob, *, profile: Device
             weight_casts[stage] = weight_casts.get(stage, 0.0) + reps * bt.weight_cast
             parts["backward"] += reps * bt.backward
             parts["recompute"] += reps * bt.recompute * scale
+            k = block_parts(spec, layer)  # an all-reduce (or its SP pair) after each part, each way
             if tp_overlap:  # split GEMMs pipeline the collectives (Megatron --tp-comm-overlap): what exceeds them
-                fwd_tp = _exposed(2 * tp_ar, bt.gemm_forward)
-                parts["tp_comm"] += reps * (fwd_tp + _exposed(2 * tp_ar, bt.gemm_backward)
+                fwd_tp = _exposed(k * tp_ar, bt.gemm_forward)
+                parts["tp_comm"] += reps * (fwd_tp + _exposed(k * tp_ar, bt.gemm_backward)
                                             + fwd_tp * whole)
             else:
-                parts["tp_comm"] += reps * (4 * tp_ar + 2 * tp_ar * whole)
-            if cp > 1:  # ring: cp - 1 exchanges per pass, overlapped with the attention of the step before
+                parts["tp_comm"] += reps * (2 * k * tp_ar + k * tp_ar * whole)
+            if cp > 1 and bt.attention_forward > 0:  # ring: cp - 1 exchanges per pass, overlapped with the
+                # attention of the step before
                 if cp_type == "p2p":
                     parts["cp_comm"] += reps * (_exposed((cp - 1) * cp_step, bt.attention_forward)
                                                 + _exposed(2 * (cp - 1) * cp_step, bt.attention_backward))

@@ -79,14 +79,18 @@ class SpeedConfidence:
                 f"({where}{slower})")
 
 
+MIXER_NAMES = {"gated_deltanet": "Gated DeltaNet", "mamba2": "Mamba-2"}
+
 FP8_KERNEL_NAMES = {"te": "Transformer Engine", "compiled": "torchao's float8 under torch.compile",
                     "eager": "torchao's float8 without torch.compile"}
 
 
 def speed_confidence(*, category: str, gpu: str, precision: str, framework: str, degrees: dict[str, int],
                      num_gpus: int, seq: int, finetune: str, power_limit_w: float | None = None,
-                     optimizer: str = "adamw", fp8_kernels: str | None = None) -> SpeedConfidence:
-    """`fp8_kernels`: under fp8, whose quantization kernels are priced (`step_time.fp8_quantize_kind`)."""
+                     optimizer: str = "adamw", fp8_kernels: str | None = None,
+                     mixer: str | None = None) -> SpeedConfidence:
+    """`fp8_kernels`: under fp8, whose quantization kernels are priced (`step_time.fp8_quantize_kind`); `mixer`: a
+    hybrid model's recurrent layers' kind (`LinearMixerSpec.kind`)."""
     data = _bands()
     cats = data["held_out"]
     own = cats.get(category)
@@ -115,6 +119,9 @@ def speed_confidence(*, category: str, gpu: str, precision: str, framework: str,
     if fp8_kernels and fp8_kernels not in cov.get("fp8_kernels", (fp8_kernels,)):
         outside.append(f"fp8 quantized by {FP8_KERNEL_NAMES.get(fp8_kernels, fp8_kernels)} (no published speed run; "
                        "priced from kernel measurements)")
+    if mixer and mixer not in cov.get("mixers", ()):
+        outside.append(f"{MIXER_NAMES.get(mixer, mixer)} layers (no published speed run; their scan priced from "
+                       "kernel measurements)")
     if optimizer not in cov.get("optimizers", ("adamw",)):
         outside.append(f"optimizer {optimizer} (no published speed run)")
     return SpeedConfidence(category=category, runs=int(band["runs"]), of_category=band is own,

@@ -74,8 +74,9 @@ def pick(req: PickRequest) -> PickResult:
     t0 = time.perf_counter()
     if req.task == "serve":
         return _finish(req, *_pick_serve(req), t0)
-    if req.model.spec.hybrid:  # the model itself cannot be costed for training on any GPU: said once
-        raise_untimed_linear(req.model.spec, training=True)
+    spec = req.model.spec
+    if spec.parallel_mixer and spec.linear is not None:  # the model itself cannot be costed on any GPU: said once
+        raise_untimed_linear(spec)
     candidates: list[Candidate] = []
     errors: list[GpuwiseError] = []
     evaluated = 0

@@ -42,6 +42,7 @@ from ..estimate.pipeline import pp_splits
 from ..estimate.recompute import framework_mode
 from ..estimate.step_time import StepTime, step_time
 from ..estimate.train_memory import layout_memory, required_bytes
+from ..model.spec import LINEAR
 from ..units import GiB
 from .cluster import cluster
 from .train import (TrainRequest, cuda_graph_scopes, fp8_backend_problem, megatron_job_problem,
@@ -294,8 +295,8 @@ def _tp_options(req: PlanRequest, per_node: int) -> list[int]:
 def _cp_options(req: PlanRequest) -> list[int]:
     if req.cp is not None:
         return [req.cp]
-    if req.framework in DATA_PARALLEL_ONLY:
-        return [1]
+    if req.framework in DATA_PARALLEL_ONLY or LINEAR in req.model.spec.layer_types:
+        return [1]  # (a hybrid's recurrent layers: context parallelism over them is not modelled)
     out, c = [1], 2
     while cp_splits(req.seq, c) and req.seq // c >= MIN_CP_TOKENS and c <= req.num_gpus:
         out.append(c)

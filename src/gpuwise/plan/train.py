@@ -687,6 +687,11 @@ def fp8_family(req: TrainRequest) -> str | None:
     return fp8_quantize_kind(req.job.fp8_kernels, req.compile)
 
 
+def recurrent_kind(spec) -> str | None:
+    """The kind of a hybrid model's recurrent layers (what speed confidence checks coverage of); None without any."""
+    return spec.linear.kind if spec.linear is not None and spec.num_linear_layers else None
+
+
 def train_confidence(req: TrainRequest, layout: Layout) -> SpeedConfidence:
     """The error band of this configuration's category on held-out published runs, and what lies outside them."""
     gpu, spec = req.gpu, req.model.spec
@@ -697,7 +702,7 @@ def train_confidence(req: TrainRequest, layout: Layout) -> SpeedConfidence:
                             degrees={"tp": layout.tp, "pp": layout.pp, "cp": layout.cp, "ep": layout.ep},
                             num_gpus=req.num_gpus, seq=req.seq, finetune=req.finetune, power_limit_w=gpu.power_limit_w,
                             optimizer=req.optimizer,
-                            fp8_kernels=fp8_family(req))
+                            fp8_kernels=fp8_family(req), mixer=recurrent_kind(spec))
 
 
 def _assumptions(req: TrainRequest, framework: str, layout: Layout, mem: TrainMemory) -> tuple[str, ...]:
