@@ -1,5 +1,5 @@
-"""Hybrid models' recurrent layers (Gated DeltaNet, Mamba-2) in the inference kernel model (estimate/layer_ops.py,
-estimate/kernels.py `recurrent_scan_s`)."""
+"""Hybrid models' recurrent layers (Gated DeltaNet, Mamba-2): their kernels (estimate/layer_ops.py,
+estimate/kernels.py `recurrent_scan_s`), serving, and training time, FLOPs and saved tensors."""
 
 from __future__ import annotations
 
@@ -238,3 +238,69 @@ def test_picking_gpus_to_train_a_hybrid_costs_them(capsys) -> None:
     assert main(["pick", "--task", "train", "nemotron-3-nano-30b-a3b", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["ranked"] and not any(c["rule"] == "unknown" for c in doc["rejected"])
+
+
+def test_recurrent_layers_keep_what_their_kernels_save() -> None:
+    """Bytes per token (bf16) a recurrent layer keeps, written out from the kernels' save_for_backward lists
+    (docs/training-memory.md): Nemotron-3-Nano's Mamba-2 (inner 4,096, 8 groups of state 128, 64 heads) and
+    Qwen3.5-27B's Gated DeltaNet (48 value heads and 16 key heads of 128, inner 6,144, conv 10,240)."""
+    from gpuwise.estimate.activations import linear_mixer_saved
+
+    nano = load_model("nemotron-3-nano-30b-a3b").spec
+    zxbcdt = 2 * (2 * 4096 + 2 * 8 * 128 + 64)  # the in_proj output's copy the fused kernel keeps
+    out_x = 2 * 4096                             # the scan's output before the gate
+    rstd = 4 * 8                                 # the gated norm's, per group
+    assert linear_mixer_saved(nano, 2.0, "hf") == zxbcdt + out_x + rstd
+    assert linear_mixer_saved(nano, 2.0, "megatron") == zxbcdt + out_x + rstd + 2 * 2 * 4096  # norm and out_proj in
+    qwen = load_model("qwen3.5-27b").spec
+    conv_in = 2 * 10240
+    kernel_qkv = 2 * (2 * 48 * 128 + 6144)       # q and k repeated to the 48 value heads, and v
+    norm_and_out = 2 * 3 * 6144                  # o, the gate z, out_proj's input
+    per_head = 48 * (4 + 2 + 2 * 64 + 4 + 8)     # g (fp32), beta, A (64, 16-bit), norm rstd, q/k l2norm rstd
+    hf = conv_in + kernel_qkv + norm_and_out + per_head
+    assert linear_mixer_saved(qwen, 2.0, "hf") == hf
+    assert linear_mixer_saved(qwen, 2.0, "megatron") == hf + 2 * 2 * 16 * 128 + 8 * 16  # q, k before the l2norm
+
+
+def test_a_nemotron_layer_has_one_part_and_a_transformer_block_two() -> None:
+    from gpuwise.estimate.layer_ops import block_parts
+
+    nano = load_model("nemotron-3-nano-30b-a3b").spec
+    assert {block_parts(nano, i) for i in range(nano.num_layers)} == {1}
+    qwen = load_model("qwen3.5-27b").spec
+    assert {block_parts(qwen, i) for i in range(qwen.num_layers)} == {2}
+    # and so half the TP all-reduces: a Nemotron step's TP communication per layer is half a two-part block's
+    r = gpuwise.train("nemotron-3-nano-30b-a3b", gpu="h100-sxm", num_gpus=16, tp=2, ep=8, seq=4096, micro_batch=1,
+                      global_batch=8, framework="megatron", zero=1)
+    q = gpuwise.train("qwen3-30b-a3b", gpu="h100-sxm", num_gpus=16, tp=2, ep=8, seq=4096, micro_batch=1,
+                      global_batch=8, framework="megatron", zero=1)
+    per_layer = [x.perf.step.breakdown["tp_comm"] / x.request.model.spec.num_layers / x.request.model.spec.hidden_size
+                 for x in (r, q)]
+    # (their hidden sizes differ, 2,688 and 2,048, so the all-reduces' fixed latency makes it inexact; two parts per
+    # Nemotron layer would double it)
+    assert per_layer[0] == pytest.approx(per_layer[1] / 2, rel=0.1)
+
+
+def test_the_scan_backward_takes_its_measured_share(monkeypatch) -> None:
+    """The step grows by the scan's forward time x the change in RECURRENT_BACKWARD_RATIO, for every recurrent layer."""
+    from gpuwise.estimate import step_time as st
+
+    kw = dict(gpu="h100-sxm", num_gpus=8, seq=4096, micro_batch=1, global_batch=8, framework="megatron", zero=1)
+    st._CACHE.clear()
+    base = gpuwise.train("qwen3.5-27b", **kw).perf.step.breakdown["backward"]
+    monkeypatch.setattr(st, "RECURRENT_BACKWARD_RATIO", st.RECURRENT_BACKWARD_RATIO + 1.0)
+    st._CACHE.clear()
+    more = gpuwise.train("qwen3.5-27b", **kw).perf.step.breakdown["backward"]
+    st._CACHE.clear()
+    spec = load_model("qwen3.5-27b").spec
+    h100 = default_profile(get_gpu("h100-sxm"))
+    lm = spec.linear
+    scan = recurrent_scan_s(h100, lm.kind, 4 * lm.head_dim * lm.state_dim * lm.num_heads * 4096, 0.0)
+    assert more - base == pytest.approx(spec.num_linear_layers * (scan - h100.kernel_overhead_s), rel=1e-6)
+
+
+def test_planning_a_hybrid_for_memory_with_torchtitan_skips_its_per_op_policy() -> None:
+    from gpuwise.cli.main import main
+
+    assert main(["plan", "qwen3.5-27b", "--gpu", "h100", "--num-gpus", "8", "--seq", "4096", "--global-batch", "32",
+                 "--framework", "torchtitan", "--objective", "memory"]) == 0

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from ..memo import remember
 from ..model.spec import LINEAR, NONE, ModelSpec
 from .job import TrainJob
-from .layer_ops import block_signature
+from .layer_ops import block_parts, block_signature
 from .layout import Layout
 from .model_states import LORA_TARGETS, adapter_input_bytes, adapter_inputs_per_token, lora_targets
 from .pipeline import in_flight_microbatches, loss_in_flight, stage_blocks, stage_layers
@@ -142,13 +142,13 @@ def layer_terms(spec: ModelSpec, layer: int, *, framework: str, e: float = 2.0, 
         else:
             inputs = (1 if keeps("q", "k", "v") else 0) + (1 if keeps("gate", "up") else 0)
         rep["linear_inputs"] = inputs * lin_se * h
-    if spec.hidden_dropout > 0:
-        rep["dropout_masks"] = 2 * h  # one byte per element, after attention and after the MLP
+    if spec.hidden_dropout > 0:  # one byte per element after each part (attention, MLP)
+        rep["dropout_masks"] = block_parts(spec, layer) * h
     kind = spec.layer_types[layer]
     ffn = not spec.ffn_layers or spec.ffn_layers[layer]
     if kind in (LINEAR, NONE):  # a hybrid's recurrent layer, or a feed-forward-only one (Nemotron-H): no attention
         if kind == LINEAR:
-            split["recurrent"] = linear_mixer_saved(spec, e, framework)
+            split["recurrent"] = linear_mixer_saved(spec, e, framework, lin_in if keeps("o") else 0.0)
         if ffn:
             _ffn_terms(spec, layer, rep, split, e, se, lin_in, lin_se, framework, compiled, keeps, megatron, fp8_saved)
         return LayerTerms(replicated=rep, split=split)
@@ -169,6 +169,8 @@ def layer_terms(spec: ModelSpec, layer: int, *, framework: str, e: float = 2.0, 
     if flash or keeps("o"):
         # the output projection's input (flash output shares it)
         split["attention_output"] = (1.0 if fp8_attention else lin_in) * out
+    if spec.attn_output_gate:  # Qwen3-Next: sigmoid(gate), and the gated output o_proj reads, beside the flash output
+        split["output_gate"] = 2 * e * out
     score = 0.0
     if flash:
         split["softmax_stats"] = 4 * a  # fp32 log-sum-exp per head
@@ -203,13 +205,14 @@ def _ffn_terms(spec: ModelSpec, layer: int, rep: dict[str, float], split: dict[s
 
 
 GDN_CHUNK = 64
-"""flash-linear-attention's chunk for the gated delta rule: its forward keeps the chunk's fp32 intra-chunk matrix A,
-one row of 64 per token and head."""
+"""flash-linear-attention's chunk for the gated delta rule: its forward keeps the chunk's intra-chunk matrix A (in
+k's dtype: `solve_tril(..., output_dtype=k.dtype)`), one row of 64 per token and head."""
 
 
-def linear_mixer_saved(spec: ModelSpec, e: float, framework: str) -> float:
+def linear_mixer_saved(spec: ModelSpec, e: float, framework: str, lin_in: float | None = None) -> float:
     """Bytes per token a hybrid model's recurrent layer keeps for its backward beyond its input (counted with the
-    linear inputs), before TP splits its heads: what each kernel's autograd function saves.
+    linear inputs), before TP splits its heads: what each kernel's autograd function saves. `lin_in`: bytes per
+    element of out_proj's saved input (1 under Transformer Engine's fp8; default `e`).
 
     Mamba-2, training path of mamba_ssm's `mamba_split_conv1d_scan_combined` (Megatron-Core's MambaMixer
     `_ssm_training`, transformers' cuda_kernels_forward): the in_proj output (z, x, B, C, dt) as one contiguous copy
@@ -218,19 +221,25 @@ def linear_mixer_saved(spec: ModelSpec, e: float, framework: str) -> float:
     transformers passes both into the kernel, which keeps the rstd only.
 
     Gated DeltaNet (flash-linear-attention's causal_conv1d and chunk_gated_delta_rule): the convolution keeps its
-    input (q, k, v), the delta rule its own q, k, v, the decay g (fp32), beta and its intra-chunk matrix A (fp32,
-    `GDN_CHUNK` per head); the gated norm keeps the output and the gate z, out_proj its input. Megatron-Core's
-    GatedDeltaNet normalizes q and k outside the kernel (use_qk_l2norm_in_kernel False), which keeps them once more."""
+    input (q, k, v of `conv_dim`); q and k are repeated to the value heads before the kernel (Megatron-Core's
+    `_prepare_input_for_gated_delta_rule`, transformers alike), which keeps them so, with v, its decay g (fp32),
+    beta, its intra-chunk matrix A (`GDN_CHUNK` per head, 16-bit) and q's and k's l2norm rstd (fp32); the gated norm
+    keeps the output, the gate z and its rstd, out_proj its input. Megatron-Core's GatedDeltaNet normalizes q and k
+    outside the kernel (use_qk_l2norm_in_kernel False), which keeps them once more before the repeat."""
     lm = spec.linear
     assert lm is not None
+    out_in = e if lin_in is None else lin_in
     if lm.kind == "mamba2":
         saved = e * (2 * lm.inner + 2 * lm.num_groups * lm.state_dim + lm.num_heads) + e * lm.inner
         if framework == "megatron":
-            saved += 2 * e * lm.inner
+            saved += e * lm.inner + out_in * lm.inner
         return saved + 4 * lm.num_groups
-    keys = 2 * lm.num_groups * lm.state_dim
-    saved = e * (2 * lm.conv_dim + 3 * lm.inner) + lm.num_heads * (4 + e + 4 * GDN_CHUNK)
-    return saved + (e * keys if framework == "megatron" else 0.0)
+    h, n = lm.num_heads, lm.state_dim
+    saved = (e * (lm.conv_dim + 2 * h * n + lm.inner + 2 * lm.inner) + out_in * lm.inner
+             + h * (4 + e + e * GDN_CHUNK + 4 + 8))
+    if framework == "megatron":
+        saved += e * 2 * lm.num_groups * n + 8 * lm.num_groups
+    return saved
 
 
 def adapters_keeping_input(job: TrainJob) -> frozenset[str] | None:
@@ -343,7 +352,7 @@ def _per_token(spec: ModelSpec, layer: int, framework: str, e: float, fp8: bool,
     hit = _PER_TOKEN.get(key)
     if hit is not None:
         return hit[0]
-    if mode == "op" and not spec.hybrid:  # (a hybrid is refused per-op checkpointing: plan/train.py)
+    if mode == "op" and not spec.hybrid:  # (a hybrid is refused per-op checkpointing: estimate/step_time.py)
         value = op_saved_per_token(spec, layer, e=e, tp=tp, sp=sp)
     else:
         terms = layer_terms(spec, layer, framework=framework, e=e, fp8=fp8, flash=flash, compiled=compiled,

@@ -119,8 +119,10 @@ def _layer_kinds(spec: ModelSpec) -> tuple[tuple[str, bool, bool, int], ...]:
     return remember(_KINDS, (id(spec),), tuple((t, m, f, n) for (t, m, f), n in counts.items()), spec)
 
 
-def forward_flops(spec: ModelSpec, seq: int, *, convention: str = "causal", lm_head_tokens: int | None = None) -> FlopsBreakdown:
-    """Forward FLOPs for one sequence of `seq` tokens (logits for `lm_head_tokens`, default all)."""
+def forward_flops(spec: ModelSpec, seq: int, *, convention: str = "causal", lm_head_tokens: int | None = None,
+                  layer: int | None = None) -> FlopsBreakdown:
+    """Forward FLOPs for one sequence of `seq` tokens (logits for `lm_head_tokens`, default all); `layer`: that
+    block's alone (no LM head)."""
     if convention not in CONVENTIONS:
         raise ValueError(f"convention must be one of {CONVENTIONS}")
     h = spec.hidden_size
@@ -146,7 +148,10 @@ def forward_flops(spec: ModelSpec, seq: int, *, convention: str = "causal", lm_h
     totals = dict(qkv=0.0, attention_scores=0.0, attention_values=0.0, attention_output=0.0, mlp=0.0, router=0.0,
                   routed_experts=0.0, shared_experts=0.0, recurrent_projections=0.0, recurrent_scan=0.0)
     lm = spec.linear
-    for kind, is_moe, ffn, n in _layer_kinds(spec):
+    kinds = _layer_kinds(spec) if layer is None else (
+        (spec.layer_types[layer], spec.moe is not None and bool(spec.moe.moe_layers[layer]),
+         not spec.ffn_layers or spec.ffn_layers[layer], 1),)
+    for kind, is_moe, ffn, n in kinds:
         if kind == LINEAR and lm is not None:  # the projections of layer_ops._linear_mixer_ops, and its scan
             per_head = lm.num_heads if lm.kind == "mamba2" else 2 * lm.num_heads
             totals["recurrent_projections"] += n * 2 * h * (2 * lm.inner + lm.conv_dim + per_head) * seq
@@ -168,6 +173,8 @@ def forward_flops(spec: ModelSpec, seq: int, *, convention: str = "causal", lm_h
                 totals["shared_experts"] += n * 2 * h * seq
         else:
             totals["mlp"] += n * mats * 2 * h * spec.intermediate_size * seq
+    if layer is not None:
+        return FlopsBreakdown(**totals)
     emb = spec.embed_proj_dim or h
     head_tokens = seq if lm_head_tokens is None else lm_head_tokens
     lm_head = 2 * emb * spec.vocab_size * head_tokens

@@ -30,6 +30,12 @@ def tp_conflict(spec: ModelSpec, tp: int) -> tuple[str, int] | None:
         return "the number of key/value heads", spec.num_kv_heads
     if tp > 1 and spec.intermediate_size and spec.intermediate_size % tp:
         return "the MLP width", spec.intermediate_size
+    lm = spec.linear
+    if lm is not None and spec.num_linear_layers:  # a hybrid's recurrent layers split their heads and groups too
+        if lm.num_heads % tp:
+            return "the recurrent layers' heads", lm.num_heads
+        if lm.num_groups % tp:
+            return "the recurrent layers' key heads (groups)", lm.num_groups
     return None
 
 

@@ -208,12 +208,13 @@ def op_saved_matmul_share(spec: ModelSpec, layer: int) -> float:
     return sum(m.out * m.k for i, m in enumerate(mms, start=1) if i % 2) / total if total else 0.0
 
 
-def module_share(spec: ModelSpec, mode: str, seq: int) -> float:
+def module_share(spec: ModelSpec, mode: str, seq: int, layer: int | None = None) -> float:
     """Share of the blocks' forward FLOPs over `seq` tokens that Megatron's recompute_modules run again (0 for other
-    modes; the attention core's share grows with the sequence)."""
+    modes; the attention core's share grows with the sequence); `layer`: of that block's alone (a hybrid's Mamba
+    layer recomputes no MoE)."""
     from .flops import forward_flops  # flops imports this module
 
-    parts = forward_flops(spec, seq).as_dict()
+    parts = forward_flops(spec, seq, layer=layer).as_dict()
     blocks = sum(parts.values()) - parts["lm_head"]
     done = recomputed_flops(spec, mode, blocks_forward=blocks, attention_core=0.0, tokens=0.0, parts=parts)
     return done / blocks if blocks and recompute_plan(mode).kind == "modules" else 0.0

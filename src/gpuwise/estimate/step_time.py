@@ -263,8 +263,8 @@ def _time_block(profile: DeviceProfile, spec: ModelSpec, layer: int, tokens: int
     if spec.parallel_mixer and spec.linear is not None:
         raise_untimed_linear(spec)
     if spec.hybrid and recompute_plan(recompute).kind == "op":
-        raise InvalidArgument(f"{spec.family}: torchtitan's per-op checkpointing has no policy for its recurrent "
-                              "layers; use --recompute full or none (or Megatron's --recompute-modules)")
+        raise InvalidArgument(f"{spec.family}: torchtitan's per-op checkpointing (--ac selective) has no policy for "
+                              "its recurrent layers; use --ac full or none (or another framework's checkpointing)")
     if cp > 1 and spec.layer_types[layer] == LINEAR:
         raise InvalidArgument(f"{spec.family}: context parallelism over its recurrent layers (their state passed from "
                               "rank to rank) is not modelled; use --cp 1")
@@ -331,7 +331,7 @@ def _time_block(profile: DeviceProfile, spec: ModelSpec, layer: int, tokens: int
     elif kind == "op":  # everything but the attention core and the kept matmuls runs again
         rec = max(0.0, forward - attn_f - fwd_gemm * op_saved_matmul_share(spec, layer))
     elif kind == "modules":  # the named submodules' share of the block's forward FLOPs
-        rec = forward * module_share(spec, recompute, context)
+        rec = forward * module_share(spec, recompute, context, layer)
     else:  # a whole block again (the stage scales it by the share of blocks checkpointed whole)
         rec = forward
     return _BlockTime(forward, backward, rec, attn_f, attn_b, fwd_gemm, bwd_gemm, weight_cast)

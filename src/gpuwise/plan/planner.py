@@ -39,7 +39,7 @@ from ..estimate.model_states import ModelStates
 from ..estimate.parallel import (cp_splits, ep_fits, hsdp_holds_experts, sp_splits, tp_conflict,
                                  valid_tp_degrees)
 from ..estimate.pipeline import pp_splits
-from ..estimate.recompute import framework_mode
+from ..estimate.recompute import framework_mode, recompute_plan
 from ..estimate.step_time import StepTime, step_time
 from ..estimate.train_memory import layout_memory, required_bytes
 from ..model.spec import LINEAR
@@ -399,6 +399,7 @@ class _Search:
         per_rank = req.global_batch // layout.dp
         mbs = divisors(per_rank)
         prune = req.objective in ("time", "cost")
+        hybrid = req.model.spec.hybrid
         fits_at: dict[int, list[tuple[tuple[str, ...], int]]] = {}  # micro-batch -> fitting (offload, recompute)
         for offload in _offloads(req, layout):
             if prune and offload and all(mb in fits_at and _dominated(fits_at[mb], offload, 0) for mb in mbs):
@@ -407,6 +408,8 @@ class _Search:
             for i, rc in enumerate(RECOMPUTE):
                 if megatron_overlap_problem(self.jobs[offload, rc], layout) is not None:
                     continue  # a layout and recompute Megatron-Core refuses with this job's EP overlap or graphs
+                if hybrid and recompute_plan(self.jobs[offload, rc].recompute).kind == "op":
+                    continue  # torchtitan's per-op policy has nothing for a hybrid's recurrent layers
                 for mb in mbs:
                     if prune and mb in fits_at and _dominated(fits_at[mb], offload, i):
                         continue
