@@ -304,3 +304,21 @@ def test_planning_a_hybrid_for_memory_with_torchtitan_skips_its_per_op_policy() 
 
     assert main(["plan", "qwen3.5-27b", "--gpu", "h100", "--num-gpus", "8", "--seq", "4096", "--global-batch", "32",
                  "--framework", "torchtitan", "--objective", "memory"]) == 0
+
+
+@pytest.mark.parametrize(("gpu", "heads", "tokens", "ms"), [
+    ("h100-sxm", 8, 65536, 1.954), ("h100-sxm", 8, 8192, 0.259), ("b300", 8, 65536, 2.065),
+    ("h100-sxm", 64, 65536, 8.633), ("h100-sxm", 64, 8192, 1.045)])
+def test_few_heads_per_gpu_leave_the_delta_rule_latency_bound(gpu: str, heads: int, tokens: int, ms: float) -> None:
+    """flash-linear-attention's Gated DeltaNet prefill, one sequence, value heads of 128, as flashinfer PRs #3866
+    (H100), #4078 (B300) and #3788 (H100, TP 1) time it: with Qwen3.5-397B's 8 heads per GPU (TP 8) the chunks' serial
+    state passing sets the time on both GPUs; with all 64 heads the FLOPs do."""
+    from gpuwise.estimate.layer_ops import recurrent_blocks
+
+    spec = load_model("qwen3.5-397b-a17b").spec
+    assert spec.linear.num_heads == 64 and spec.linear.head_dim == 128
+    tp = 64 // heads
+    profile = default_profile(get_gpu(gpu))
+    flops = 4 * 128 * 128 * heads * tokens
+    t = recurrent_scan_s(profile, "gated_deltanet", flops, 0.0, seq_len=tokens, blocks=recurrent_blocks(spec, 1, tp))
+    assert t * 1e3 == pytest.approx(ms, rel=0.12)

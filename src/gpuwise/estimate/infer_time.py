@@ -27,7 +27,8 @@ from ..units import GB
 from .comm import Topology
 from .engines import SERVING_ENGINES as ENGINES
 from .kernels import attention_s, matmul_s, memory_s, recurrent_scan_s
-from .layer_ops import attention_head_dim, block_ops, block_signature, head_gemm, keys_per_query
+from .layer_ops import (attention_head_dim, block_ops, block_signature, head_gemm, keys_per_query,
+                        recurrent_blocks)
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,7 +233,9 @@ def forward_pass_s(spec: ModelSpec, *, profile: DeviceProfile, topo: Topology, e
                             bandwidth=decode_kv_bandwidth(profile, engine, spec) if decode else None,
                             head_dim=None if decode else attention_head_dim(spec)) if attn_flops > 0 else 0.0
             if ops.recurrent_kind is not None:  # a hybrid model's recurrent layer: its scan, or its state in decode
-                a += recurrent_scan_s(profile, ops.recurrent_kind, ops.recurrent_flops, ops.recurrent_state_bytes)
+                a += recurrent_scan_s(profile, ops.recurrent_kind, ops.recurrent_flops, ops.recurrent_state_bytes,
+                                      seq_len=None if decode else int(context),
+                                      blocks=0 if decode else recurrent_blocks(spec, sequences, tp))
                 attn_flops += ops.recurrent_flops
                 attn_bytes += ops.recurrent_state_bytes
             mixer = 1 if (attn_flops > 0 or ops.recurrent_kind is not None) else 0  # its fixed cost is in `a`

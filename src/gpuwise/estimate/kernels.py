@@ -56,7 +56,8 @@ x state_dim per token and head):
   comparison on an H100 80GB HBM3, Qwen3.5-397B's shape at TP 1 (16 key and 64 value heads of 128): 1,045 us at
   8,192 tokens and 8,633 us at 65,536 against flashinfer's 0.404 ms at 85.0 TFLOP/s and 3.022 ms at 91.0 in that
   count: 32.9 and 31.9 TFLOP/s (30.7 at 2,048 tokens, 32 for four sequences of 2,048); 32.8 taken. With 8 value
-  heads (TP 8) the same kernels run about 1.8x slower per head (too few thread blocks), which is not modelled.
+  heads (TP 8) the same kernels run about 1.8x slower per head: too few thread blocks, the chunks' serial latency
+  (`GDN_CHUNK_SERIAL_S`) sets their time.
 - Mamba-2, vLLM's SSD kernels (mamba_chunk_scan_combined): vLLM PR #27299's microbenchmark on one H100 at
   granite-4.0-h-small's shape (128 heads of 64, one group, state 128), 1.07-1.29e7 tokens/s from 4,096 to 262,144
   tokens, median 1.18e7: 49.5 TFLOP/s.
@@ -85,13 +86,30 @@ def recurrent_scan_rate(profile: DeviceProfile, kind: str) -> float:
     return RECURRENT_SCAN_FLOPS[kind] * min((gpu.sm_count or sms) / sms, (peak / peak_ref) if peak else 1.0)
 
 
-def recurrent_scan_s(profile: DeviceProfile, kind: str, flops: float, state_bytes: float) -> float:
+GDN_CHUNK_SERIAL_S = 1.9e-6
+"""Gated DeltaNet's chunked kernels carry the state from one 64-token chunk to the next in order, one thread block per
+sequence, head and 64 value channels: with few such blocks (few heads per GPU, one sequence) the scan takes this long
+per chunk whatever its FLOPs. flashinfer PR #3866 times flash-linear-attention's kernels on an H100 at Qwen3.5-397B's
+TP-8 shape (8 value heads of 128: 16 blocks on 132 SMs, one sequence): 1.954 ms at 65,536 tokens (1,024 chunks:
+1.91 us each), 0.259 ms at 8,192 (2.02 us); PR #4078 has a B300 at 2.065 ms for the first (2.02 us): a latency, the
+same on both GPUs. At TP 1 (64 heads, 128 blocks) the same kernels take 8.633 ms, their FLOPs' time."""
+
+
+def recurrent_scan_s(profile: DeviceProfile, kind: str, flops: float, state_bytes: float, *,
+                     seq_len: int | None = None, blocks: int = 0) -> float:
     """A hybrid model's recurrent layer's scan: the chunked kernels over `flops` (prefill, training forward) at the
     measured rate of their family scaled to the GPU (`recurrent_scan_rate`), or in decode the single-step update,
-    bound by reading and writing the `state_bytes` of recurrent state; with the fixed cost of one kernel."""
+    bound by reading and writing the `state_bytes` of recurrent state; with the fixed cost of one kernel.
+
+    `seq_len`, `blocks` (Gated DeltaNet in prefill and training): the sequences' length and the thread blocks that
+    carry their states (sequences x heads on the GPU x value channels / 64): the chunks run one after another,
+    `GDN_CHUNK_SERIAL_S` each, in as many waves as the blocks need."""
     if flops <= 0 and state_bytes <= 0:
         return 0.0
     compute = flops / recurrent_scan_rate(profile, kind) if flops > 0 else 0.0
+    if kind == "gated_deltanet" and seq_len and blocks:
+        waves = math.ceil(blocks / (profile.gpu.sm_count or RECURRENT_SCAN_REFERENCE[0]))
+        compute = max(compute, math.ceil(seq_len / 64) * GDN_CHUNK_SERIAL_S * waves)
     return max(compute, state_bytes / profile.bandwidth) + profile.kernel_overhead_s
 
 

@@ -324,6 +324,15 @@ def head_gemm(spec: ModelSpec, tokens: int, tp: int = 1) -> Gemm:
     return Gemm("lm_head", tokens, max(1, spec.vocab_size // tp), spec.embed_proj_dim or spec.hidden_size)
 
 
+def recurrent_blocks(spec: ModelSpec, sequences: int, tp: int = 1) -> int:
+    """Thread blocks that carry a recurrent layer's states through a prefill or training scan on one GPU: one per
+    sequence, head and 64 value channels (flash-linear-attention's chunk_fwd_h grid), for `GDN_CHUNK_SERIAL_S`."""
+    lm = spec.linear
+    if lm is None or sequences <= 0:
+        return 0
+    return sequences * max(1, lm.num_heads // tp) * -(-lm.head_dim // 64)
+
+
 def block_parts(spec: ModelSpec, layer: int) -> int:
     """Parts of block `layer` that each end in a tensor-parallel all-reduce: its token mixer and its feed-forward
     part (two in a transformer block, one in Nemotron-H's layers)."""

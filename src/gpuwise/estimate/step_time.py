@@ -48,7 +48,7 @@ from .job import TrainJob, fp8_gemm_needs_transpose, fp8_kernels_of, pipeline_ke
 from .kernels import RECURRENT_BACKWARD_RATIO, attention_s, matmul_s, memory_s, recurrent_scan_s
 from .layer_ops import (MEGATRON_UNFUSED_PERMUTE_BYTES, PERMUTE_BYTES, UNFUSED_PERMUTE_BYTES, attention_head_dim,
                         block_ops, block_parts, block_signature, head_gemm, keys_per_query,
-                        raise_untimed_linear, unfused_attention)
+                        raise_untimed_linear, recurrent_blocks, unfused_attention)
 from .layout import Layout
 from . import muon
 from .model_states import ModelStates, stage_tensors
@@ -307,7 +307,8 @@ def _time_block(profile: DeviceProfile, spec: ModelSpec, layer: int, tokens: int
                              sdpa=sdpa_flash, seq=kernel_seq, head_dim=hd)
     scan_f = scan_b = 0.0
     if ops.recurrent_kind is not None:  # the chunked scan, its backward RECURRENT_BACKWARD_RATIO x as long
-        scan_f = recurrent_scan_s(profile, ops.recurrent_kind, ops.recurrent_flops, 0.0)
+        scan_f = recurrent_scan_s(profile, ops.recurrent_kind, ops.recurrent_flops, 0.0, seq_len=seq_local,
+                                  blocks=recurrent_blocks(spec, tokens // seq_local, tp))
         scan_b = RECURRENT_BACKWARD_RATIO * (scan_f - profile.kernel_overhead_s) + profile.kernel_overhead_s
     # the streaming kernels' fixed time (each GEMM's is in matmul_s, the attention kernel's in attention_s, the
     # scan's in recurrent_scan_s)
