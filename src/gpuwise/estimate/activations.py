@@ -145,7 +145,7 @@ def layer_terms(spec: ModelSpec, layer: int, *, framework: str, e: float = 2.0, 
     if spec.hidden_dropout > 0:  # one byte per element after each part (attention, MLP)
         rep["dropout_masks"] = block_parts(spec, layer) * h
     kind = spec.layer_types[layer]
-    ffn = not spec.ffn_layers or spec.ffn_layers[layer]
+    ffn = spec.has_ffn(layer)
     if kind in (LINEAR, NONE):  # a hybrid's recurrent layer, or a feed-forward-only one (Nemotron-H): no attention
         if kind == LINEAR:
             split["recurrent"] = linear_mixer_saved(spec, e, framework, lin_in if keeps("o") else 0.0)
@@ -230,7 +230,7 @@ def linear_mixer_saved(spec: ModelSpec, e: float, framework: str, lin_in: float 
     assert lm is not None
     out_in = e if lin_in is None else lin_in
     if lm.kind == "mamba2":
-        saved = e * (2 * lm.inner + 2 * lm.num_groups * lm.state_dim + lm.num_heads) + e * lm.inner
+        saved = e * lm.in_proj_width + e * lm.inner
         if framework == "megatron":
             saved += e * lm.inner + out_in * lm.inner
         return saved + 4 * lm.num_groups

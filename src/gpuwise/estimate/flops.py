@@ -113,8 +113,7 @@ def _layer_kinds(spec: ModelSpec) -> tuple[tuple[str, bool, bool, int], ...]:
         return hit[0]
     counts: dict[tuple[str, bool, bool], int] = {}
     for i in range(spec.num_layers):
-        kind = (spec.layer_types[i], spec.moe is not None and bool(spec.moe.moe_layers[i]),
-                not spec.ffn_layers or spec.ffn_layers[i])
+        kind = (spec.layer_types[i], spec.moe is not None and bool(spec.moe.moe_layers[i]), spec.has_ffn(i))
         counts[kind] = counts.get(kind, 0) + 1
     return remember(_KINDS, (id(spec),), tuple((t, m, f, n) for (t, m, f), n in counts.items()), spec)
 
@@ -149,12 +148,10 @@ def forward_flops(spec: ModelSpec, seq: int, *, convention: str = "causal", lm_h
                   routed_experts=0.0, shared_experts=0.0, recurrent_projections=0.0, recurrent_scan=0.0)
     lm = spec.linear
     kinds = _layer_kinds(spec) if layer is None else (
-        (spec.layer_types[layer], spec.moe is not None and bool(spec.moe.moe_layers[layer]),
-         not spec.ffn_layers or spec.ffn_layers[layer], 1),)
+        (spec.layer_types[layer], spec.moe is not None and bool(spec.moe.moe_layers[layer]), spec.has_ffn(layer), 1),)
     for kind, is_moe, ffn, n in kinds:
         if kind == LINEAR and lm is not None:  # the projections of layer_ops._linear_mixer_ops, and its scan
-            per_head = lm.num_heads if lm.kind == "mamba2" else 2 * lm.num_heads
-            totals["recurrent_projections"] += n * 2 * h * (2 * lm.inner + lm.conv_dim + per_head) * seq
+            totals["recurrent_projections"] += n * 2 * h * (lm.in_proj_width + lm.inner) * seq
             totals["recurrent_scan"] += n * 4 * lm.head_dim * lm.state_dim * lm.num_heads * seq
         elif kind != NONE:
             keys = _keys_per_query(seq, spec.sliding_window if kind == SLIDING else None, convention)

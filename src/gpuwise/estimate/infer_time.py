@@ -22,12 +22,12 @@ from functools import lru_cache
 from ..catalog._toml import load_toml
 from ..catalog.devices import DeviceProfile
 from ..errors import InvalidArgument
-from ..model.spec import NONE, ModelSpec
+from ..model.spec import ModelSpec
 from ..units import GB
 from .comm import Topology
 from .engines import SERVING_ENGINES as ENGINES
 from .kernels import attention_s, matmul_s, memory_s, recurrent_scan_s
-from .layer_ops import (attention_head_dim, block_ops, block_signature, head_gemm, keys_per_query,
+from .layer_ops import (attention_head_dim, block_ops, block_parts, block_signature, head_gemm, keys_per_query,
                         recurrent_blocks)
 
 
@@ -250,9 +250,9 @@ def forward_pass_s(spec: ModelSpec, *, profile: DeviceProfile, topo: Topology, e
         stream += hit[2]
         flops += hit[3]
         nbytes += hit[4]
-        # a transformer block has two parts (mixer, feed-forward), each ending in a TP all-reduce; Nemotron-H's layers
-        # have one; an engine's per-block kernel count is a two-part block's
-        parts = (sig[1] != NONE) + bool(sig[2])
+        # each part (mixer, feed-forward) ends in a TP all-reduce; an engine's per-block kernel count is a two-part
+        # block's
+        parts = block_parts(spec, layer)
         kernels += engine.kernels_per_block * parts / 2
         launched += hit[5] + (parts if tp > 1 else 0)  # and the all-reduces
         if tp > 1:

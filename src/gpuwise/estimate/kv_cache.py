@@ -70,16 +70,24 @@ STATE_BYTES_PER_ELEMENT = 2.0
 mamba_ssm_cache_dtype default to "auto" (the model dtype) whatever --kv-cache-dtype says; transformers' cache too."""
 
 
-def state_bytes_per_sequence(spec: ModelSpec, tp: int = 1, layers: range | None = None,
-                             bytes_per_element: float = STATE_BYTES_PER_ELEMENT) -> float:
-    """Bytes of recurrent state one sequence holds on one GPU (hybrid models' linear layers; heads split over TP)."""
+def layer_state_bytes(spec: ModelSpec, tp: int = 1, bytes_per_element: float = STATE_BYTES_PER_ELEMENT) -> float:
+    """Bytes of recurrent state (and convolution window) one sequence holds in one linear layer on one GPU (heads
+    split over TP); 0 for a model without one."""
     lm = spec.linear
     if lm is None:
         return 0.0
+    ssm_bytes = lm.ssm_state_bytes if lm.ssm_state_bytes is not None else bytes_per_element
+    return (lm.ssm_elements * ssm_bytes + lm.conv_elements * bytes_per_element) / tp
+
+
+def state_bytes_per_sequence(spec: ModelSpec, tp: int = 1, layers: range | None = None,
+                             bytes_per_element: float = STATE_BYTES_PER_ELEMENT) -> float:
+    """Bytes of recurrent state one sequence holds on one GPU (hybrid models' linear layers; heads split over TP)."""
+    if spec.linear is None:
+        return 0.0
     idx = layers if layers is not None else range(spec.num_layers)
     n = sum(1 for i in idx if spec.has_linear_mixer(i))
-    ssm_bytes = lm.ssm_state_bytes if lm.ssm_state_bytes is not None else bytes_per_element
-    return n * (lm.ssm_elements * ssm_bytes + lm.conv_elements * bytes_per_element) / tp
+    return n * layer_state_bytes(spec, tp, bytes_per_element)
 
 
 def cached_tokens(spec: ModelSpec, layer_type: str, context: int, block_tokens: int = 1) -> int:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from ..errors import InvalidArgument
 from ..model.spec import LINEAR, NONE, SLIDING, ModelSpec
-from .kv_cache import STATE_BYTES_PER_ELEMENT
+from .kv_cache import layer_state_bytes
 
 PERMUTE_BYTES = 8.0
 """Bytes per (token x hidden) element of an MoE layer's permute + unpermute per routed copy and per token: each
@@ -103,8 +103,7 @@ def _moe_expert_tokens(spec: ModelSpec, tokens: int, ep: int) -> tuple[int, int]
 def raise_untimed_linear(spec: ModelSpec) -> None:
     """A parallel hybrid (Falcon-H1: attention and a Mamba-2 mixer side by side in one layer) is not timed: said in
     one line rather than costing the layer as attention alone."""
-    kind = {"gated_deltanet": "Gated DeltaNet", "mamba2": "Mamba-2"}.get(spec.linear.kind if spec.linear else "",
-                                                                         "recurrent")
+    kind = spec.linear.name if spec.linear else "recurrent"
     raise InvalidArgument(f"{spec.family}: its {kind} layers run beside attention in the same layer, which is not "
                           "timed yet: `gpuwise fit` answers memory (weights, KV cache and recurrent state); speed, "
                           "training memory and plans are not available for this model")
@@ -140,7 +139,7 @@ def block_ops(spec: ModelSpec, layer: int, *, tokens: int, keys: float, tp: int 
     """
     if spec.varying_attention:
         raise_untimed_varying(spec)
-    if spec.parallel_mixer and spec.linear is not None:
+    if spec.parallel_hybrid:
         raise_untimed_linear(spec)  # Falcon-H1: attention and a Mamba-2 mixer side by side, not modelled
     h = spec.hidden_size
     kind = spec.layer_types[layer]
@@ -193,7 +192,7 @@ def block_ops(spec: ModelSpec, layer: int, *, tokens: int, keys: float, tp: int 
     mats = 3 if gated else 2
     moe = spec.moe
     act_bytes = sb["act_gated"] if gated else sb["act"]
-    ffn = not spec.ffn_layers or spec.ffn_layers[layer]
+    ffn = spec.has_ffn(layer)
     mlp_streaming = 0
     if ffn and moe is not None and moe.moe_layers[layer]:
         e_i = moe.expert_intermediate_size
@@ -265,15 +264,11 @@ def _linear_mixer_ops(spec: ModelSpec, tokens: int, tp: int,
     lm = spec.linear
     assert lm is not None
     h = spec.hidden_size
-    per_head = lm.num_heads if lm.kind == "mamba2" else 2 * lm.num_heads  # dt; or beta and the decay input
-    in_width = lm.inner + lm.conv_dim + per_head
-    gemms = [Gemm("mixer_in", tokens, max(1, in_width // tp), h), Gemm("mixer_out", tokens, h, max(1, lm.inner // tp))]
+    gemms = [Gemm("mixer_in", tokens, max(1, lm.in_proj_width // tp), h),
+             Gemm("mixer_out", tokens, h, max(1, lm.inner // tp))]
     heads = lm.num_heads / tp
     scan = 4.0 * lm.head_dim * lm.state_dim * heads * tokens
-    state = 0.0
-    if sequences is not None:
-        ssm = lm.ssm_state_bytes if lm.ssm_state_bytes is not None else STATE_BYTES_PER_ELEMENT
-        state = 2.0 * sequences * (lm.ssm_elements * ssm + lm.conv_elements * STATE_BYTES_PER_ELEMENT) / tp
+    state = 2.0 * sequences * layer_state_bytes(spec, tp) if sequences is not None else 0.0
     stream = (4.0 * lm.conv_dim + 6.0 * lm.inner) / tp
     return gemms, scan, state, stream
 
@@ -336,11 +331,11 @@ def recurrent_blocks(spec: ModelSpec, sequences: int, tp: int = 1) -> int:
 def block_parts(spec: ModelSpec, layer: int) -> int:
     """Parts of block `layer` that each end in a tensor-parallel all-reduce: its token mixer and its feed-forward
     part (two in a transformer block, one in Nemotron-H's layers)."""
-    return (spec.layer_types[layer] != NONE) + (not spec.ffn_layers or bool(spec.ffn_layers[layer]))
+    return (spec.layer_types[layer] != NONE) + spec.has_ffn(layer)
 
 
 def block_signature(spec: ModelSpec, layer: int) -> tuple:
     """Blocks with the same signature have the same kernels (dense/MoE, the mixer: full/sliding attention, recurrent
     or none, and whether a feed-forward part follows)."""
     moe = spec.moe is not None and spec.moe.moe_layers[layer]
-    return (moe, spec.layer_types[layer], not spec.ffn_layers or spec.ffn_layers[layer])
+    return (moe, spec.layer_types[layer], spec.has_ffn(layer))

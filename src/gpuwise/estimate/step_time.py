@@ -260,7 +260,7 @@ def _time_block(profile: DeviceProfile, spec: ModelSpec, layer: int, tokens: int
                 attention: str, compile: bool, etp: int | None, whole_sequence: bool = False,
                 sdpa_flash: bool = False, weight_cached: bool = False,
                 transpose_cached: bool = True, fp8_kernels: str = "te", permute_fused: bool = False) -> _BlockTime:
-    if spec.parallel_mixer and spec.linear is not None:
+    if spec.parallel_hybrid:
         raise_untimed_linear(spec)
     if spec.hybrid and recompute_plan(recompute).kind == "op":
         raise InvalidArgument(f"{spec.family}: torchtitan's per-op checkpointing (--ac selective) has no policy for "

@@ -193,7 +193,7 @@ def _block(spec: ModelSpec, i: int) -> list[Tensor]:
         t += _linear_mixer(spec, i)  # Falcon-H1: the Mamba-2 mixer beside attention
     width = spec.ffn_widths[i] if spec.ffn_widths else spec.intermediate_size
     moe_here = spec.moe is not None and spec.moe.moe_layers[i]
-    if spec.ffn_layers and not spec.ffn_layers[i]:
+    if not spec.has_ffn(i):
         pass
     elif moe_here and not spec.moe.beside_dense:
         t += _moe_mlp(spec, i)

@@ -13,6 +13,9 @@ FULL = "full"
 SLIDING = "sliding"
 LINEAR = "linear"
 """A layer whose token mixer is a recurrence (Gated DeltaNet, Mamba-2): a fixed state per sequence, no KV cache."""
+LINEAR_MIXER_NAMES = {"gated_deltanet": "Gated DeltaNet", "mamba2": "Mamba-2"}
+"""`LinearMixerSpec.kind` -> the mixer's name as its papers give it."""
+
 NONE = "none"
 """A layer with no token mixer, only its feed-forward part (Nemotron-H's MLP and MoE layers)."""
 
@@ -95,6 +98,17 @@ class LinearMixerSpec:
     def state_elements(self) -> int:
         """Elements one sequence keeps in one layer: the recurrent state and the convolution's window."""
         return self.ssm_elements + self.conv_elements
+
+    @property
+    def in_proj_width(self) -> int:
+        """Output width of the layer's input projections (params.py `_linear_mixer`): the output gate z and the
+        convolution's channels (q, k, v or x, B, C), plus per head Mamba-2's dt or Gated DeltaNet's beta and decay."""
+        return self.inner + self.conv_dim + (self.num_heads if self.kind == "mamba2" else 2 * self.num_heads)
+
+    @property
+    def name(self) -> str:
+        """The mixer's name as its papers give it."""
+        return LINEAR_MIXER_NAMES.get(self.kind, self.kind)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -285,12 +299,21 @@ class ModelSpec:
     @property
     def hybrid(self) -> bool:
         """Some layers do not attend (recurrent or feed-forward only), or run a recurrent mixer beside attention."""
-        return self.num_attention_layers < self.num_layers or (self.parallel_mixer and self.linear is not None)
+        return self.num_attention_layers < self.num_layers or self.parallel_hybrid
+
+    @property
+    def parallel_hybrid(self) -> bool:
+        """Attention and a recurrent mixer side by side in the same layers (Falcon-H1), which no speed model covers."""
+        return self.parallel_mixer and self.linear is not None
+
+    def has_ffn(self, layer: int) -> bool:
+        """Whether layer `layer` has a feed-forward part (Nemotron-H's mixer layers have none)."""
+        return not self.ffn_layers or bool(self.ffn_layers[layer])
 
     def has_linear_mixer(self, layer: int) -> bool:
         """Whether layer `layer` keeps a recurrent state: a LINEAR layer, or any attending one of a parallel hybrid."""
         t = self.layer_types[layer]
-        return t == LINEAR or (self.parallel_mixer and self.linear is not None and t != NONE)
+        return t == LINEAR or (self.parallel_hybrid and t != NONE)
 
     @property
     def num_linear_layers(self) -> int:

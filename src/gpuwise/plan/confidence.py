@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from ..catalog._toml import load_toml
+from ..model.spec import LINEAR_MIXER_NAMES
 
 CATEGORY_NAMES = {
     "moe_ep": "MoE",
@@ -79,8 +80,6 @@ class SpeedConfidence:
                 f"({where}{slower})")
 
 
-MIXER_NAMES = {"gated_deltanet": "Gated DeltaNet", "mamba2": "Mamba-2"}
-
 FP8_KERNEL_NAMES = {"te": "Transformer Engine", "compiled": "torchao's float8 under torch.compile",
                     "eager": "torchao's float8 without torch.compile"}
 
@@ -120,7 +119,7 @@ def speed_confidence(*, category: str, gpu: str, precision: str, framework: str,
         outside.append(f"fp8 quantized by {FP8_KERNEL_NAMES.get(fp8_kernels, fp8_kernels)} (no published speed run; "
                        "priced from kernel measurements)")
     if mixer and mixer not in cov.get("mixers", ()):
-        outside.append(f"{MIXER_NAMES.get(mixer, mixer)} layers (no published speed run; their scan priced from "
+        outside.append(f"{LINEAR_MIXER_NAMES.get(mixer, mixer)} layers (no published speed run; their scan priced from "
                        "kernel measurements)")
     if optimizer not in cov.get("optimizers", ("adamw",)):
         outside.append(f"optimizer {optimizer} (no published speed run)")

@@ -48,7 +48,7 @@ def _tpot(req: FitRequest, context: int) -> float | None:
     """Time per output token; None for a model whose layers are not timed (Falcon-H1's parallel hybrid, Gemma 4): its
     remedies are then ranked by memory alone, their speed said to be unknown."""
     spec = req.model.spec
-    if (spec.parallel_mixer and spec.linear is not None) or spec.varying_attention:
+    if spec.parallel_hybrid or spec.varying_attention:
         return None
     r = infer(InferRequest(model=req.model, gpu=req.gpu, num_gpus=req.num_gpus, weights=req.weights,
                            kv_dtype=req.kv_dtype, batch=req.batch, prompt_tokens=max(1, context - OUTPUT_TOKENS),

@@ -366,7 +366,7 @@ def serving_model(req: InferRequest, ks: KernelSetup) -> tuple[StepCost, serve.L
         req, gpu_memory_bytes=req.gpu.memory_bytes, gpu_id=req.gpu.id,
         kv_pool_bytes=mem.estimate.details.get("kv_pool_bytes"), kv_bytes_per_token=per_token,
         context=req.prompt_tokens + req.output_tokens, dp=dp,
-        state_bytes_per_sequence=state_bytes_per_sequence(spec, tp) if spec.linear is not None else 0.0)
+        state_bytes_per_sequence=state_bytes_per_sequence(spec, tp))
     wl = load.workload
     cost = serve.step_cost(ks.step, spec=spec, profile=ks.profile, engine=eng, kv_bytes_per_element=mem.kv.bytes,
                            tp=tp, max_rows=load.limits.max_num_batched_tokens,
@@ -469,11 +469,10 @@ def _assumptions(req: InferRequest, eng: EnginePerf, mem: FitResult) -> tuple[st
                    "even share")
     lm = req.model.spec.linear
     if lm is not None:
-        kind = {"gated_deltanet": "Gated DeltaNet", "mamba2": "Mamba-2"}.get(lm.kind, lm.kind)
-        out.append(f"{req.model.spec.num_linear_layers} {kind} layers: prefill scans at the rate vLLM's and SGLang's "
-                   "Triton kernels measure on an H100 (scaled by SM count, capped by the matrix peak; not checked on "
-                   "other GPUs or engines), decode reads and writes each sequence's recurrent state once per token "
-                   "(docs/performance.md)")
+        out.append(f"{req.model.spec.num_linear_layers} {lm.name} layers: prefill scans at the rate vLLM's and "
+                   "SGLang's Triton kernels measure on an H100 (scaled by SM count, capped by the matrix peak; not "
+                   "checked on other GPUs or engines), decode reads and writes each sequence's recurrent state once "
+                   "per token (docs/performance.md)")
     if not mem.fits:
         out.append("the configuration does NOT fit in memory (see `gpuwise fit`); times are what it would take")
     return tuple(out)

@@ -75,7 +75,7 @@ def pick(req: PickRequest) -> PickResult:
     if req.task == "serve":
         return _finish(req, *_pick_serve(req), t0)
     spec = req.model.spec
-    if spec.parallel_mixer and spec.linear is not None:  # the model itself cannot be costed on any GPU: said once
+    if spec.parallel_hybrid:  # the model itself cannot be costed on any GPU: said once
         raise_untimed_linear(spec)
     candidates: list[Candidate] = []
     errors: list[GpuwiseError] = []
