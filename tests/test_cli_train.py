@@ -107,6 +107,20 @@ def test_does_not_fit_names_the_cheapest_change_that_fits(capsys) -> None:
         "cheapest_fix"] is None
 
 
+def test_does_not_fit_is_short_by_what_must_fit_with_the_allowance_beside(capsys) -> None:
+    """The verdict compares allocated peak + runtime (memory_torch.required) with the GPU: the text's shortfall is
+    that difference, and the total with the caching allocator's allowance is named beside it, not in its place."""
+    argv = ["llama-3.1-70b", "--gpu", "h100-sxm", "--seq", "4096"]
+    doc = _json(capsys, *argv)
+    gib = 2**30
+    short, total_short = doc["memory_torch"]["required"] - doc["gpu_memory"], -doc["headroom_bytes"]
+    assert doc["fits"] is False and 0 < short < total_short
+    assert main(["train", *argv]) == 0
+    out = capsys.readouterr().out
+    assert f"DOES NOT FIT: {short / gib:.2f} GiB short per GPU" in out
+    assert f"{total_short / gib:.2f} GiB short with the caching allocator's" in out
+
+
 def test_json_says_what_is_compiled_and_in_which_dtype_adam_keeps_its_moments(capsys) -> None:
     doc = _json(capsys, "llama-3.1-8b", "--gpu", "h100-sxm", "--num-gpus", "8", "--framework", "torchtitan",
                 "--compile-components", "loss")

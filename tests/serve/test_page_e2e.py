@@ -250,6 +250,18 @@ def test_training_view_shows_mfu_with_its_denominator_and_the_plans(page, base_u
     page.shot(tmp_path / "training.png")
 
 
+def test_a_training_job_that_does_not_fit_is_short_by_its_allocated_peak_and_runtime(page, base_url) -> None:
+    """The verdict compares what must fit (allocated peak + runtime, `memory_torch.required`) with the GPU, as the
+    CLI does: the shortfall shown is that, not the total with the caching allocator's allowance."""
+    q = {"model": "llama-3.1-70b", "gpu": "h100-sxm", "num_gpus": "1"}
+    train = api(base_url, "train", **q)
+    page.open(task="train", **q)
+
+    assert not train["fits"] and train["memory_torch"]["required"] < train["memory_per_gpu"]["total"]
+    assert page.fact("verdict-title") == "DOES NOT FIT"
+    assert page.fact("verdict-headroom") == f"{gib(train['memory_torch']['required'] - train['gpu_memory'])} short"
+
+
 def test_an_input_error_is_the_clis_message_next_to_its_input(page, base_url) -> None:
     message = api(base_url, "fit", model="llama-3.1-8b", gpu="rtx-9090")["error"]
     page.open(task="infer", model="llama-3.1-8b", gpu="rtx-9090")

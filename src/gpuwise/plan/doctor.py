@@ -24,7 +24,7 @@ from ..estimate.parallel import cp_splits
 from ..estimate.recompute import recompute_plan
 from ..estimate.train_memory import FRAGMENTATION_RISK
 from ..units import GiB, MiB
-from .train import MEGATRON_OPTIONS, TrainRequest, TrainResult, megatron_option_problem, train
+from .train import MEGATRON_OPTIONS, TrainRequest, TrainResult, megatron_option_problem, model_problem, train
 
 RECOMPUTE_LADDER = ("none", "selective", "full")
 ZERO_LADDER = (0, 1, 2, 3)
@@ -346,7 +346,8 @@ def _more_gpu_options(req: TrainRequest, base: TrainResult) -> list[tuple[int, d
     lay = base.layout
     sharded = {} if lay.sharding in PARAM_OFFLOAD_SHARDINGS else (
         dict(zero=3) if req.framework == "deepspeed" else dict(fsdp="full", zero=None, framework=(
-            req.framework if req.framework != "megatron" else "torchtitan")))
+            req.framework if req.framework != "megatron" else
+            "torchtitan" if model_problem("torchtitan", req.model.spec) is None else "fsdp")))
     out = []
     for k in (2, 4, 8):
         if req.global_batch % (lay.dp * k):

@@ -135,8 +135,11 @@ def _train_setup(req: PickRequest, gpu: GPU, n: int, reserve: float) -> tuple[fl
     seq, batch = req.train_seq, req.train_batch
     if finetune == "full":
         from .planner import PlanRequest, describe, plan
+        from .train import model_problem
 
-        framework = "torchtitan" if req.task == "train" else "fsdp"
+        # pre-training runs on torchtitan where it builds the model's layers, else Megatron-LM (Mamba-2 hybrids)
+        framework = "fsdp" if req.task != "train" else (
+            "torchtitan" if model_problem("torchtitan", req.model.spec) is None else "megatron")
         compiled = precision == "fp8"  # torchao's float8 runs compiled (eager casts cost more than fp8 saves)
         res = plan(PlanRequest(model=req.model, gpu=gpu, num_gpus=n, seq=seq, global_batch=batch, top=1,
                                framework=framework, precision=precision, reserve_gib=reserve / GiB, compile=compiled))

@@ -46,7 +46,8 @@ from ..model.spec import LINEAR
 from ..units import GiB
 from .cluster import cluster
 from .train import (TrainRequest, cuda_graph_scopes, fp8_backend_problem, megatron_job_problem,
-                    megatron_option_problem, megatron_overlap_problem, optimizer_problem)
+                    megatron_option_problem, megatron_overlap_problem, model_problem,
+                    optimizer_problem)
 
 Objective = Literal["time", "cost", "memory"]
 PlanFramework = Literal["megatron", "torchtitan", "fsdp", "deepspeed"]
@@ -151,6 +152,8 @@ class PlanRequest:
                                   f"({', '.join(COMPILING_FRAMEWORKS)}); {self.framework} plans are priced with its "
                                   "own fused kernels")
         if (problem := optimizer_problem(self.framework, self.optimizer)) is not None:
+            raise InvalidArgument(problem)
+        if (problem := model_problem(self.framework, self.model.spec)) is not None:
             raise InvalidArgument(problem)
         if (problem := fp8_backend_problem(self.fp8_backend, self.precision, self.framework)) is not None:
             raise InvalidArgument(problem)

@@ -171,6 +171,22 @@ def megatron_job_problem(framework: str | None, *, spec, optimizer: str, moe_a2a
     return None
 
 
+TORCHTITAN_MIXERS = ("gated_deltanet",)
+"""Recurrent mixers torchtitan's model library builds: Gated DeltaNet (Qwen3-Next, Qwen3.5), beside attention and
+MLA (pytorch/torchtitan torchtitan/models/common/attention/: attention, mla, gdn and kda, with their context-parallel
+variants; no Mamba-2 layer). Kimi's KDA has no model in gpuwise's catalog."""
+
+
+def model_problem(framework: str, spec) -> str | None:
+    """Why the framework has no implementation of this model's layers, or None."""
+    kind = spec.linear.kind if spec.linear is not None and spec.num_linear_layers else None
+    if framework == "torchtitan" and kind is not None and kind not in TORCHTITAN_MIXERS:
+        return (f"--framework torchtitan: torchtitan has no {spec.linear.name} layer (its models build attention, MLA "
+                "and Gated DeltaNet); train this model with --framework megatron (Megatron-LM / Megatron-Bridge) "
+                "or fsdp (its Hugging Face implementation under FSDP2)")
+    return None
+
+
 def optimizer_problem(framework: str, optimizer: str) -> str | None:
     """Why the framework cannot run this optimizer, or None."""
     if optimizer == "adamw-8bit" and framework == "megatron":
@@ -414,6 +430,8 @@ class TrainRequest:
         if (problem := fp8_backend_problem(self.fp8_backend, self.precision, framework)) is not None:
             raise InvalidArgument(problem)
         if (problem := optimizer_problem(framework, self.optimizer)) is not None:
+            raise InvalidArgument(problem)
+        if (problem := model_problem(framework, self.model.spec)) is not None:
             raise InvalidArgument(problem)
         if (problem := megatron_job_problem(
                 framework, spec=self.model.spec, optimizer=self.optimizer, moe_a2a_overlap=self.moe_a2a_overlap,

@@ -253,8 +253,12 @@ def render_train(r: TrainResult, fix=None) -> str:
         lines.append(f"{verdict}: allocated peak + runtime leave {fmt_gib(gpu.memory_bytes - mem.required)} per GPU; "
                      f"the caching allocator's {fmt_gib(mem.allocator)} allowance does not fit, so it will run near "
                      f"the card's limit (fragmentation can still end it)")
-    else:
-        lines.append(f"{verdict}: {fmt_gib(abs(r.headroom_bytes))} {'headroom' if r.fits else 'short'} per GPU")
+    elif r.fits:
+        lines.append(f"{verdict}: {fmt_gib(r.headroom_bytes)} headroom per GPU")
+    else:  # short by what must fit (allocated peak + runtime); the allocator's allowance comes on top
+        lines.append(f"{verdict}: {fmt_gib(mem.required - gpu.memory_bytes)} short per GPU (allocated peak + "
+                     f"runtime {fmt_gib(mem.required)}; {fmt_gib(-r.headroom_bytes)} short with the caching "
+                     f"allocator's {fmt_gib(mem.allocator)} allowance)")
     if not r.fits:
         lines.append(_fix_line(fix, "step time"))
     mb = r.max_micro_batch

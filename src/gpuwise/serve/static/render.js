@@ -65,6 +65,18 @@ function headroomText(bytes) {
   return bytes >= 0 ? `${f.gib(bytes)} free` : `${f.gib(-bytes)} short`;
 }
 
+// Training fits when its allocated peak + runtime (memory_torch.required) does: short by that, not by the total with
+// the caching allocator's allowance; a fit whose allowance does not fit says what the allocated peak leaves.
+function trainHeadroomText(t) {
+  const required = t.memory_torch ? t.memory_torch.required : null;
+  if (required === null || required === undefined || t.gpu_memory === null || t.gpu_memory === undefined) {
+    return headroomText(t.headroom_bytes);
+  }
+  if (!t.fits) return `${f.gib(required - t.gpu_memory)} short`;
+  if (t.headroom_bytes < 0) return `${f.gib(t.gpu_memory - required)} free before the allocator's allowance`;
+  return headroomText(t.headroom_bytes);
+}
+
 export function modelLine(model, gpu, numGpus, extra, pasted = false) {
   // a pasted config's id is the API's temporary folder: name it by what it is instead
   const name = pasted ? `pasted config.json (${model.family || "unknown family"})`
@@ -147,7 +159,7 @@ export function trainVerdict(t, { pasted = false } = {}) {
     facts([
       ["needs per GPU", f.gib(t.memory_per_gpu.total), { testid: "verdict-used" }],
       ["GPU memory", f.gib(t.gpu_memory), { testid: "verdict-capacity", note: t.gpu.memory_source || null }],
-      ["headroom", headroomText(t.headroom_bytes), { testid: "verdict-headroom",
+      ["headroom", trainHeadroomText(t), { testid: "verdict-headroom",
         note: t.tight ? "tight: not 15% spare for allocator fragmentation" : null }],
     ]),
     h("ul", { class: "reasons", "data-testid": "verdict-reasons" }, reasons.filter(Boolean).map((r) => h("li", {}, r))));
