@@ -322,3 +322,27 @@ def test_few_heads_per_gpu_leave_the_delta_rule_latency_bound(gpu: str, heads: i
     flops = 4 * 128 * 128 * heads * tokens
     t = recurrent_scan_s(profile, "gated_deltanet", flops, 0.0, seq_len=tokens, blocks=recurrent_blocks(spec, 1, tp))
     assert t * 1e3 == pytest.approx(ms, rel=0.12)
+
+
+@pytest.mark.parametrize(("name", "framework"), [("nemotron-3-nano-30b-a3b", "megatron"), ("qwen3.5-27b", "fsdp"),
+                                                 ("qwen3.5-35b-a3b", "torchtitan"), ("nemotron-3-nano-30b-a3b", "hf")])
+def test_hybrid_memory_keeps_issue_17s_properties(name: str, framework: str) -> None:
+    """The training-memory properties tests/estimate/test_memory_properties.py samples over attention-only models,
+    for the hybrids in frameworks that run them: memory never falls when the micro-batch or the sequence grows, and
+    no checkpointing mode keeps more than none."""
+    def memory(**kw):
+        kw = dict(dict(num_gpus=8, seq=2048, micro_batch=1, global_batch=16, framework=framework), **kw)
+        if framework != "megatron" and kw["num_gpus"] > 1:
+            kw.setdefault("fsdp", "full")
+        return gpuwise.train(name, gpu="h100-sxm", **kw).memory
+
+    small, big = memory(), memory(micro_batch=2, global_batch=32)
+    assert big.total >= small.total and big.required >= small.required
+    short, long = memory(num_gpus=1, global_batch=2), memory(num_gpus=1, global_batch=2, seq=8192)
+    assert long.total >= short.total and long.activations_per_microbatch > short.activations_per_microbatch
+    none = memory(num_gpus=1, global_batch=2, recompute="none")
+    # torchtitan's selective is its per-op policy, refused for recurrent layers (test_planning_a_hybrid_...)
+    for mode in ("full", "layer:2", "block:4") + (("selective",) if framework != "torchtitan" else ()):
+        kept = memory(num_gpus=1, global_batch=2, recompute=mode)
+        assert kept.activations_per_microbatch <= none.activations_per_microbatch * (1 + 1e-9), mode
+        assert kept.moments["end_of_forward"] <= none.moments["end_of_forward"] * (1 + 1e-9), mode
