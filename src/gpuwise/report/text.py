@@ -146,7 +146,7 @@ def _kv_formula(r: FitResult) -> str:
         from ..estimate.kv_cache import STATE_BYTES_PER_ELEMENT, state_bytes_per_sequence
 
         text += (f"; plus {fmt_bytes(state_bytes_per_sequence(spec))} of recurrent state per sequence in its "
-                 f"{spec.num_linear_layers} {spec.linear.kind} layers ({spec.linear.state_elements:,} elements each, "
+                 f"{spec.num_linear_layers} {spec.linear.name} layers ({spec.linear.state_elements:,} elements each, "
                  f"{STATE_BYTES_PER_ELEMENT:g} B" + (f"; the SSM state {spec.linear.ssm_state_bytes:g} B"
                                                     if spec.linear.ssm_state_bytes else "") + ")")
     return text
