@@ -74,6 +74,34 @@ FUSED_MOE_KERNELS = 6
 two grouped GEMMs, activation, unpermute; the router GEMM and shared experts run apart)."""
 
 
+FP8_QUANT_BYTES = 3.0
+"""Bytes per element of a GEMM input quantized to fp8 before an fp8 GEMM: read in 16 bits, written in 8 (its scales,
+one per token or per 128-element group, are a rounding error)."""
+
+
+def activation_quant(ops, rows: int) -> tuple[int, int, float]:
+    """(kernels, of them for the routed experts, elements) that quantize a block's fp8 GEMM inputs in inference.
+
+    W8A8 fp8 checkpoints run each linear as a quantize kernel on its input, then the fp8 GEMM: vLLM's Fp8LinearOp
+    (scaled_fp8_quant, then cutlass_scaled_mm; its norm + quant fusion pass is off by default under the V1 engine) and
+    SGLang's fp8 linears (scaled_fp8_quant, or per_token_group_quant_fp8 for block-scaled checkpoints such as
+    DeepSeek's, whose fused_moe quantizes the routed tokens and the experts' intermediate the same way). One kernel per
+    GEMM input: the router (16 or 32 bits) and the shared-expert gate stay unquantized, and MLA's q_a and kv_a read
+    one input through one fused projection (fused_qkv_a_proj_with_mqa). The routed experts quantize the tokens once
+    before dispatch (`rows` x hidden), and their intermediate copies."""
+    names = {g.name for g in ops.gemms}
+    kernels = experts = 0
+    elements = 0.0
+    for g in ops.gemms:
+        if g.name in ("router", "shared_gate") or (g.name == "kv_a" and "q_a" in names):
+            continue
+        kernels += 1
+        if g.name.startswith("experts_"):
+            experts += 1
+        elements += rows * g.k if g.name == "experts_up" else g.m * g.count * g.k
+    return kernels, experts, elements
+
+
 def fused_moe_kernel_costs(profile: DeviceProfile) -> float:
     """The fixed costs the kernel model already charges for the kernels one fused-MoE call stands for: its two grouped
     GEMMs' (a GEMM's fixed time) and the other four (top-k, sort, activation, weighted sum: any kernel's)."""
@@ -240,11 +268,19 @@ def forward_pass_s(spec: ModelSpec, *, profile: DeviceProfile, topo: Topology, e
                 attn_bytes += ops.recurrent_state_bytes
             mixer = 1 if (attn_flops > 0 or ops.recurrent_kind is not None) else 0  # its fixed cost is in `a`
             s = memory_s(profile, ops.stream_bytes) + (ops.kernels - len(ops.gemms) - mixer) * profile.kernel_overhead_s
-            if engine.fused_moe and profile.fused_moe_call_s and spec.moe is not None and spec.moe.moe_layers[layer]:
+            fused = (engine.fused_moe and profile.fused_moe_call_s and spec.moe is not None
+                     and spec.moe.moe_layers[layer])
+            if fused:
                 # the fused call's measured fixed cost, beyond the per-kernel costs of the kernels it stands for
-                # (top-k, sort, activation, sum and the two grouped GEMMs)
+                # (top-k, sort, activation, sum and the two grouped GEMMs; its quantization too)
                 s += max(0.0, profile.fused_moe_call_s - fused_moe_kernel_costs(profile))
-            hit = cache[key] = (g, a, s, f + attn_flops, b + attn_bytes + ops.stream_bytes, ops.kernels)
+            q_kernels = q_bytes = 0
+            if dtype == "fp8":  # W8A8: each GEMM input quantized by a kernel of its own (`activation_quant`)
+                q_kernels, q_experts, q_elements = activation_quant(ops, rows)
+                q_bytes = q_elements * FP8_QUANT_BYTES
+                s += memory_s(profile, q_bytes) + (q_kernels - (q_experts if fused else 0)) * profile.kernel_overhead_s
+            hit = cache[key] = (g, a, s, f + attn_flops, b + attn_bytes + ops.stream_bytes + q_bytes,
+                                ops.kernels + q_kernels)
         gemm += hit[0]
         attn += hit[1]
         stream += hit[2]
