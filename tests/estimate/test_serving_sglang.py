@@ -124,10 +124,9 @@ def test_an_fp8_pass_quantizes_each_gemm_input_with_a_kernel_of_its_own():
     assert activation_quant(ops, 100) == (4, 0, 100 * (4096 + 4096 + 4096 + 14336))
     ds = load_model("deepseek-v3").spec
     moe = block_ops(ds, 3, tokens=100, keys=100)
-    kernels, experts, elements = activation_quant(moe, 100)
+    kernels, experts, elements = activation_quant(moe, 100, expert_rows=800, expert_copies=6400)
     assert (kernels, experts) == (8, 2)  # q_a (+ kv_a), q_b, kv_b, o, experts up and down, shared up and down
-    copies = sum(g.m * g.count for g in moe.gemms if g.name == "experts_down")
-    assert elements == 100 * (7168 + 1536 + 512 + 16384 + 7168 + 7168 + 2048) + copies * 2048
+    assert elements == 100 * (7168 + 1536 + 512 + 16384 + 7168 + 2048) + 800 * 7168 + 6400 * 2048
 
     gpu = get_gpu("h100-sxm")
     sglang = engine_perf("sglang")
@@ -137,3 +136,35 @@ def test_an_fp8_pass_quantizes_each_gemm_input_with_a_kernel_of_its_own():
               for dtype in ("fp8", "bf16")}
     assert passes["fp8"].host_s - passes["bf16"].host_s == pytest.approx(
         4 * llama.num_layers * sglang.prefill_host_s_per_kernel)
+
+
+def test_data_parallel_attention_quantizes_the_gathered_tokens_for_the_experts():
+    """DeepSeek-V3 decoding on 8 H200 with SGLang's DP attention: each GPU quantizes its own 32 rows for the
+    attention and shared-expert GEMMs, and the 8 x 32 tokens gathered for its experts, whose 8 x 32 x 8 routed copies
+    spread over the 8 expert ranks. The fp8 pass streams those bytes (16 bits in, 8 out) and pays a kernel's fixed
+    cost for each quantize kernel but the experts' two, which the measured fused-MoE call already covers."""
+    from gpuwise.catalog.devices import default_profile
+    from gpuwise.catalog.gpus import get_gpu
+    from gpuwise.catalog.models import load_model
+    from gpuwise.estimate.comm import topology
+    from gpuwise.estimate.infer_time import engine_perf, forward_pass_s
+
+    spec = load_model("deepseek-v3").spec
+    gpu = get_gpu("h200-sxm")
+    profile = default_profile(gpu)
+    assert profile.fused_moe_call_s > 0
+    rows, dp = 32, 8
+    topo, sglang = topology(gpu, num_gpus=dp), engine_perf("sglang")
+    passes = {dtype: forward_pass_s(spec, profile=profile, topo=topo, engine=sglang, dtype=dtype,
+                                    weight_bytes_per_param=1.0, kv_bytes_per_element=1.0, rows=rows, sequences=rows,
+                                    context=2048, num_gpus=dp, decode=True, logits_rows=rows, dp_attention=True)
+              for dtype in ("fp8", "bf16")}
+    h, q_lora, kv_lora, attn_out, shared_i, dense_i = 7168, 1536, 512, 128 * 128, 2048, 18432
+    attention = rows * (h + q_lora + kv_lora + attn_out)
+    moe_layers = sum(spec.moe.moe_layers)
+    per_moe = attention + rows * (h + shared_i) + rows * dp * h + rows * dp * spec.moe.top_k / dp * 2048
+    per_dense = attention + rows * (h + dense_i)
+    elements = moe_layers * per_moe + (spec.num_layers - moe_layers) * per_dense
+    fixed = (moe_layers * 6 + (spec.num_layers - moe_layers) * 6) * profile.kernel_overhead_s
+    assert passes["fp8"].stream_s - passes["bf16"].stream_s == pytest.approx(
+        elements * 3 / profile.bandwidth + fixed, rel=1e-9)

@@ -260,6 +260,9 @@ def test_a_training_job_that_does_not_fit_is_short_by_its_allocated_peak_and_run
     assert not train["fits"] and train["memory_torch"]["required"] < train["memory_per_gpu"]["total"]
     assert page.fact("verdict-title") == "DOES NOT FIT"
     assert page.fact("verdict-headroom") == f"{gib(train['memory_torch']['required'] - train['gpu_memory'])} short"
+    note = page.text('[data-testid="verdict-headroom"] + dd.note')
+    assert f"allocated peak + runtime {gib(train['memory_torch']['required'])}" in note
+    assert f"allocator's {gib(train['memory_per_gpu']['allocator'])} allowance" in note
 
 
 def test_an_input_error_is_the_clis_message_next_to_its_input(page, base_url) -> None:

@@ -79,7 +79,8 @@ FP8_QUANT_BYTES = 3.0
 one per token or per 128-element group, are a rounding error)."""
 
 
-def activation_quant(ops, rows: int) -> tuple[int, int, float]:
+def activation_quant(ops, rows: int, *, expert_rows: float | None = None,
+                     expert_copies: float | None = None) -> tuple[int, int, float]:
     """(kernels, of them for the routed experts, elements) that quantize a block's fp8 GEMM inputs in inference.
 
     W8A8 fp8 checkpoints run each linear as a quantize kernel on its input, then the fp8 GEMM: vLLM's Fp8LinearOp
@@ -87,8 +88,10 @@ def activation_quant(ops, rows: int) -> tuple[int, int, float]:
     SGLang's fp8 linears (scaled_fp8_quant, or per_token_group_quant_fp8 for block-scaled checkpoints such as
     DeepSeek's, whose fused_moe quantizes the routed tokens and the experts' intermediate the same way). One kernel per
     GEMM input: the router (16 or 32 bits) and the shared-expert gate stay unquantized, and MLA's q_a and kv_a read
-    one input through one fused projection (fused_qkv_a_proj_with_mqa). The routed experts quantize the tokens once
-    before dispatch (`rows` x hidden), and their intermediate copies."""
+    one input through one fused projection (fused_qkv_a_proj_with_mqa). The routed experts quantize the tokens they
+    see once (`expert_rows` x hidden: `rows`, or the tokens gathered from every data-parallel attention rank), then
+    the intermediate of the copies this GPU's experts run (`expert_copies`: tokens x top-k over the expert-parallel
+    ranks; default the GEMMs' own rows)."""
     names = {g.name for g in ops.gemms}
     kernels = experts = 0
     elements = 0.0
@@ -96,9 +99,14 @@ def activation_quant(ops, rows: int) -> tuple[int, int, float]:
         if g.name in ("router", "shared_gate") or (g.name == "kv_a" and "q_a" in names):
             continue
         kernels += 1
-        if g.name.startswith("experts_"):
+        if g.name == "experts_up":
             experts += 1
-        elements += rows * g.k if g.name == "experts_up" else g.m * g.count * g.k
+            elements += (rows if expert_rows is None else expert_rows) * g.k
+        elif g.name == "experts_down":
+            experts += 1
+            elements += (g.m * g.count if expert_copies is None else expert_copies) * g.k
+        else:
+            elements += g.m * g.count * g.k
     return kernels, experts, elements
 
 
@@ -276,7 +284,11 @@ def forward_pass_s(spec: ModelSpec, *, profile: DeviceProfile, topo: Topology, e
                 s += max(0.0, profile.fused_moe_call_s - fused_moe_kernel_costs(profile))
             q_kernels = q_bytes = 0
             if dtype == "fp8":  # W8A8: each GEMM input quantized by a kernel of its own (`activation_quant`)
-                q_kernels, q_experts, q_elements = activation_quant(ops, rows)
+                moe_here = spec.moe is not None and spec.moe.moe_layers[layer]
+                seen = rows * dp  # the tokens this GPU's experts see (gathered from every DP attention rank)
+                q_kernels, q_experts, q_elements = activation_quant(
+                    ops, rows, expert_rows=seen,
+                    expert_copies=seen * spec.moe.top_k / ep if moe_here else None)
                 q_bytes = q_elements * FP8_QUANT_BYTES
                 s += memory_s(profile, q_bytes) + (q_kernels - (q_experts if fused else 0)) * profile.kernel_overhead_s
             hit = cache[key] = (g, a, s, f + attn_flops, b + attn_bytes + ops.stream_bytes + q_bytes,

@@ -134,13 +134,14 @@ def _train_setup(req: PickRequest, gpu: GPU, n: int, reserve: float) -> tuple[fl
         precision = "fp16"  # what people run on GPUs without bf16 tensor cores (V100, T4)
     seq, batch = req.train_seq, req.train_batch
     if finetune == "full":
-        from .planner import PlanRequest, describe, plan
+        from .planner import COMPILING_FRAMEWORKS, PlanRequest, describe, plan
         from .train import model_problem
 
         # pre-training runs on torchtitan where it builds the model's layers, else Megatron-LM (Mamba-2 hybrids)
         framework = "fsdp" if req.task != "train" else (
             "torchtitan" if model_problem("torchtitan", req.model.spec) is None else "megatron")
-        compiled = precision == "fp8"  # torchao's float8 runs compiled (eager casts cost more than fp8 saves)
+        # torchao's float8 runs compiled (eager casts cost more than fp8 saves); Megatron's fp8 is Transformer Engine's
+        compiled = precision == "fp8" and framework in COMPILING_FRAMEWORKS
         res = plan(PlanRequest(model=req.model, gpu=gpu, num_gpus=n, seq=seq, global_batch=batch, top=1,
                                framework=framework, precision=precision, reserve_gib=reserve / GiB, compile=compiled))
         if not res.plans:

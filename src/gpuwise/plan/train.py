@@ -588,11 +588,14 @@ def choose_framework(req: TrainRequest) -> tuple[str, str]:
     if req.zero is not None:
         return "deepspeed", "--zero given: DeepSpeed ZeRO"
     if max(req.tp, req.pp, req.cp, req.ep) > 1:
-        if optimizer_problem("megatron", req.optimizer) is not None:
-            return "torchtitan", "model parallelism given, with an optimizer Megatron-LM does not run: torchtitan"
-        if req.fp8_backend == "torchao":
-            return "torchtitan", "model parallelism given, with torchao's float8: torchtitan"
-        return "megatron", "model parallelism given: Megatron-LM"
+        why = ("an optimizer Megatron-LM does not run" if optimizer_problem("megatron", req.optimizer) is not None
+               else "torchao's float8" if req.fp8_backend == "torchao" else None)
+        if why is None:
+            return "megatron", "model parallelism given: Megatron-LM"
+        if (problem := model_problem("torchtitan", req.model.spec)) is not None:
+            raise InvalidArgument(f"model parallelism with {why} would be torchtitan, but "
+                                  f"{problem.removeprefix('--framework torchtitan: ')}")
+        return "torchtitan", f"model parallelism given, with {why}: torchtitan"
     return "fsdp", "default: PyTorch-native training (FSDP2 / DDP) with flash attention"
 
 

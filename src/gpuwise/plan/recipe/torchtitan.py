@@ -93,6 +93,10 @@ def _titan_model(job: _Job) -> tuple[dict, list[str]]:
 
 
 def _torchtitan_toml(job: _Job) -> tuple[str, str, list[str]]:
+    from ..train import model_problem
+
+    if (problem := model_problem("torchtitan", job.spec)) is not None:
+        raise Unsupported(problem.removeprefix("--framework torchtitan: "))
     lay, p, req = job.lay, job.plan, job.req
     differs: list[str] = []
     dp_keys, d = _titan_data_parallel(job)

@@ -77,6 +77,18 @@ function trainHeadroomText(t) {
   return headroomText(t.headroom_bytes);
 }
 
+// What the headroom line compares, where "needs per GPU" (the total, allowance included) does not fit the card.
+function trainHeadroomNote(t) {
+  const notes = t.tight ? ["tight: not 15% spare for allocator fragmentation"] : [];
+  const required = t.memory_torch ? t.memory_torch.required : null;
+  const allowance = t.memory_per_gpu ? t.memory_per_gpu.allocator : null;
+  if (required !== null && required !== undefined && allowance !== null && allowance !== undefined
+      && t.headroom_bytes < 0) {
+    notes.push(`allocated peak + runtime ${f.gib(required)}; the caching allocator's ${f.gib(allowance)} allowance comes on top`);
+  }
+  return notes.length ? notes.join("; ") : null;
+}
+
 export function modelLine(model, gpu, numGpus, extra, pasted = false) {
   // a pasted config's id is the API's temporary folder: name it by what it is instead
   const name = pasted ? `pasted config.json (${model.family || "unknown family"})`
@@ -159,8 +171,7 @@ export function trainVerdict(t, { pasted = false } = {}) {
     facts([
       ["needs per GPU", f.gib(t.memory_per_gpu.total), { testid: "verdict-used" }],
       ["GPU memory", f.gib(t.gpu_memory), { testid: "verdict-capacity", note: t.gpu.memory_source || null }],
-      ["headroom", trainHeadroomText(t), { testid: "verdict-headroom",
-        note: t.tight ? "tight: not 15% spare for allocator fragmentation" : null }],
+      ["headroom", trainHeadroomText(t), { testid: "verdict-headroom", note: trainHeadroomNote(t) }],
     ]),
     h("ul", { class: "reasons", "data-testid": "verdict-reasons" }, reasons.filter(Boolean).map((r) => h("li", {}, r))));
 }
