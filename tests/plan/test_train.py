@@ -257,3 +257,15 @@ def test_torchtitan_and_torchtune_shard_with_fsdp_unless_told_otherwise() -> Non
     assert _run(num_gpus=8, framework="megatron").layout.sharding == "ddp"
     assert _run(num_gpus=1, framework="torchtitan").layout.sharding == "ddp"  # one rank: torchtitan applies no FSDP
     assert _run(num_gpus=8, tp=8, framework="torchtitan").layout.sharding == "ddp"
+
+
+def test_sdpa_on_rocm_says_it_is_priced_at_the_ck_rate() -> None:
+    """PyTorch's SDPA on ROCm runs AOTriton unless CK is asked for; gpuwise prices it at the flash-attn CK build's
+    measured rate (devices.toml, CDNA 3) and says so, where on NVIDIA it names SDPA's backend."""
+    import gpuwise
+
+    amd = gpuwise.train("llama-3-8b", gpu="mi300x", num_gpus=8, fsdp="full", seq=8192, framework="torchtitan")
+    assert any("AOTriton" in a and "optimistic" in a for a in amd.assumptions)
+    nvidia = gpuwise.train("llama-3-8b", gpu="h100-sxm", num_gpus=8, fsdp="full", seq=8192, framework="torchtitan")
+    assert not any("AOTriton" in a for a in nvidia.assumptions)
+    assert any(a.startswith("attention: PyTorch SDPA's") for a in nvidia.assumptions)

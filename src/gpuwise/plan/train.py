@@ -760,9 +760,14 @@ def _assumptions(req: TrainRequest, framework: str, layout: Layout, mem: TrainMe
         out.append("selective recompute = the attention core only (Megatron's); with flash attention it saves almost "
                    "nothing (torchtitan's per-op policy is --ac op)")
     if req.attention == "flash" and framework != "megatron":
-        out.append("attention: PyTorch SDPA's " + ("FlashAttention-2 kernels (its flash backend)"
-                   if req.job.sdpa_runs_flash else "cuDNN backend (torchtitan asks for it first)"
-                   if req.sdpa_backend is None else "cuDNN backend") + "; --sdpa-backend flash|cudnn to choose")
+        if req.gpu.vendor == "amd":
+            out.append("attention on ROCm: PyTorch's SDPA runs AOTriton's kernels (Composable Kernel with "
+                       "TORCH_ROCM_FA_PREFER_CK=1; the flash-attn package is CK), priced at the flash-attn CK build's "
+                       "measured rate: no AOTriton training rate is published, so read it as optimistic for SDPA")
+        else:
+            out.append("attention: PyTorch SDPA's " + ("FlashAttention-2 kernels (its flash backend)"
+                       if req.job.sdpa_runs_flash else "cuDNN backend (torchtitan asks for it first)"
+                       if req.sdpa_backend is None else "cuDNN backend") + "; --sdpa-backend flash|cudnn to choose")
     if req.job.te_fp8 and framework in PYTORCH_NATIVE:
         out.append("Transformer Engine fp8 under FSDP: called without is_first_microbatch, it quantizes each weight "
                    "in every forward and keeps no fp8 copy; linear inputs saved in fp8")
