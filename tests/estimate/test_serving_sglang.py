@@ -168,3 +168,14 @@ def test_data_parallel_attention_quantizes_the_gathered_tokens_for_the_experts()
     fixed = (moe_layers * 6 + (spec.num_layers - moe_layers) * 6) * profile.kernel_overhead_s
     assert passes["fp8"].stream_s - passes["bf16"].stream_s == pytest.approx(
         elements * 3 / profile.bandwidth + fixed, rel=1e-9)
+
+
+def test_infer_says_when_its_gemms_quantize_their_inputs():
+    """The quantize kernels are charged where the GEMMs run in fp8 (a GPU with fp8 tensor cores), and `infer` says so;
+    an A100 runs fp8 weights through 16-bit GEMMs (no activation quantization) and says nothing of it."""
+    import gpuwise
+
+    h100 = gpuwise.infer("llama-3.1-8b", gpu="h100-sxm", weights="fp8")
+    assert h100.compute_dtype == "fp8" and any("quantized to fp8 by a kernel" in a for a in h100.assumptions)
+    a100 = gpuwise.infer("llama-3.1-8b", gpu="a100-sxm-80gb", weights="fp8")
+    assert a100.compute_dtype != "fp8" and not any("quantized to fp8" in a for a in a100.assumptions)

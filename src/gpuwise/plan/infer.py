@@ -352,7 +352,7 @@ def infer(req: InferRequest) -> InferResult:
                        request_s=request_s, output_tokens_per_s_per_sequence=1 / tpot, output_tokens_per_s=out_per_s,
                        requests_per_s=rps, compute_bound_batch=turn, usd_per_gpu_hour=price, usd_source=price_source,
                        usd_per_million_output_tokens=usd_per_m, samples_curve=tuple(curve), serving=serving,
-                       assumptions=_assumptions(req, eng, mem))
+                       assumptions=_assumptions(req, eng, mem, dtype))
 
 
 def serving_model(req: InferRequest, ks: KernelSetup) -> tuple[StepCost, serve.LoadSpec, int, str]:
@@ -444,7 +444,7 @@ def _frontend_note(fe: serve.Frontend | None, engine: str, offline: bool) -> str
             "latency per request (catalog/data/engine_perf.toml; --offline drops it)")
 
 
-def _assumptions(req: InferRequest, eng: EnginePerf, mem: FitResult) -> tuple[str, ...]:
+def _assumptions(req: InferRequest, eng: EnginePerf, mem: FitResult, dtype: str) -> tuple[str, ...]:
     out = [f"weights {mem.weights.name}, KV cache {mem.kv.name} (as `gpuwise fit` resolves them)",
            f"engine {eng.name}: {'CUDA graphs' if eng.cuda_graphs else 'eager launches'}, "
            f"{eng.multi_gpu} across GPUs, {eng.step_overhead_s * 1e3:.1f} ms per decode step outside the kernels"
@@ -459,6 +459,11 @@ def _assumptions(req: InferRequest, eng: EnginePerf, mem: FitResult) -> tuple[st
         out.append(f"prompt {DEFAULT_PROMPT} + output {DEFAULT_OUTPUT} tokens: infer's default request (one short chat "
                    f"turn; `fit` defaults to a {DEFAULT_CONTEXT:,}-token context, `roofline` to {DEFAULT_SEQ:,} "
                    "tokens); pass --prompt-tokens and --output-tokens for yours")
+    if dtype == "fp8":
+        out.append("fp8 GEMMs (W8A8): each GEMM input is quantized to fp8 by a kernel of its own first (vLLM's "
+                   "Fp8LinearOp, SGLang's fp8 linears; the router stays in 16 bits)"
+                   + ("; TensorRT-LLM fuses some of them into its norms, which is not modelled"
+                      if req.engine == "trtllm" else ""))
     if req.engine == "trtllm":
         out.append("TensorRT-LLM memory modelled as vLLM's (paged KV pool pre-allocated)")
     if eng.multi_gpu == "layer-split" and req.num_gpus > 1:
