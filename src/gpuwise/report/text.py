@@ -56,6 +56,8 @@ def _fix_line(fix, what: str) -> str:
     if fix is None:
         return "no single change gpuwise knows fits: see `gpuwise doctor` for what comes closest"
     tight = ", tight" if fix.tight else ""
+    if fix.fits and fix.capacity_bytes and fix.memory_bytes > fix.capacity_bytes:
+        tight += ": over the card only by the caching allocator's allowance"
     speed = f", {what} {fix.slowdown:+.0%}" if fix.slowdown is not None else ""
     return (f"cheapest change that fits: {fix.change} ({fix.memory_bytes / GiB:.1f} GiB per GPU{tight}{speed}); "
             f"all remedies, ranked by {what}: `gpuwise doctor{' --task infer' if what == 'time per token' else ''}` "
