@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 from ..memo import remember
 from ..model.spec import LINEAR, NONE, ModelSpec
+from .kernels import GDN_CHUNK
 from .job import TrainJob
 from .layer_ops import block_parts, block_signature
 from .layout import Layout
@@ -204,11 +205,6 @@ def _ffn_terms(spec: ModelSpec, layer: int, rep: dict[str, float], split: dict[s
         split["mlp"] = _mlp_terms(spec, spec.intermediate_size, se, lin_se, framework, compiled, keeps("down"), act_in)
 
 
-GDN_CHUNK = 64
-"""flash-linear-attention's chunk for the gated delta rule: its forward keeps the chunk's intra-chunk matrix A (in
-k's dtype: `solve_tril(..., output_dtype=k.dtype)`), one row of 64 per token and head."""
-
-
 def linear_mixer_saved(spec: ModelSpec, e: float, framework: str, lin_in: float | None = None) -> float:
     """Bytes per token a hybrid model's recurrent layer keeps for its backward beyond its input (counted with the
     linear inputs), before TP splits its heads: what each kernel's autograd function saves. `lin_in`: bytes per
@@ -223,8 +219,9 @@ def linear_mixer_saved(spec: ModelSpec, e: float, framework: str, lin_in: float 
     Gated DeltaNet (flash-linear-attention's causal_conv1d and chunk_gated_delta_rule): the convolution keeps its
     input (q, k, v of `conv_dim`); q and k are repeated to the value heads before the kernel (Megatron-Core's
     `_prepare_input_for_gated_delta_rule`, transformers alike), which keeps them so, with v, its decay g (fp32),
-    beta, its intra-chunk matrix A (`GDN_CHUNK` per head, 16-bit) and q's and k's l2norm rstd (fp32); the gated norm
-    keeps the output, the gate z and its rstd, out_proj its input. Megatron-Core's GatedDeltaNet normalizes q and k
+    beta, its intra-chunk matrix A (`kernels.GDN_CHUNK` per head, in k's dtype: `solve_tril(...,
+    output_dtype=k.dtype)`, 16-bit) and q's and k's l2norm rstd (fp32); the gated norm keeps the output, the gate z and
+    its rstd, out_proj its input. Megatron-Core's GatedDeltaNet normalizes q and k
     outside the kernel (use_qk_l2norm_in_kernel False), which keeps them once more before the repeat."""
     lm = spec.linear
     assert lm is not None

@@ -86,6 +86,10 @@ def recurrent_scan_rate(profile: DeviceProfile, kind: str) -> float:
     return RECURRENT_SCAN_FLOPS[kind] * min((gpu.sm_count or sms) / sms, (peak / peak_ref) if peak else 1.0)
 
 
+GDN_CHUNK = 64
+"""Tokens per chunk of flash-linear-attention's gated delta rule (its chunked kernels' BT): the scan passes the state
+chunk to chunk, and the forward keeps one row of the intra-chunk matrix A per token and head (activations)."""
+
 GDN_CHUNK_SERIAL_S = 1.9e-6
 """Gated DeltaNet's chunked kernels carry the state from one 64-token chunk to the next in order, one thread block per
 sequence, head and 64 value channels: with few such blocks (few heads per GPU, one sequence) the scan takes this long
@@ -109,7 +113,7 @@ def recurrent_scan_s(profile: DeviceProfile, kind: str, flops: float, state_byte
     compute = flops / recurrent_scan_rate(profile, kind) if flops > 0 else 0.0
     if kind == "gated_deltanet" and seq_len and blocks:
         waves = math.ceil(blocks / (profile.gpu.sm_count or RECURRENT_SCAN_REFERENCE[0]))
-        compute = max(compute, math.ceil(seq_len / 64) * GDN_CHUNK_SERIAL_S * waves)
+        compute = max(compute, math.ceil(seq_len / GDN_CHUNK) * GDN_CHUNK_SERIAL_S * waves)
     return max(compute, state_bytes / profile.bandwidth) + profile.kernel_overhead_s
 
 

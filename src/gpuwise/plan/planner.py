@@ -154,7 +154,7 @@ class PlanRequest:
         if (problem := optimizer_problem(self.framework, self.optimizer)) is not None:
             raise InvalidArgument(problem)
         if (problem := model_problem(self.framework, self.model.spec)) is not None:
-            raise InvalidArgument(problem)
+            raise InvalidArgument(f"--framework {self.framework}: {problem}")
         if (problem := fp8_backend_problem(self.fp8_backend, self.precision, self.framework)) is not None:
             raise InvalidArgument(problem)
         spec = self.model.spec

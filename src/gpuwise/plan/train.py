@@ -179,11 +179,11 @@ variants; no Mamba-2 layer). Kimi's KDA has no model in gpuwise's catalog."""
 
 def model_problem(framework: str, spec) -> str | None:
     """Why the framework has no implementation of this model's layers, or None."""
-    kind = spec.linear.kind if spec.linear is not None and spec.num_linear_layers else None
+    kind = recurrent_kind(spec)
     if framework == "torchtitan" and kind is not None and kind not in TORCHTITAN_MIXERS:
-        return (f"--framework torchtitan: torchtitan has no {spec.linear.name} layer (its models build attention, MLA "
-                "and Gated DeltaNet); train this model with --framework megatron (Megatron-LM / Megatron-Bridge) "
-                "or fsdp (its Hugging Face implementation under FSDP2)")
+        return (f"torchtitan has no {spec.linear.name} layer (its models build attention, MLA and Gated DeltaNet); "
+                "train this model with --framework megatron (Megatron-LM / Megatron-Bridge) or fsdp (its Hugging Face "
+                "implementation under FSDP2)")
     return None
 
 
@@ -432,7 +432,7 @@ class TrainRequest:
         if (problem := optimizer_problem(framework, self.optimizer)) is not None:
             raise InvalidArgument(problem)
         if (problem := model_problem(framework, self.model.spec)) is not None:
-            raise InvalidArgument(problem)
+            raise InvalidArgument(f"--framework {framework}: {problem}")
         if (problem := megatron_job_problem(
                 framework, spec=self.model.spec, optimizer=self.optimizer, moe_a2a_overlap=self.moe_a2a_overlap,
                 moe_token_dispatcher=self.moe_token_dispatcher, pad=self.moe_pad_expert_input_to_capacity,
@@ -593,8 +593,7 @@ def choose_framework(req: TrainRequest) -> tuple[str, str]:
         if why is None:
             return "megatron", "model parallelism given: Megatron-LM"
         if (problem := model_problem("torchtitan", req.model.spec)) is not None:
-            raise InvalidArgument(f"model parallelism with {why} would be torchtitan, but "
-                                  f"{problem.removeprefix('--framework torchtitan: ')}")
+            raise InvalidArgument(f"model parallelism with {why} would be torchtitan, but {problem}")
         return "torchtitan", f"model parallelism given, with {why}: torchtitan"
     return "fsdp", "default: PyTorch-native training (FSDP2 / DDP) with flash attention"
 

@@ -96,7 +96,7 @@ def _torchtitan_toml(job: _Job) -> tuple[str, str, list[str]]:
     from ..train import model_problem
 
     if (problem := model_problem("torchtitan", job.spec)) is not None:
-        raise Unsupported(problem.removeprefix("--framework torchtitan: "))
+        raise Unsupported(problem)
     lay, p, req = job.lay, job.plan, job.req
     differs: list[str] = []
     dp_keys, d = _titan_data_parallel(job)
