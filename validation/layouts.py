@@ -69,8 +69,8 @@ def compare(row: dict) -> Compared | None:
             if getattr(r.request, key) is not None:
                 plan_opts[key] = getattr(r.request, key)
     # and how it dispatches experts and what it replays as CUDA graphs (Megatron)
-    for key in ("moe_token_dispatcher", "moe_a2a_overlap", "moe_pad_expert_input_to_capacity", "moe_permute_fusion",
-                "cuda_graph_scope"):
+    for key in ("moe_token_dispatcher", "moe_a2a_overlap", "delay_wgrad_compute", "moe_pad_expert_input_to_capacity",
+                "moe_permute_fusion", "cuda_graph_scope"):
         if key in opts:
             plan_opts[key] = opts[key]
     p = gpuwise.plan(_model(row["model"]), gpu=row["gpu"], **plan_opts)

@@ -162,3 +162,66 @@ def test_the_float8_all_gather_holds_gathered_blocks_in_fp8():
     bf16 = gpuwise.train("llama-3.1-405b", **kw).memory.buffers
     fp8 = gpuwise.train("llama-3.1-405b", fp8_param_gather=True, **kw).memory.buffers
     assert bf16 - fp8 == 2 * (2 * block - max(block, 2 * embedding))
+
+
+def _block(attn_f=1.0, exp_f=1.0, attn_b=2.0, exp_d=1.0, exp_w=1.0):
+    from gpuwise.estimate.step_time import _BlockTime
+
+    return _BlockTime(forward=attn_f + exp_f, backward=attn_b + exp_d + exp_w, recompute=0.0, attention_forward=0.0,
+                      attention_backward=0.0, gemm_forward=0.0, gemm_backward=0.0, weight_cast=0.0,
+                      expert_forward=exp_f, expert_dgrad=exp_d, expert_wgrad=exp_w)
+
+
+@pytest.mark.parametrize("parts", [(1.0, 1.0, 2.0, 1.0, 1.0), (0.3, 2.0, 0.5, 3.0, 2.0), (2.0, 0.2, 4.0, 0.3, 0.3)])
+@pytest.mark.parametrize("a2a", [0.0, 0.1, 0.8, 1.7, 4.0, 20.0])
+def test_the_ep_overlap_schedule_hides_no_more_than_the_compute_and_never_more_than_it_sends(parts, a2a):
+    """Megatron-Core's combined 1F1B: four all-to-alls per layer and micro-batch, each beside one part of the other
+    micro-batch's layer. Exposed time lies between what the whole compute could hide (4 a2a - compute) and sending
+    everything exposed; the overlapped rest slows the compute by OVERLAP_SLOWDOWN."""
+    from gpuwise.estimate.step_time import OVERLAP_SLOWDOWN, _ep_overlap_exposed
+
+    bt = _block(*parts)
+    compute = sum(parts)
+    for delay in (False, True):
+        exposed = _ep_overlap_exposed(bt, a2a, delay_wgrad=delay)
+        assert max(0.0, 4 * a2a - compute) <= exposed + 1e-12
+        assert exposed <= 4 * a2a * (1 + OVERLAP_SLOWDOWN) + 1e-12
+    if a2a == 0.0:
+        assert _ep_overlap_exposed(bt, a2a) == 0.0
+    # delaying the weight gradients lets the dispatch backward start earlier: never more exposed
+    assert _ep_overlap_exposed(bt, a2a, delay_wgrad=True) <= _ep_overlap_exposed(bt, a2a) + 1e-12
+
+
+def test_an_all_to_all_hides_only_behind_the_part_issued_beside_it():
+    """Each all-to-all longer than its partner part shows the difference even when the whole layer's compute could
+    have covered all four (the model before 2026-11-27 hid 4 a2a behind forward + backward)."""
+    from gpuwise.estimate.step_time import _ep_overlap_exposed
+
+    bt = _block(attn_f=1.0, exp_f=1.0, attn_b=3.0, exp_d=0.5, exp_w=0.5)  # 6 of compute, the attention's backward long
+    assert _ep_overlap_exposed(bt, 1.4) > 0.3  # 5.6 of comm would fit in 6 of compute
+
+
+def test_the_comm_overlap_pair_of_megatron_bridge_is_priced_within_its_measurement():
+    """Megatron-Bridge skills/nemo-mbridge-perf-moe-comm-overlap/SKILL.md @067f987 ('Correctness-first alltoall
+    smoke'): Qwen3-30B-A3B on 16 H100 (EP 16 across two nodes, alltoall dispatcher, unfused permutation, no CUDA
+    graphs, delay_wgrad_compute off) ran 41.25 s per step without EP overlap and 31.31 s with it: both within 12%
+    (the overlap once priced at 22.7 s, 38% too fast)."""
+    kw = dict(gpu="h100-sxm", num_gpus=16, seq=4096, global_batch=1024, micro_batch=1, tp=1, pp=1, ep=16, zero=1,
+              recompute="none", precision="bf16", grad_reduce_in_fp32=False, framework="megatron",
+              moe_token_dispatcher="alltoall")
+    plain = gpuwise.train("qwen3-30b-a3b", **kw).perf.step.step_time_s
+    overlap = gpuwise.train("qwen3-30b-a3b", moe_a2a_overlap=True, **kw).perf.step.step_time_s
+    assert plain == pytest.approx(41.25, rel=0.12)
+    assert overlap == pytest.approx(31.31, rel=0.12)
+
+
+def test_delayed_weight_gradients_need_the_ep_overlap():
+    with pytest.raises(gpuwise.errors.InvalidArgument, match="--delay-wgrad-compute .* --moe-a2a-overlap"):
+        gpuwise.train("qwen3-30b-a3b", gpu="h100-sxm", num_gpus=16, ep=16, framework="megatron",
+                      delay_wgrad_compute=True)
+    with pytest.raises(gpuwise.errors.InvalidArgument, match="--delay-wgrad-compute"):
+        gpuwise.plan("qwen3-30b-a3b", gpu="h100-sxm", num_gpus=16, seq=4096, global_batch=256, ep=16,
+                     framework="megatron", delay_wgrad_compute=True)
+    r = gpuwise.train("qwen3-30b-a3b", gpu="h100-sxm", num_gpus=16, ep=16, framework="megatron",
+                      moe_a2a_overlap=True, delay_wgrad_compute=True)
+    assert r.perf.step.step_time_s > 0

@@ -418,6 +418,10 @@ def test_a_moe_plan_prices_and_writes_its_dispatcher_overlap_and_cuda_graphs():
     opts = best.train_options(r.request)
     checked = gpuwise.train("qwen3-30b-a3b", gpu="h100-sxm", **opts)
     assert checked.perf.step.step_time_s == pytest.approx(best.step_time_s)
+    assert "--delay-wgrad-compute" not in args
+    delayed = _plan("qwen3-30b-a3b", **kw, moe_token_dispatcher="flex", moe_a2a_overlap=True, delay_wgrad_compute=True)
+    assert "--delay-wgrad-compute" in recipes(delayed, delayed.plans[0])["megatron.args"]
+    assert delayed.plans[0].train_options(delayed.request)["delay_wgrad_compute"] is True
     padded = _plan("qwen3-30b-a3b", **kw, moe_pad_expert_input_to_capacity=True, cuda_graph_scope="full_iteration")
     args = recipes(padded, padded.plans[0])["megatron.args"]
     assert "--moe-pad-expert-input-to-capacity" in args

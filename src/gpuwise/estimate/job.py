@@ -155,7 +155,11 @@ class TrainJob:
     None: the framework's own choice (`sdpa_runs_flash`). Megatron runs Transformer Engine's attention instead."""
     moe_a2a_overlap: bool = False
     """Expert-parallel dispatch and combine hidden behind another micro-batch's compute (Megatron-Core
-    --overlap-moe-expert-parallel-comm, DeepSeek-V3's dual micro-batch overlap): only what exceeds the block shows."""
+    --overlap-moe-expert-parallel-comm, DeepSeek-V3's dual micro-batch overlap): each all-to-all hides behind the part
+    of the other micro-batch's layer that Megatron-Core's combined 1F1B schedule runs beside it."""
+    delay_wgrad_compute: bool = False
+    """Megatron-Core --delay-wgrad-compute (with --moe-a2a-overlap): the experts' weight gradients run after their
+    dispatch backward is issued, so that all-to-all waits only for their input gradients."""
     moe_permute_fusion: bool = False
     """Megatron-Core --moe-permute-fusion (TransformerConfig moe_permute_fusion; default False): Transformer Engine's
     fused permute and unpermute kernels move each routed copy once each way; without them the copies are gathered and

@@ -72,6 +72,10 @@ class Gemm:
         return 2.0 * self.m * self.n * self.k * self.count
 
 
+EXPERT_GEMMS = frozenset({"experts_up", "experts_down", "shared_up", "shared_down", "shared_gate"})
+"""An MoE layer's expert GEMMs (routed and shared): its work between the dispatch and the combine."""
+
+
 @dataclass(frozen=True, slots=True)
 class BlockOps:
     gemms: tuple[Gemm, ...]
@@ -90,6 +94,9 @@ class BlockOps:
     """A recurrent layer in decode: bytes of recurrent state (and convolution window) read and written."""
     recurrent_kind: str | None = None
     """The recurrent mixer's kind (`LinearMixerSpec.kind`), None for an attention or mixer-less layer."""
+    expert_stream_bytes: float = 0.0
+    """Of `stream_bytes`, those of an MoE layer's expert activations (routed and shared): the part of the streaming
+    work that runs inside the experts, after the dispatch and before the combine."""
 
 
 def _moe_expert_tokens(spec: ModelSpec, tokens: int, ep: int) -> tuple[int, int]:
@@ -194,6 +201,7 @@ def block_ops(spec: ModelSpec, layer: int, *, tokens: int, keys: float, tp: int 
     act_bytes = sb["act_gated"] if gated else sb["act"]
     ffn = spec.has_ffn(layer)
     mlp_streaming = 0
+    expert_act = 0.0
     if ffn and moe is not None and moe.moe_layers[layer]:
         e_i = moe.expert_intermediate_size
         # Expert TP below the dense TP (Megatron-Core's parallel folding, torchtitan's etp 1): each rank routes its
@@ -209,13 +217,14 @@ def block_ops(spec: ModelSpec, layer: int, *, tokens: int, keys: float, tp: int 
         act += permute_bytes * (moe.top_k + 1) * h * etp / tp
         gemms += [Gemm("experts_up", per_expert, (mats - 1) * e_i // etp, h, local),
                   Gemm("experts_down", per_expert, h, e_i // etp, local)]
-        act += act_bytes * moe.top_k * e_i / tp
+        expert_act = act_bytes * moe.top_k * e_i / tp
         if moe.shared_intermediate_size:
             s_i = moe.shared_intermediate_size
             gemms += [Gemm("shared_up", tokens, (mats - 1) * s_i // tp, h), Gemm("shared_down", tokens, h, s_i // tp)]
-            act += act_bytes * s_i / tp
+            expert_act += act_bytes * s_i / tp
             if moe.shared_expert_gate:  # Qwen-MoE's sigmoid gate on the shared expert's output: one column
                 gemms.append(Gemm("shared_gate", tokens, 1, h))
+        act += expert_act
         mlp_streaming = 4 + (1 if moe.shared_intermediate_size else 0)  # top-k, permute, activation, unpermute;
         # the shared experts' activation
     elif ffn:
@@ -234,7 +243,8 @@ def block_ops(spec: ModelSpec, layer: int, *, tokens: int, keys: float, tp: int 
                     kernels=(len(gemms) + mixer_kernels + spec.norms_per_layer + residuals
                              + (1 if rope_elems else 0) + mlp_streaming),
                     recurrent_flops=scan_flops, recurrent_state_bytes=state_bytes,
-                    recurrent_kind=spec.linear.kind if kind == LINEAR and spec.linear else None)
+                    recurrent_kind=spec.linear.kind if kind == LINEAR and spec.linear else None,
+                    expert_stream_bytes=expert_act * tokens)
 
 
 LINEAR_MIXER_KERNELS = {"gated_deltanet": 7, "mamba2": 8}

@@ -46,7 +46,8 @@ from .comm import Topology
 from .flops import gemm_dtype
 from .job import TrainJob, fp8_gemm_needs_transpose, fp8_kernels_of, pipeline_keeps_unsharded
 from .kernels import RECURRENT_BACKWARD_RATIO, attention_s, matmul_s, memory_s, recurrent_scan_s
-from .layer_ops import (MEGATRON_UNFUSED_PERMUTE_BYTES, PERMUTE_BYTES, UNFUSED_PERMUTE_BYTES, attention_head_dim,
+from .layer_ops import (EXPERT_GEMMS, MEGATRON_UNFUSED_PERMUTE_BYTES, PERMUTE_BYTES, UNFUSED_PERMUTE_BYTES,
+                        attention_head_dim,
                         block_ops, block_parts, block_signature, head_gemm, keys_per_query,
                         raise_untimed_linear, recurrent_blocks, unfused_attention)
 from .layout import Layout
@@ -197,6 +198,13 @@ class _BlockTime:
     """Quantizing the block's weights to fp8 (and transposing them) once per optimizer step, where they are cached
     over the micro-batches (`TrainJob.fp8_weight_cache`); 0 where each pass does it (counted in forward and
     backward)."""
+    expert_forward: float = 0.0
+    """Of `forward`, an MoE layer's experts (routed and shared: GEMMs, fp8 casts, activation), the work between its
+    dispatch and its combine; 0 for other layers."""
+    expert_dgrad: float = 0.0
+    """Of `backward`, the experts' input gradients (and the activation's backward)."""
+    expert_wgrad: float = 0.0
+    """Of `backward`, the experts' weight gradients."""
 
 
 _CACHE: dict = {}
@@ -286,11 +294,15 @@ def _time_block(profile: DeviceProfile, spec: ModelSpec, layer: int, tokens: int
     ops = block_ops(spec, layer, tokens=tokens, keys=keys, tp=tp, ep=ep, etp=etp, style=style,
                     permute_bytes=permute_bytes)
     fwd_gemm = bwd_gemm = 0.0
+    exp_f = exp_d = exp_w = 0.0  # the experts' share (EXPERT_GEMMS)
     grouped = framework == "torchtitan"  # its experts run as torch._grouped_mm
     for g in ops.gemms:
         fwd, dgrad, wgrad = gemm_passes_s(profile, g, dtype, e, grouped=grouped)
+        wgrad = 0.0 if (frozen_base and g.weight) else wgrad
         fwd_gemm += fwd
-        bwd_gemm += dgrad + (0.0 if (frozen_base and g.weight) else wgrad)
+        bwd_gemm += dgrad + wgrad
+        if g.name in EXPERT_GEMMS:
+            exp_f, exp_d, exp_w = exp_f + fwd, exp_d + dgrad, exp_w + wgrad
     if ops.attention_flops <= 0:  # a hybrid's recurrent or feed-forward-only layer
         attn_f = attn_b = 0.0
     elif attention == "unfused":
@@ -317,9 +329,18 @@ def _time_block(profile: DeviceProfile, spec: ModelSpec, layer: int, tokens: int
               + (ops.kernels - len(ops.gemms) - mixer) * profile.kernel_overhead_s)
     cast_f = cast_b = weight_cast = 0.0
     if dtype == "fp8":  # every weight GEMM's operands quantized (forward) and transposed (backward)
+        quantize = FP8_QUANTIZE[fp8_quantize_kind(fp8_kernels, compile)]
         cast_f, cast_b, weight_cast = fp8_quantize_s(
-            profile, FP8_QUANTIZE[fp8_quantize_kind(fp8_kernels, compile)], [g for g in ops.gemms if g.weight],
+            profile, quantize, [g for g in ops.gemms if g.weight],
             weight_cached=weight_cached, transpose_cached=transpose_cached)
+        experts = [g for g in ops.gemms if g.weight and g.name in EXPERT_GEMMS]
+        if experts:
+            e_cast_f, e_cast_b, _ = fp8_quantize_s(profile, quantize, experts, weight_cached=weight_cached,
+                                                   transpose_cached=transpose_cached)
+            exp_f, exp_d = exp_f + e_cast_f, exp_d + e_cast_b
+    if ops.expert_stream_bytes:  # the experts' activation, forward and backward
+        act_s = memory_s(profile, ops.expert_stream_bytes * e / 2)
+        exp_f, exp_d = exp_f + act_s, exp_d + 2 * act_s
     if spec.hidden_dropout > 0:  # two residual dropouts: read + write h, write a 1-byte mask
         stream += memory_s(profile, 2 * tokens * spec.hidden_size * (2 * e + 1))
     forward = fwd_gemm + attn_f + scan_f + stream + cast_f
@@ -335,7 +356,8 @@ def _time_block(profile: DeviceProfile, spec: ModelSpec, layer: int, tokens: int
         rec = forward * module_share(spec, recompute, context, layer)
     else:  # a whole block again (the stage scales it by the share of blocks checkpointed whole)
         rec = forward
-    return _BlockTime(forward, backward, rec, attn_f, attn_b, fwd_gemm, bwd_gemm, weight_cast)
+    return _BlockTime(forward, backward, rec, attn_f, attn_b, fwd_gemm, bwd_gemm, weight_cast,
+                      expert_forward=exp_f, expert_dgrad=exp_d, expert_wgrad=exp_w)
 
 
 MOE_SYNC_GAP_S = 0.62e-3
@@ -369,6 +391,55 @@ def _exposed(comm: float, window: float) -> float:
     """Time a collective adds to compute it overlaps: what exceeds the window, or, when it hides, the slowdown its
     NCCL kernels cause by taking SMs and memory bandwidth from the compute they run beside (OVERLAP_SLOWDOWN)."""
     return max(comm - window, OVERLAP_SLOWDOWN * min(comm, window))
+
+
+def _ep_overlap_exposed(bt: _BlockTime, a2a: float, *, recompute: float = 0.0, delay_wgrad: bool = False) -> float:
+    """Exposed expert-parallel all-to-all of one MoE layer per micro-batch under Megatron-Core's EP overlap
+    (--overlap-moe-expert-parallel-comm): the combined 1F1B schedule runs one micro-batch's forward of the layer
+    beside another's backward, each split into attention, dispatch, experts and combine
+    (megatron/core/models/common/model_chunk_schedule_plan.py, `TransformerLayerSchedulePlan.run`). Each all-to-all
+    can hide only behind the compute issued beside it:
+
+        comm stream:     combine(B)    dispatch(F)       dispatch(B)       combine(F)
+        compute stream:  attention(F)  experts dgrad(B)  experts wgrad(B)  experts(F)  attention(B)
+
+    where dispatch(F) needs attention(F), dispatch(B) the experts' dgrad (and their wgrad too unless
+    --delay-wgrad-compute moves it after: `delay_wgrad`, `TrainJob.delay_wgrad_compute`), experts(F) dispatch(F),
+    combine(F)
+    experts(F), attention(B) dispatch(B); the next layer's attention(F) waits for combine(F) and its combine(B) for
+    attention(B). `recompute`: forward work recomputed inside the backward (Megatron's recompute modules), added to
+    its part's backward, split as the forward is. A chain of such layers is timed on the two streams; what a layer adds beyond its compute is
+    exposed, and the comm that ran beside compute slows it by `OVERLAP_SLOWDOWN`. The schedule gives the
+    all-to-alls less room than the whole block's compute, which is how gpuwise priced the overlap before 2026-11-27
+    (Megatron-Bridge's comm-overlap run of Qwen3-30B-A3B on 16 H100 then came out 38% too fast; now 9.5%)."""
+    attn_f = max(0.0, bt.forward - bt.expert_forward)
+    attn_b = max(0.0, bt.backward - bt.expert_dgrad - bt.expert_wgrad)
+    exp_f, exp_d, exp_w = bt.expert_forward, bt.expert_dgrad, bt.expert_wgrad
+    if recompute > 0 and bt.forward > 0:  # a recompute module is rebuilt inside its own node's backward
+        share = exp_f / bt.forward
+        attn_b += recompute * (1 - share)
+        exp_d += recompute * share
+    if not delay_wgrad:
+        exp_d, exp_w = exp_d + exp_w, 0.0
+
+    def chain(layers: int) -> float:
+        comp = comm = f_ready = b_ready = 0.0  # stream free times; the forward input and backward gradient ready
+        for _ in range(layers):
+            combine_b = max(comm, b_ready) + a2a
+            att_f = max(comp, f_ready) + attn_f
+            dgrad = max(att_f, combine_b) + exp_d
+            dispatch_f = max(combine_b, att_f) + a2a
+            wgrad = dgrad + exp_w
+            dispatch_b = max(dispatch_f, dgrad) + a2a
+            experts_f = max(wgrad, dispatch_f) + exp_f
+            combine_f = max(dispatch_b, experts_f) + a2a
+            att_b = max(experts_f, dispatch_b) + attn_b
+            comp, comm, f_ready, b_ready = att_b, combine_f, combine_f, att_b
+        return max(comp, comm)
+
+    compute = attn_f + attn_b + exp_f + exp_d + exp_w
+    exposed = max(0.0, (chain(4) - chain(2)) / 2 - compute)
+    return exposed + OVERLAP_SLOWDOWN * min(max(0.0, 4 * a2a - exposed), compute)
 
 
 def _copy_exposed(copy: float, window: float) -> float:
@@ -485,7 +556,8 @@ def step_time(spec: ModelSpec, layout: Layout, job: TrainJob, *, profile: Device
                     parts["cp_comm"] += reps * (cp_fwd + cp_bwd + cp_fwd * whole)
             if a2a and spec.moe.moe_layers[layer]:
                 if job.moe_a2a_overlap:  # another micro-batch's block computes meanwhile
-                    parts["ep_comm"] += reps * (_exposed(4 * a2a, bt.forward + bt.backward)
+                    parts["ep_comm"] += reps * (_ep_overlap_exposed(
+                        bt, a2a, recompute=0.0 if whole else bt.recompute, delay_wgrad=job.delay_wgrad_compute)
                                                 + _exposed(2 * a2a, bt.forward) * whole)
                 else:
                     parts["ep_comm"] += reps * (4 * a2a + 2 * a2a * whole)

@@ -287,7 +287,7 @@ def _optimizer_variants(req: TrainRequest) -> list[dict]:
 
 
 MEGATRON_SETTINGS = {"exp_avg_dtype": None, "exp_avg_sq_dtype": None, "cuda_graph_scope": None,
-                     "moe_a2a_overlap": False, "moe_token_dispatcher": "alltoall"}
+                     "moe_a2a_overlap": False, "delay_wgrad_compute": False, "moe_token_dispatcher": "alltoall"}
 """Megatron-Core's valued options (precision-aware AdamW, CUDA graphs, expert dispatch and overlap) and their unset
 values: a remedy keeps them while the job stays Megatron's."""
 

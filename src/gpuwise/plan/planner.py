@@ -129,6 +129,7 @@ class PlanRequest:
     exp_avg_sq_dtype: StateDtype | None = None
     moe_token_dispatcher: MoeDispatcher = job_default("moe_token_dispatcher")
     moe_a2a_overlap: bool = job_default("moe_a2a_overlap")
+    delay_wgrad_compute: bool = job_default("delay_wgrad_compute")
     moe_pad_expert_input_to_capacity: bool = job_default("moe_pad_expert_input_to_capacity")
     moe_permute_fusion: bool = job_default("moe_permute_fusion")
     cuda_graph_scope: str | None = None
@@ -172,6 +173,9 @@ class PlanRequest:
             raise InvalidArgument(problem)
         if self.moe_a2a_overlap and self.ep == 1:
             raise InvalidArgument("--moe-a2a-overlap needs expert parallelism: --ep > 1")
+        if self.delay_wgrad_compute and not self.moe_a2a_overlap:
+            raise InvalidArgument("--delay-wgrad-compute splits the experts' weight gradients out for the EP overlap "
+                                  "schedule: Megatron-Core asserts --moe-a2a-overlap with it")
         if self.no_pp and self.pp not in (None, 1):
             raise InvalidArgument(f"--no-pp and --pp {self.pp} both set: choose one")
         if self.gpus_per_node is not None:
@@ -221,6 +225,7 @@ class PlanRequest:
                         compile_loss=self.compile and self.framework == "torchtitan",
                         exp_avg_dtype=self.exp_avg_dtype, exp_avg_sq_dtype=self.exp_avg_sq_dtype,
                         moe_token_dispatcher=self.moe_token_dispatcher, moe_a2a_overlap=self.moe_a2a_overlap,
+                        delay_wgrad_compute=self.delay_wgrad_compute,
                         moe_pad_expert_input_to_capacity=self.moe_pad_expert_input_to_capacity,
                         moe_permute_fusion=self.moe_permute_fusion, cuda_graph_scope=self._graphs)
 
@@ -254,7 +259,7 @@ class Plan:
                          gpus_per_node=req.gpus_per_node, inter_node_gbps=req.inter_node_gbps, profile=req.profile,
                          sdpa_backend=req.sdpa_backend, compile=req.compile, exp_avg_dtype=req.exp_avg_dtype,
                          exp_avg_sq_dtype=req.exp_avg_sq_dtype, moe_token_dispatcher=req.moe_token_dispatcher,
-                         moe_a2a_overlap=req.moe_a2a_overlap,
+                         moe_a2a_overlap=req.moe_a2a_overlap, delay_wgrad_compute=req.delay_wgrad_compute,
                          moe_pad_expert_input_to_capacity=req.moe_pad_expert_input_to_capacity,
                          moe_permute_fusion=req.moe_permute_fusion, cuda_graph_scope=req.cuda_graph_scope,
                          fp8_backend=req.fp8_backend)

@@ -127,9 +127,13 @@ def cuda_graph_scopes(text: str | None, *, framework: str | None, spec, padded: 
 
 def megatron_overlap_problem(job: TrainJob, layout: Layout) -> str | None:
     """Why Megatron-Core refuses this job's EP overlap or scoped CUDA graphs on this layout (TransformerConfig's
-    checks): EP overlap needs expert parallelism, the interleaved schedule when pipelining, and no full recompute;
+    checks): delayed weight gradients need EP overlap, which needs expert parallelism, the interleaved schedule when
+    pipelining, and no full recompute;
     scoped CUDA graphs take no full recompute (only a whole-iteration graph does)."""
     full = recompute_plan(job.recompute).kind in ("full", "uniform", "block")
+    if job.delay_wgrad_compute and not job.moe_a2a_overlap:
+        return ("--delay-wgrad-compute splits the experts' weight gradients out for the EP overlap schedule: "
+                "Megatron-Core asserts --moe-a2a-overlap (--overlap-moe-expert-parallel-comm) with it")
     if job.moe_a2a_overlap:
         if layout.ep <= 1:
             return "--moe-a2a-overlap (Megatron's --overlap-moe-expert-parallel-comm) needs expert parallelism: --ep > 1"
@@ -306,6 +310,7 @@ class TrainRequest:
     overlap_p2p_communication: bool = job_default("overlap_p2p_communication")
     moe_token_dispatcher: MoeDispatcher = job_default("moe_token_dispatcher")
     moe_a2a_overlap: bool = job_default("moe_a2a_overlap")
+    delay_wgrad_compute: bool = job_default("delay_wgrad_compute")
     moe_pad_expert_input_to_capacity: bool = job_default("moe_pad_expert_input_to_capacity")
     moe_permute_fusion: bool = job_default("moe_permute_fusion")
     cuda_graph_scope: str | None = None
@@ -403,7 +408,8 @@ class TrainRequest:
                        offload=frozenset(self.offload), attention=self.attention,
                        tp_comm_overlap=self.tp_comm_overlap, moe_token_dispatcher=self.moe_token_dispatcher,
                        overlap_p2p_communication=self.overlap_p2p_communication,
-                       moe_a2a_overlap=self.moe_a2a_overlap, cp_comm_type=self.cp_comm_type,
+                       moe_a2a_overlap=self.moe_a2a_overlap, delay_wgrad_compute=self.delay_wgrad_compute,
+                       cp_comm_type=self.cp_comm_type,
                        cuda_graph_scope=cuda_graph_scopes(self.cuda_graph_scope, framework=framework,
                                                           spec=self.model.spec,
                                                           padded=self.moe_pad_expert_input_to_capacity),

@@ -140,6 +140,7 @@ def _train_dict(r: TrainResult) -> dict[str, Any]:
         "cuda_graph_scope": sorted(req.job.cuda_graph_scope),
         "moe": None if spec.moe is None else {
             "token_dispatcher": req.moe_token_dispatcher, "a2a_overlap": req.moe_a2a_overlap,
+            "delay_wgrad_compute": req.delay_wgrad_compute,
             "pad_expert_input_to_capacity": req.moe_pad_expert_input_to_capacity,
             "permute_fused": req.job.moe_permute_fused,
             "grouped_experts": req.job.framework == "torchtitan"},
@@ -411,6 +412,7 @@ def plan_to_dict(r) -> dict:
         "objective": r.request.objective, "compile": r.request.compile,
         "adam_moment_dtypes": _moment_dtypes(r.request),
         "moe": {"token_dispatcher": r.request.moe_token_dispatcher, "a2a_overlap": r.request.moe_a2a_overlap,
+                "delay_wgrad_compute": r.request.delay_wgrad_compute,
                 "pad_expert_input_to_capacity": r.request.moe_pad_expert_input_to_capacity,
                 "permute_fused": r.request.job().moe_permute_fused},
         "cuda_graph_scope": sorted(r.request.job().cuda_graph_scope),

@@ -202,6 +202,8 @@ def _megatron_args(job: _Job) -> tuple[str, str, list[str]]:
                        "one crossing per destination node)")
     if lay.ep > 1 and req.moe_a2a_overlap:
         launch.append("--overlap-moe-expert-parallel-comm")
+        if req.delay_wgrad_compute:
+            launch.append("--delay-wgrad-compute")
     if req.job().moe_permute_fused:  # the flex dispatcher is priced fused: DeepEP's permute follows the flag
         launch.append("--moe-permute-fusion")
     if req.moe_pad_expert_input_to_capacity:
