@@ -80,6 +80,16 @@ def in_flight_microbatches(layout: Layout, stage: int, num_microbatches: int) ->
     return min(total, warm + 1) / v
 
 
+def unpaired_share(layout: Layout, stage: int, num_microbatches: int) -> float:
+    """Share of a stage's forward (and as many backward) chunk passes that a schedule pairing one micro-batch's
+    forward with another's backward (Megatron-Core's combined 1F1B, EP overlap) runs alone: the warm-up forwards and
+    the cool-down backwards (`_warm_up`); without pipelining the first forward and the last backward."""
+    if layout.pp == 1:
+        return 1.0 / max(1, num_microbatches)
+    warm, total, _ = _warm_up(layout, stage, num_microbatches)
+    return max(1, warm) / total
+
+
 def loss_in_flight(layout: Layout, num_microbatches: int) -> float:
     """Micro-batches whose logits (and LM-head input) the last stage holds at once. GPipe runs every forward before
     any backward: all m. 1F1B runs each micro-batch's backward on the last stage right after its forward: one. So

@@ -220,6 +220,26 @@ def module_share(spec: ModelSpec, mode: str, seq: int, layer: int | None = None)
     return done / blocks if blocks and recompute_plan(mode).kind == "modules" else 0.0
 
 
+EXPERT_FLOPS = ("mlp", "routed_experts", "shared_experts")
+"""The forward FLOPs (estimate/flops.FlopsBreakdown keys) that an MoE layer runs between its dispatch and its combine,
+Megatron-Core's `mlp` node under EP overlap."""
+
+
+def expert_recompute_share(spec: ModelSpec, mode: str, seq: int, layer: int) -> float:
+    """Of the forward FLOPs block `layer` runs again under Megatron's recompute modules, the experts' share (their
+    `mlp`, `moe`, `shared_experts` modules: rebuilt inside the experts' backward); the rest (core_attn, mla_up_proj,
+    the router) is rebuilt inside the attention's. 0 for other modes."""
+    plan = recompute_plan(mode)
+    if plan.kind != "modules":
+        return 0.0
+    from .flops import forward_flops  # flops imports this module
+
+    parts = forward_flops(spec, seq, layer=layer).as_dict()
+    keys = {k for m in plan.modules for k in MODULE_FLOPS[m]}
+    done = sum(parts.get(k, 0.0) for k in keys)
+    return sum(parts.get(k, 0.0) for k in keys if k in EXPERT_FLOPS) / done if done else 0.0
+
+
 def recomputed_flops(spec: ModelSpec, mode: str, *, blocks_forward: float, attention_core: float, tokens: float,
                      pp: int = 1, parts: dict[str, float] | None = None) -> float:
     """Forward FLOPs run again in the backward under `mode`, given the blocks' forward FLOPs (LM head excluded), their

@@ -53,8 +53,8 @@ from .layer_ops import (EXPERT_GEMMS, MEGATRON_UNFUSED_PERMUTE_BYTES, PERMUTE_BY
 from .layout import Layout
 from . import muon
 from .model_states import ModelStates, stage_tensors
-from .pipeline import bubble_fraction, bubble_time_s, distinct_stages, stage_blocks, stage_layers
-from .recompute import module_share, op_saved_matmul_share, recompute_plan
+from .pipeline import bubble_fraction, bubble_time_s, distinct_stages, stage_blocks, stage_layers, unpaired_share
+from .recompute import expert_recompute_share, module_share, op_saved_matmul_share, recompute_plan
 
 LOSS_BYTES_PER_LOGIT = 12.0
 """Cross-entropy streams each logit about three times: the forward reads 16-bit logits and writes fp32
@@ -205,6 +205,8 @@ class _BlockTime:
     """Of `backward`, the experts' input gradients (and the activation's backward)."""
     expert_wgrad: float = 0.0
     """Of `backward`, the experts' weight gradients."""
+    other_wgrad: float = 0.0
+    """Of `backward`, the weight gradients of the rest of the block (attention, router, dense MLP)."""
 
 
 _CACHE: dict = {}
@@ -294,7 +296,7 @@ def _time_block(profile: DeviceProfile, spec: ModelSpec, layer: int, tokens: int
     ops = block_ops(spec, layer, tokens=tokens, keys=keys, tp=tp, ep=ep, etp=etp, style=style,
                     permute_bytes=permute_bytes)
     fwd_gemm = bwd_gemm = 0.0
-    exp_f = exp_d = exp_w = 0.0  # the experts' share (EXPERT_GEMMS)
+    exp_f = exp_d = exp_w = other_w = 0.0  # the experts' share (EXPERT_GEMMS), the others' weight gradients
     grouped = framework == "torchtitan"  # its experts run as torch._grouped_mm
     for g in ops.gemms:
         fwd, dgrad, wgrad = gemm_passes_s(profile, g, dtype, e, grouped=grouped)
@@ -303,6 +305,8 @@ def _time_block(profile: DeviceProfile, spec: ModelSpec, layer: int, tokens: int
         bwd_gemm += dgrad + wgrad
         if g.name in EXPERT_GEMMS:
             exp_f, exp_d, exp_w = exp_f + fwd, exp_d + dgrad, exp_w + wgrad
+        else:
+            other_w += wgrad
     if ops.attention_flops <= 0:  # a hybrid's recurrent or feed-forward-only layer
         attn_f = attn_b = 0.0
     elif attention == "unfused":
@@ -357,7 +361,7 @@ def _time_block(profile: DeviceProfile, spec: ModelSpec, layer: int, tokens: int
     else:  # a whole block again (the stage scales it by the share of blocks checkpointed whole)
         rec = forward
     return _BlockTime(forward, backward, rec, attn_f, attn_b, fwd_gemm, bwd_gemm, weight_cast,
-                      expert_forward=exp_f, expert_dgrad=exp_d, expert_wgrad=exp_w)
+                      expert_forward=exp_f, expert_dgrad=exp_d, expert_wgrad=exp_w, other_wgrad=other_w)
 
 
 MOE_SYNC_GAP_S = 0.62e-3
@@ -393,7 +397,8 @@ def _exposed(comm: float, window: float) -> float:
     return max(comm - window, OVERLAP_SLOWDOWN * min(comm, window))
 
 
-def _ep_overlap_exposed(bt: _BlockTime, a2a: float, *, recompute: float = 0.0, delay_wgrad: bool = False) -> float:
+def _ep_overlap_exposed(bt: _BlockTime, a2a: float, *, recompute: float = 0.0, recompute_expert_share: float = 0.0,
+                        delay_wgrad: bool = False) -> float:
     """Exposed expert-parallel all-to-all of one MoE layer per micro-batch under Megatron-Core's EP overlap
     (--overlap-moe-expert-parallel-comm): the combined 1F1B schedule runs one micro-batch's forward of the layer
     beside another's backward, each split into attention, dispatch, experts and combine
@@ -405,20 +410,20 @@ def _ep_overlap_exposed(bt: _BlockTime, a2a: float, *, recompute: float = 0.0, d
 
     where dispatch(F) needs attention(F), dispatch(B) the experts' dgrad (and their wgrad too unless
     --delay-wgrad-compute moves it after: `delay_wgrad`, `TrainJob.delay_wgrad_compute`), experts(F) dispatch(F),
-    combine(F)
-    experts(F), attention(B) dispatch(B); the next layer's attention(F) waits for combine(F) and its combine(B) for
-    attention(B). `recompute`: forward work recomputed inside the backward (Megatron's recompute modules), added to
-    its part's backward, split as the forward is. A chain of such layers is timed on the two streams; what a layer adds beyond its compute is
-    exposed, and the comm that ran beside compute slows it by `OVERLAP_SLOWDOWN`. The schedule gives the
+    combine(F) experts(F), attention(B) dispatch(B); the next layer's attention(F) waits for combine(F) and its
+    combine(B) for attention(B) (its input gradients only, under delayed weight gradients: the attention's wgrad
+    runs after, `backward_dw`). `recompute`: forward work recomputed inside the backward (Megatron's recompute
+    modules), `recompute_expert_share` of it inside the experts' backward (`recompute.expert_recompute_share`), the
+    rest inside the attention's. A chain of such layers is timed on the two streams; what a layer adds beyond its
+    compute is exposed, and the comm that ran beside compute slows it by `OVERLAP_SLOWDOWN`. The schedule gives the
     all-to-alls less room than the whole block's compute, which is how gpuwise priced the overlap before 2026-11-27
-    (Megatron-Bridge's comm-overlap run of Qwen3-30B-A3B on 16 H100 then came out 38% too fast; now 9.5%)."""
+    (Megatron-Bridge's comm-overlap run of Qwen3-30B-A3B on 16 H100 then came out 38% too fast; now 8.8%)."""
     attn_f = max(0.0, bt.forward - bt.expert_forward)
     attn_b = max(0.0, bt.backward - bt.expert_dgrad - bt.expert_wgrad)
     exp_f, exp_d, exp_w = bt.expert_forward, bt.expert_dgrad, bt.expert_wgrad
-    if recompute > 0 and bt.forward > 0:  # a recompute module is rebuilt inside its own node's backward
-        share = exp_f / bt.forward
-        attn_b += recompute * (1 - share)
-        exp_d += recompute * share
+    attn_w = min(bt.other_wgrad, attn_b) if delay_wgrad else 0.0  # after the attention's dgrad, off the path
+    attn_b += recompute * (1 - recompute_expert_share)  # a recompute module is rebuilt inside its own node's backward
+    exp_d += recompute * recompute_expert_share
     if not delay_wgrad:
         exp_d, exp_w = exp_d + exp_w, 0.0
 
@@ -433,8 +438,8 @@ def _ep_overlap_exposed(bt: _BlockTime, a2a: float, *, recompute: float = 0.0, d
             dispatch_b = max(dispatch_f, dgrad) + a2a
             experts_f = max(wgrad, dispatch_f) + exp_f
             combine_f = max(dispatch_b, experts_f) + a2a
-            att_b = max(experts_f, dispatch_b) + attn_b
-            comp, comm, f_ready, b_ready = att_b, combine_f, combine_f, att_b
+            att_b = max(experts_f, dispatch_b) + attn_b - attn_w  # its input gradients
+            comp, comm, f_ready, b_ready = att_b + attn_w, combine_f, combine_f, att_b
         return max(comp, comm)
 
     compute = attn_f + attn_b + exp_f + exp_d + exp_w
@@ -555,9 +560,13 @@ def step_time(spec: ModelSpec, layout: Layout, job: TrainJob, *, profile: Device
                 else:  # before and after the attention kernels, on the critical path
                     parts["cp_comm"] += reps * (cp_fwd + cp_bwd + cp_fwd * whole)
             if a2a and spec.moe.moe_layers[layer]:
-                if job.moe_a2a_overlap:  # another micro-batch's block computes meanwhile
-                    parts["ep_comm"] += reps * (_ep_overlap_exposed(
-                        bt, a2a, recompute=0.0 if whole else bt.recompute, delay_wgrad=job.delay_wgrad_compute)
+                if job.moe_a2a_overlap:  # another micro-batch's layer computes meanwhile, except for the warm-up
+                    # forwards and cool-down backwards, which run alone
+                    paired = _ep_overlap_exposed(
+                        bt, a2a, recompute=0.0 if whole else bt.recompute, delay_wgrad=job.delay_wgrad_compute,
+                        recompute_expert_share=expert_recompute_share(spec, job.recompute, seq_local * cp, layer))
+                    alone = unpaired_share(layout, stage, m)
+                    parts["ep_comm"] += reps * ((1 - alone) * paired + alone * 4 * a2a
                                                 + _exposed(2 * a2a, bt.forward) * whole)
                 else:
                     parts["ep_comm"] += reps * (4 * a2a + 2 * a2a * whole)

@@ -45,8 +45,8 @@ from ..estimate.train_memory import layout_memory, required_bytes
 from ..model.spec import LINEAR
 from ..units import GiB
 from .cluster import cluster
-from .train import (TrainRequest, cuda_graph_scopes, fp8_backend_problem, megatron_job_problem,
-                    megatron_option_problem, megatron_overlap_problem, model_problem,
+from .train import (DELAY_WGRAD_NEEDS_OVERLAP, TrainRequest, cuda_graph_scopes, fp8_backend_problem,
+                    megatron_job_problem, megatron_option_problem, megatron_overlap_problem, model_problem,
                     optimizer_problem)
 
 Objective = Literal["time", "cost", "memory"]
@@ -174,8 +174,7 @@ class PlanRequest:
         if self.moe_a2a_overlap and self.ep == 1:
             raise InvalidArgument("--moe-a2a-overlap needs expert parallelism: --ep > 1")
         if self.delay_wgrad_compute and not self.moe_a2a_overlap:
-            raise InvalidArgument("--delay-wgrad-compute splits the experts' weight gradients out for the EP overlap "
-                                  "schedule: Megatron-Core asserts --moe-a2a-overlap with it")
+            raise InvalidArgument(DELAY_WGRAD_NEEDS_OVERLAP)
         if self.no_pp and self.pp not in (None, 1):
             raise InvalidArgument(f"--no-pp and --pp {self.pp} both set: choose one")
         if self.gpus_per_node is not None:

@@ -125,6 +125,10 @@ def cuda_graph_scopes(text: str | None, *, framework: str | None, spec, padded: 
     return frozenset(parts)
 
 
+DELAY_WGRAD_NEEDS_OVERLAP = ("--delay-wgrad-compute splits the weight gradients out for the EP overlap schedule: "
+                             "Megatron-Core asserts --moe-a2a-overlap (--overlap-moe-expert-parallel-comm) with it")
+
+
 def megatron_overlap_problem(job: TrainJob, layout: Layout) -> str | None:
     """Why Megatron-Core refuses this job's EP overlap or scoped CUDA graphs on this layout (TransformerConfig's
     checks): delayed weight gradients need EP overlap, which needs expert parallelism, the interleaved schedule when
@@ -132,8 +136,7 @@ def megatron_overlap_problem(job: TrainJob, layout: Layout) -> str | None:
     scoped CUDA graphs take no full recompute (only a whole-iteration graph does)."""
     full = recompute_plan(job.recompute).kind in ("full", "uniform", "block")
     if job.delay_wgrad_compute and not job.moe_a2a_overlap:
-        return ("--delay-wgrad-compute splits the experts' weight gradients out for the EP overlap schedule: "
-                "Megatron-Core asserts --moe-a2a-overlap (--overlap-moe-expert-parallel-comm) with it")
+        return DELAY_WGRAD_NEEDS_OVERLAP
     if job.moe_a2a_overlap:
         if layout.ep <= 1:
             return "--moe-a2a-overlap (Megatron's --overlap-moe-expert-parallel-comm) needs expert parallelism: --ep > 1"
