@@ -249,3 +249,18 @@ def test_micro_batches_without_a_partner_pay_their_exchange_in_full():
     plain = gpuwise.train("qwen3-30b-a3b", **kw).perf.step.breakdown["ep_comm"]
     overlap = gpuwise.train("qwen3-30b-a3b", moe_a2a_overlap=True, **kw).perf.step.breakdown["ep_comm"]
     assert overlap == pytest.approx(plain, rel=1e-6)
+
+
+def test_a_recomputed_module_is_rebuilt_in_its_own_part_of_the_layer():
+    """Under EP overlap the experts' recompute (mlp, moe, shared_experts) runs inside their backward, the attention's
+    (core_attn, mla_up_proj) inside the attention's: the experts' share is all of moe's but the router, none of
+    core_attn's, and a mix of both."""
+    from gpuwise.catalog.models import load_model
+    from gpuwise.estimate.recompute import expert_recompute_share
+
+    spec = load_model("qwen3-30b-a3b").spec
+    assert expert_recompute_share(spec, "none", 4096, 0) == 0.0
+    assert expert_recompute_share(spec, "selective:core_attn", 4096, 0) == 0.0
+    assert 0.95 < expert_recompute_share(spec, "selective:moe", 4096, 0) < 1.0  # the router is the attention side's
+    both = expert_recompute_share(spec, "selective:core_attn+moe", 4096, 0)
+    assert 0.0 < both < expert_recompute_share(spec, "selective:moe", 4096, 0)

@@ -229,15 +229,15 @@ def expert_recompute_share(spec: ModelSpec, mode: str, seq: int, layer: int) -> 
     """Of the forward FLOPs block `layer` runs again under Megatron's recompute modules, the experts' share (their
     `mlp`, `moe`, `shared_experts` modules: rebuilt inside the experts' backward); the rest (core_attn, mla_up_proj,
     the router) is rebuilt inside the attention's. 0 for other modes."""
-    plan = recompute_plan(mode)
-    if plan.kind != "modules":
+    if recompute_plan(mode).kind != "modules":
         return 0.0
     from .flops import forward_flops  # flops imports this module
 
     parts = forward_flops(spec, seq, layer=layer).as_dict()
-    keys = {k for m in plan.modules for k in MODULE_FLOPS[m]}
-    done = sum(parts.get(k, 0.0) for k in keys)
-    return sum(parts.get(k, 0.0) for k in keys if k in EXPERT_FLOPS) / done if done else 0.0
+    done = recomputed_flops(spec, mode, blocks_forward=0.0, attention_core=0.0, tokens=0.0, parts=parts)
+    experts = {k: v for k, v in parts.items() if k in EXPERT_FLOPS}
+    return recomputed_flops(spec, mode, blocks_forward=0.0, attention_core=0.0, tokens=0.0,
+                            parts=experts) / done if done else 0.0
 
 
 def recomputed_flops(spec: ModelSpec, mode: str, *, blocks_forward: float, attention_core: float, tokens: float,

@@ -47,8 +47,7 @@ from .flops import gemm_dtype
 from .job import TrainJob, fp8_gemm_needs_transpose, fp8_kernels_of, pipeline_keeps_unsharded
 from .kernels import RECURRENT_BACKWARD_RATIO, attention_s, matmul_s, memory_s, recurrent_scan_s
 from .layer_ops import (EXPERT_GEMMS, MEGATRON_UNFUSED_PERMUTE_BYTES, PERMUTE_BYTES, UNFUSED_PERMUTE_BYTES,
-                        attention_head_dim,
-                        block_ops, block_parts, block_signature, head_gemm, keys_per_query,
+                        attention_head_dim, block_ops, block_parts, block_signature, head_gemm, keys_per_query,
                         raise_untimed_linear, recurrent_blocks, unfused_attention)
 from .layout import Layout
 from . import muon
@@ -417,7 +416,7 @@ def _ep_overlap_exposed(bt: _BlockTime, a2a: float, *, recompute: float = 0.0, r
     rest inside the attention's. A chain of such layers is timed on the two streams; what a layer adds beyond its
     compute is exposed, and the comm that ran beside compute slows it by `OVERLAP_SLOWDOWN`. The schedule gives the
     all-to-alls less room than the whole block's compute, which is how gpuwise priced the overlap before 2026-11-27
-    (Megatron-Bridge's comm-overlap run of Qwen3-30B-A3B on 16 H100 then came out 38% too fast; now 8.8%)."""
+    (docs/performance.md, "EP overlap, paired")."""
     attn_f = max(0.0, bt.forward - bt.expert_forward)
     attn_b = max(0.0, bt.backward - bt.expert_dgrad - bt.expert_wgrad)
     exp_f, exp_d, exp_w = bt.expert_forward, bt.expert_dgrad, bt.expert_wgrad
