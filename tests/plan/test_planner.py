@@ -4,6 +4,7 @@ layouts are found, bad input is one line and exit status 2."""
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
@@ -45,6 +46,41 @@ def test_fixing_the_llama3_layout_gives_a_feasible_plan():
     best = r.plans[0].layout
     assert (best.tp, best.pp, best.cp, best.dp) == (8, 16, 1, 128)
     assert (best.pp_first_layers, best.pp_last_layers) == (7, 7)
+
+
+def test_deepseek_v3_prime_layer_count_gets_pipeline_plans():
+    # 61 layers divide over no pipeline degree but 61: the planner must still try the uneven splits Megatron runs.
+    # NVIDIA's DGX Cloud recipe for 1,024 H100 (validation/speed_sources/megatron_nemo.toml) splits them 3 + 14 x 4 + 2
+    # (its TP 2 with expert TP 1 is not a planner option: the planner keeps Megatron's default expert TP = TP).
+    r = gpuwise.plan("deepseek-v3", gpu="h100-sxm", num_gpus=1024, seq=4096, global_batch=8192, framework="megatron",
+                     tp=1, pp=16, ep=64)
+    assert r.plans, r.why
+    best = r.plans[0].layout
+    assert (best.pp, best.pp_first_layers, best.pp_last_layers) == (16, 3, 2)
+    _check_fits(r, r.plans[:1])
+    free = gpuwise.plan("deepseek-v3", gpu="h100-sxm", num_gpus=1024, seq=4096, global_batch=8192,
+                        framework="megatron", top=50)
+    assert any(p.layout.pp > 1 for p in free.plans)
+    # the free search is never beaten by the published layout it now contains
+    assert free.plans[0].step_time_s <= r.plans[0].step_time_s
+
+
+@pytest.mark.parametrize("layers", [5, 7, 31, 32, 61, 62, 80, 126])
+def test_every_pipeline_split_the_planner_tries_is_a_valid_balanced_one(layers):
+    from gpuwise.estimate.pipeline import _stage_layers, pp_splits
+
+    for pp in range(2, layers + 1):
+        for first, last in pp_splits(layers, pp):
+            stages = _stage_layers(pp, first, last, layers)  # raises on a split Megatron would refuse
+            assert sum(stages) == layers and min(stages) >= 1
+            middle = max(stages)
+            # the ends hold the embedding / head: never more layers than a middle stage, the last no more than the first
+            # one
+            assert stages[0] <= middle and stages[-1] <= stages[0]
+            assert max(stages) - min(stages) < middle
+    # whatever the layer count's factors, every degree up to sqrt(2 x layers) has a split (the ends are short by at
+    # most pp - 1 layers in all, which two ends absorb while pp <= 2 x the rounded-up share)
+    assert all(pp_splits(layers, pp) for pp in range(1, math.isqrt(2 * layers) + 1))
 
 
 def test_memory_objective_ranks_by_memory():

@@ -451,3 +451,36 @@ def test_a_moe_plan_writes_the_permute_fusion_it_was_priced_with():
     assert opts["moe_permute_fusion"] is True
     assert gpuwise.train("qwen3-30b-a3b", gpu="h100-sxm", **opts).perf.step.step_time_s == pytest.approx(
         fused.plans[0].step_time_s)
+
+
+def test_tp_overlap_fp8_gathers_and_bf16_grad_buffers_are_priced_and_written():
+    """--tp-comm-overlap, --fp8-param-gather and --no-grad-reduce-in-fp32 (as the published Megatron recipes run):
+    the plan is priced with them (each plan's train command reproduces it, and the same layout is no slower / no
+    larger), Megatron's flags and torchtitan's keys say so, and without them neither file asks for them."""
+    kw = dict(num_gpus=64, seq=8192, global_batch=128, framework="megatron", precision="fp8", tp=4, pp=4, cp=1)
+    plain = _plan("llama-3.1-70b", **kw)
+    tuned = _plan("llama-3.1-70b", **kw, tp_comm_overlap=True, fp8_param_gather=True, grad_reduce_in_fp32=False)
+    best = tuned.plans[0]
+    opts = best.train_options(tuned.request)
+    assert (opts["tp_comm_overlap"], opts["fp8_param_gather"], opts["grad_reduce_in_fp32"]) == (True, True, False)
+    checked = gpuwise.train("llama-3.1-70b", gpu="h100-sxm", **opts)
+    assert checked.perf.step.step_time_s == best.step_time_s and checked.memory.total == best.memory_bytes
+    untuned = gpuwise.train("llama-3.1-70b", gpu="h100-sxm", **{**opts, "tp_comm_overlap": False,
+                                                                   "fp8_param_gather": False,
+                                                                   "grad_reduce_in_fp32": True})
+    assert best.step.breakdown["tp_comm"] < untuned.perf.step.breakdown["tp_comm"]
+    assert best.memory_bytes < untuned.memory.total
+    f = _check_megatron(tuned, best, recipes(tuned, best)["megatron.args"])
+    assert f.get("tp-comm-overlap") is True and f.get("fp8-param-gather") is True
+    assert f.get("grad-reduce-in-bf16") is True
+    f0 = _megatron_flags(recipes(plain, plain.plans[0])["megatron.args"])
+    assert not {"tp-comm-overlap", "fp8-param-gather", "grad-reduce-in-bf16"} & set(f0)
+    # torchtitan: async TP and fp8 all-gathers follow the plan (bf16 gathers unless --fp8-param-gather)
+    tkw = dict(num_gpus=16, seq=4096, global_batch=64, framework="torchtitan", precision="fp8", tp=2, compile=True)
+    t_plain = _plan("llama-3.1-8b", **tkw)
+    t_tuned = _plan("llama-3.1-8b", **tkw, tp_comm_overlap=True, fp8_param_gather=True)
+    for res, on in ((t_plain, False), (t_tuned, True)):
+        cfg = _check_titan(res, res.plans[0], recipes(res, res.plans[0])["torchtitan.toml"])
+        assert cfg["parallelism"]["enable_async_tensor_parallel"] is on
+        fsdp = cfg["parallelism"]["data_parallel_shard_degree"] > 1
+        assert cfg["quantize"]["linear"]["float8"]["enable_fsdp_float8_all_gather"] is (on and fsdp)

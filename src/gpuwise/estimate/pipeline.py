@@ -118,8 +118,11 @@ def bubble_time_s(pp: int, vpp: int, microbatch_s: float) -> float:
 
 def pp_splits(layers: int, pp: int) -> list[tuple[int | None, int | None]]:
     """(first, last) stage layer counts that `stage_layers` accepts and the planner tries: an even split, or, where
-    the layers do not divide, both end stages the same number of layers short of the middle ones (they also hold
-    the embedding and the LM head)."""
+    the layers do not divide, the middle stages at the rounded-up share and the end stages (which also hold the
+    embedding, and the LM head and the loss) short by the rest, the last by the larger half: DeepSeek-V3's 61 layers
+    over 16 stages come out 3 + 14 x 4 + 2, the split NVIDIA's DGX Cloud recipe runs (decoder first / last pipeline
+    num layers 3 and 2). A prime layer count (61) divides over no degree but its own, so without such splits the
+    planner never tried pipeline parallelism for it."""
     if pp == 1:
         return [(None, None)]
     if pp > layers:
@@ -128,9 +131,10 @@ def pp_splits(layers: int, pp: int) -> list[tuple[int | None, int | None]]:
         return [(None, None)]
     per = -(-layers // pp)
     short = pp * per - layers
-    if short % 2 == 0 and 0 < short // 2 < per and pp > 2:
-        return [(per - short // 2, per - short // 2)]
-    return []
+    first_cut, last_cut = short // 2, short - short // 2
+    if last_cut >= per:
+        return []
+    return [(per - first_cut, per - last_cut)]
 
 
 def torchtitan_split(num_stages: int, num_layers: int, input_weight: int, output_weight: int) -> tuple[int, ...] | None:

@@ -135,6 +135,9 @@ class PlanRequest:
     cuda_graph_scope: str | None = None
     """Megatron-Core --cuda-graph-scope the plans run with (as `gpuwise train --cuda-graph-scope`)."""
     fp8_backend: Fp8Backend | None = None
+    tp_comm_overlap: bool = job_default("tp_comm_overlap")
+    fp8_param_gather: bool = job_default("fp8_param_gather")
+    grad_reduce_in_fp32: bool = job_default("grad_reduce_in_fp32")
     _graphs: frozenset[str] = field(init=False, repr=False, compare=False, default=frozenset())
 
     def __post_init__(self) -> None:
@@ -226,7 +229,9 @@ class PlanRequest:
                         moe_token_dispatcher=self.moe_token_dispatcher, moe_a2a_overlap=self.moe_a2a_overlap,
                         delay_wgrad_compute=self.delay_wgrad_compute,
                         moe_pad_expert_input_to_capacity=self.moe_pad_expert_input_to_capacity,
-                        moe_permute_fusion=self.moe_permute_fusion, cuda_graph_scope=self._graphs)
+                        moe_permute_fusion=self.moe_permute_fusion, cuda_graph_scope=self._graphs,
+                        tp_comm_overlap=self.tp_comm_overlap, fp8_param_gather=self.fp8_param_gather,
+                        grad_reduce_in_fp32=self.grad_reduce_in_fp32)
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,7 +266,8 @@ class Plan:
                          moe_a2a_overlap=req.moe_a2a_overlap, delay_wgrad_compute=req.delay_wgrad_compute,
                          moe_pad_expert_input_to_capacity=req.moe_pad_expert_input_to_capacity,
                          moe_permute_fusion=req.moe_permute_fusion, cuda_graph_scope=req.cuda_graph_scope,
-                         fp8_backend=req.fp8_backend)
+                         fp8_backend=req.fp8_backend, tp_comm_overlap=req.tp_comm_overlap,
+                         fp8_param_gather=req.fp8_param_gather, grad_reduce_in_fp32=req.grad_reduce_in_fp32)
         out.update(TRAIN_SHARDING[lay.sharding])
         if lay.sharding == "hsdp":
             out["shard_group"] = lay.shard_group
@@ -311,9 +317,14 @@ def _cp_options(req: PlanRequest) -> list[int]:
     return out
 
 
-def _vpp_options(layers_middle: int, pp: int) -> list[int]:
+def _vpp_options(layers_middle: int, pp: int, ends: tuple[int | None, int | None] = (None, None)) -> list[int]:
+    """Model chunks per pipeline rank: the divisors of the middle stages' layers (up to 8, or one layer per chunk);
+    two stages of uneven sizes have no middle stage, and their chunks need only hold a layer each (Megatron-LM's
+    layout string spreads them: `estimate.pipeline.virtual_stage_layers`)."""
     if pp == 1:
         return [1]
+    if layers_middle == 0:
+        return [v for v in (1, 2, 4, 8) if v <= min(n for n in ends if n is not None)]
     return [v for v in divisors(layers_middle) if v <= 8 or v == layers_middle]
 
 
@@ -340,7 +351,7 @@ def _layouts(req: PlanRequest, per_node: int) -> Iterator[Layout]:
         for pp in pps:
             for first, last in pp_splits(layers, pp):
                 middle = (layers - (first or 0) - (last or 0)) // max(1, pp - (first is not None) - (last is not None))
-                for vpp in _vpp_options(middle, pp):
+                for vpp in _vpp_options(middle, pp, (first, last)):
                     for cp in _cp_options(req):
                         if n % (tp * pp * cp) or not sp_splits(req.seq, cp, tp):  # SP is on with TP
                             continue

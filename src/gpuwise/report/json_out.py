@@ -417,6 +417,8 @@ def plan_to_dict(r) -> dict:
                 "permute_fused": r.request.job().moe_permute_fused},
         "cuda_graph_scope": sorted(r.request.job().cuda_graph_scope),
         "fp8_backend": r.request.job().fp8_kernels if r.request.precision == "fp8" else None,
+        "tp_comm_overlap": r.request.tp_comm_overlap, "fp8_param_gather": r.request.fp8_param_gather,
+        "grad_reduce_in_fp32": r.request.grad_reduce_in_fp32,
         "mfu_denominator": {"flops_per_s_per_gpu": r.mfu_denominator, "what": "dense peak of the GEMM dtype"},
         "plans": plans, "why": r.why, "evaluated": r.evaluated, "timed": r.timed, "feasible": r.feasible,
         "search_time_s": round(r.search_time_s, 4),

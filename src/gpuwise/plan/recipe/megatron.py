@@ -160,6 +160,8 @@ def _megatron_args(job: _Job) -> tuple[str, str, list[str]]:
     par = [f"--tensor-model-parallel-size {lay.tp}"]
     if lay.sp and lay.tp > 1:
         par.append("--sequence-parallel")
+    if req.tp_comm_overlap and lay.tp > 1:  # Transformer Engine's userbuffers: needs SP, which the plan has with TP
+        par.append("--tp-comm-overlap")
     par += _megatron_pipeline(job)
     par.append(f"--context-parallel-size {lay.cp}")
     if lay.ep > 1:
@@ -172,6 +174,10 @@ def _megatron_args(job: _Job) -> tuple[str, str, list[str]]:
                  "full": ["--recompute-granularity full", "--recompute-method uniform", "--recompute-num-layers 1"]}
     precision = {"fp32": [], "bf16": ["--bf16"], "bf16-pure": ["--bf16"], "fp16": ["--fp16"],
                  "fp8": ["--bf16", "--fp8-format hybrid", "--fp8-recipe delayed"]}[req.precision]
+    if req.precision == "fp8" and req.fp8_param_gather:
+        precision.append("--fp8-param-gather")
+    if not req.grad_reduce_in_fp32 and req.precision != "fp32":
+        precision.append("--grad-reduce-in-bf16")  # the plan was priced with 16-bit gradient buffers
     if req.precision == "bf16-pure":
         differs.append("bf16-pure -> --bf16: Megatron keeps fp32 main parameters (--main-params-dtype is fp32 or "
                        "fp16)")

@@ -106,8 +106,11 @@ def _torchtitan_toml(job: _Job) -> tuple[str, str, list[str]]:
     model, d = _titan_model(job)
     differs += d
 
-    parallelism = {**dp_keys, "tensor_parallel_degree": lay.tp, "enable_async_tensor_parallel": False, **pp_keys,
+    async_tp = req.tp_comm_overlap and lay.tp > 1  # the plan's TP collectives priced overlapped
+    parallelism = {**dp_keys, "tensor_parallel_degree": lay.tp, "enable_async_tensor_parallel": async_tp, **pp_keys,
                    "context_parallel_degree": lay.cp, "expert_parallel_degree": lay.ep}
+    if async_tp and not req.compile:
+        differs.append("async TP: torchtitan runs it only with torch.compile (add --compile to the plan)")
     if lay.ep > 1:
         # gpuwise splits routed experts over TP as well (Megatron-Core's default ETP = TP); torchtitan allows 1 or TP.
         parallelism["expert_tensor_parallel_degree"] = lay.tp
@@ -166,7 +169,8 @@ def _torchtitan_toml(job: _Job) -> tuple[str, str, list[str]]:
         components = ["model", "loss"] if req.framework == "torchtitan" else ["model"]
         sections.append(("compile", {"enable": True, "components": components}))
     if req.precision == "fp8":
-        fsdp = parallelism.get("data_parallel_shard_degree", 1) * lay.cp > 1
+        # fp8 all-gathers only where the plan was priced with them (--fp8-param-gather; bf16 gathers otherwise)
+        fsdp = parallelism.get("data_parallel_shard_degree", 1) * lay.cp > 1 and req.fp8_param_gather
         sections.append(("quantize.linear.float8", {"recipe_name": "tensorwise",
                                                     "enable_fsdp_float8_all_gather": fsdp,
                                                     "precompute_float8_dynamic_scale_for_fsdp": fsdp}))
