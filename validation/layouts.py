@@ -39,7 +39,7 @@ class Compared:
 def _layout(lay, micro_batch: int) -> str:
     parts = [f"TP {lay.tp}", f"PP {lay.pp}" + (f"x{lay.vpp}" if lay.vpp > 1 else ""), f"CP {lay.cp}"]
     if lay.ep > 1:
-        parts.append(f"EP {lay.ep}")
+        parts.append(f"EP {lay.ep}" + (f" (ETP {lay.expert_tp})" if lay.expert_tp != lay.tp else ""))
     return ", ".join(parts) + f", DP {lay.dp}, mb {micro_batch}"
 
 
@@ -79,8 +79,8 @@ def compare(row: dict) -> Compared | None:
     p = gpuwise.plan(_model(row["model"]), gpu=row["gpu"], **plan_opts)
     published = _layout(r.layout, r.request.micro_batch)
     pub_s = r.perf.step.step_time_s
-    if not p.plans:
-        return Compared(row["name"], published, "none fits", pub_s, pub_s, p.why)
+    if not p.plans:  # the published layout ran and the planner found nothing: a miss
+        return Compared(row["name"], published, "none fits", pub_s, float("inf"), p.why)
     best = p.plans[0]
     best_name = _layout(best.layout, best.micro_batch)
     why = "" if best_name == published else _why(r.perf.step.breakdown, best.step.breakdown)

@@ -22,7 +22,8 @@ def _check_fits(result, plans):
     for p in plans:
         lay = p.layout
         r = gpuwise.train(req.model, gpu=req.gpu, num_gpus=lay.num_gpus, seq=req.seq, global_batch=req.global_batch,
-                          micro_batch=p.micro_batch, tp=lay.tp, pp=lay.pp, vpp=lay.vpp, cp=lay.cp, ep=lay.ep, sp=lay.sp,
+                          micro_batch=p.micro_batch, tp=lay.tp, pp=lay.pp, vpp=lay.vpp, cp=lay.cp, ep=lay.ep,
+                          etp=lay.etp, sp=lay.sp,
                           shard_group=lay.shard_group, recompute=p.recompute, offload=p.offload,
                           pp_first_layers=lay.pp_first_layers, pp_last_layers=lay.pp_last_layers,
                           framework=req.framework, **TRAIN_SHARDING[lay.sharding])
@@ -50,13 +51,15 @@ def test_fixing_the_llama3_layout_gives_a_feasible_plan():
 
 def test_deepseek_v3_prime_layer_count_gets_pipeline_plans():
     # 61 layers divide over no pipeline degree but 61: the planner must still try the uneven splits Megatron runs.
-    # NVIDIA's DGX Cloud recipe for 1,024 H100 (validation/speed_sources/megatron_nemo.toml) splits them 3 + 14 x 4 + 2
-    # (its TP 2 with expert TP 1 is not a planner option: the planner keeps Megatron's default expert TP = TP).
+    # NVIDIA's DGX Cloud recipe for 1,024 H100 (validation/speed_sources/megatron_nemo.toml) splits them 3 + 14 x 4 + 2,
+    # with TP 2 and EP 64 over expert TP 1 (EP folded over the TP ranks too: 64 does not divide dp x cp = 32).
     r = gpuwise.plan("deepseek-v3", gpu="h100-sxm", num_gpus=1024, seq=4096, global_batch=8192, framework="megatron",
-                     tp=1, pp=16, ep=64)
+                     tp=2, pp=16, ep=64, top=1000)
     assert r.plans, r.why
     best = r.plans[0].layout
     assert (best.pp, best.pp_first_layers, best.pp_last_layers) == (16, 3, 2)
+    assert {p.layout.expert_tp for p in r.plans} == {1}  # expert TP 2 cannot fold EP 64 over 32 ranks
+    assert "EP 64 (expert TP 1)" in describe(r.plans[0])
     _check_fits(r, r.plans[:1])
     free = gpuwise.plan("deepseek-v3", gpu="h100-sxm", num_gpus=1024, seq=4096, global_batch=8192,
                         framework="megatron", top=50)

@@ -225,7 +225,7 @@ def test_moe_flags():
     f = _check_megatron(r, p, files["megatron.args"])
     assert (int(f["num-experts"]), int(f["moe-router-topk"])) == (8, 2)
     if p.layout.ep > 1:
-        assert int(f["expert-tensor-parallel-size"]) == p.layout.tp
+        assert int(f["expert-tensor-parallel-size"]) == p.layout.expert_tp
     assert "SET-ME" in files.get("torchtitan.toml", "SET-ME")  # torchtitan 0.2.2 ships no Mixtral: fail loudly
 
 
@@ -484,3 +484,41 @@ def test_tp_overlap_fp8_gathers_and_bf16_grad_buffers_are_priced_and_written():
         assert cfg["parallelism"]["enable_async_tensor_parallel"] is on
         fsdp = cfg["parallelism"]["data_parallel_shard_degree"] > 1
         assert cfg["quantize"]["linear"]["float8"]["enable_fsdp_float8_all_gather"] is (on and fsdp)
+
+
+def test_expert_tp_1_plans_write_it_and_torchtitan_gets_only_layouts_it_accepts():
+    """Expert TP 1 in the search: Megatron's flag carries it, and every torchtitan MoE plan satisfies torchtitan's
+    ParallelDims (EP spans whole CP groups, with expert TP 1 whole TP x CP groups) and writes its file."""
+    r = _plan("deepseek-v3", num_gpus=1024, seq=4096, global_batch=8192, framework="megatron", tp=2, pp=16, ep=64)
+    p = r.plans[0]
+    assert p.layout.expert_tp == 1
+    f = _check_megatron(r, p, recipes(r, p)["megatron.args"])
+    assert (int(f["expert-model-parallel-size"]), int(f["expert-tensor-parallel-size"])) == (64, 1)
+    t = _plan("qwen3-30b-a3b", num_gpus=16, seq=4096, global_batch=64, framework="torchtitan", tp=2, cp=2, top=200)
+    for q in t.plans:
+        lay = q.layout
+        assert lay.ep % (lay.cp * (lay.tp if lay.expert_tp == 1 else 1)) == 0
+    assert any(q.layout.expert_tp == 1 and q.layout.ep > 1 for q in t.plans)
+    for q in t.plans[:5]:
+        cfg = _check_titan(t, q, recipes(t, q)["torchtitan.toml"])
+        assert cfg["parallelism"]["expert_tensor_parallel_degree"] == q.layout.expert_tp
+
+
+def test_plan_options_a_trainer_cannot_run_are_refused():
+    from gpuwise.errors import InvalidArgument
+
+    kw = dict(gpu="h100-sxm", num_gpus=8, seq=4096, global_batch=16)
+    for framework, opts, match in (("fsdp", dict(tp_comm_overlap=True), "have"),
+                                   ("torchtitan", dict(tp_comm_overlap=True), "torch.compile"),
+                                   ("megatron", dict(fp8_param_gather=True), "--precision fp8"),
+                                   ("torchtitan", dict(grad_reduce_in_fp32=False), "--framework megatron")):
+        with pytest.raises(InvalidArgument, match=match):
+            gpuwise.plan("llama-3.1-8b", framework=framework, **kw, **opts)
+
+
+def test_fp8_weight_gathers_at_one_data_parallel_rank_still_ask_for_the_distributed_optimizer():
+    """Megatron asserts --fp8-param-gather only under the distributed optimizer (or Megatron-FSDP)."""
+    r = _plan("llama-3.1-8b", num_gpus=8, seq=4096, global_batch=16, framework="megatron", tp=8, precision="fp8",
+              fp8_param_gather=True)
+    args = recipes(r, r.plans[0])["megatron.args"]
+    assert r.plans[0].layout.dp == 1 and "--use-distributed-optimizer" in args and "--fp8-param-gather" in args

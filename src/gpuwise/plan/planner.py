@@ -174,6 +174,10 @@ class PlanRequest:
                 moment_dtypes=(self.exp_avg_dtype, self.exp_avg_sq_dtype),
                 permute_fusion=self.moe_permute_fusion)) is not None:
             raise InvalidArgument(problem)
+        if (problem := plan_option_problem(self.framework, precision=self.precision, compile=self.compile,
+                                           tp_comm_overlap=self.tp_comm_overlap, fp8_param_gather=self.fp8_param_gather,
+                                           grad_reduce_in_fp32=self.grad_reduce_in_fp32)) is not None:
+            raise InvalidArgument(problem)
         if self.moe_a2a_overlap and self.ep == 1:
             raise InvalidArgument("--moe-a2a-overlap needs expert parallelism: --ep > 1")
         if self.delay_wgrad_compute and not self.moe_a2a_overlap:
@@ -256,7 +260,7 @@ class Plan:
         lay = self.layout
         out: dict = dict(num_gpus=lay.num_gpus, seq=req.seq, global_batch=req.global_batch,
                          micro_batch=self.micro_batch, tp=lay.tp, pp=lay.pp, vpp=lay.vpp, cp=lay.cp, ep=lay.ep,
-                         sp=lay.sp, pp_first_layers=lay.pp_first_layers, pp_last_layers=lay.pp_last_layers,
+                         etp=lay.etp, sp=lay.sp, pp_first_layers=lay.pp_first_layers, pp_last_layers=lay.pp_last_layers,
                          schedule=None if lay.schedule == ("interleaved" if lay.vpp > 1 else "1f1b") else lay.schedule,
                          recompute=self.recompute, offload=tuple(self.offload),
                          optimizer=req.optimizer, precision=req.precision, framework=req.framework,
@@ -317,15 +321,58 @@ def _cp_options(req: PlanRequest) -> list[int]:
     return out
 
 
-def _vpp_options(layers_middle: int, pp: int, ends: tuple[int | None, int | None] = (None, None)) -> list[int]:
+def _vpp_options(layers_middle: int, pp: int, ends: tuple[int | None, int | None] = (None, None), *,
+                 every_chunk_a_layer: bool = False) -> list[int]:
     """Model chunks per pipeline rank: the divisors of the middle stages' layers (up to 8, or one layer per chunk);
     two stages of uneven sizes have no middle stage, and their chunks need only hold a layer each (Megatron-LM's
-    layout string spreads them: `estimate.pipeline.virtual_stage_layers`)."""
+    layout string spreads them: `estimate.pipeline.virtual_stage_layers`). Megatron-LM runs chunks of the end
+    stages with no layer (only the embedding or the head); torchtitan builds an optimizer per chunk and fails on
+    one without parameters (`every_chunk_a_layer`: no more chunks than the shorter end stage has layers)."""
     if pp == 1:
         return [1]
+    short = min((n for n in ends if n is not None), default=None)
     if layers_middle == 0:
-        return [v for v in (1, 2, 4, 8) if v <= min(n for n in ends if n is not None)]
-    return [v for v in divisors(layers_middle) if v <= 8 or v == layers_middle]
+        return [v for v in (1, 2, 4, 8) if short is None or v <= short]
+    out = [v for v in divisors(layers_middle) if v <= 8 or v == layers_middle]
+    return [v for v in out if short is None or v <= short] if every_chunk_a_layer else out
+
+
+def plan_option_problem(framework: str, *, precision: str, compile: bool, tp_comm_overlap: bool,
+                        fp8_param_gather: bool, grad_reduce_in_fp32: bool) -> str | None:
+    """Why a plan cannot carry these options into its framework's recipe, or None: TP overlap is Megatron's
+    userbuffers or torchtitan's async TP (which torchtitan runs only compiled: 'Async TP requires torch.compile');
+    fp8 weight gathers need fp8 training; 16-bit gradient buffers are Megatron's --grad-reduce-in-bf16."""
+    if tp_comm_overlap and framework not in ("megatron", "torchtitan"):
+        return (f"--tp-comm-overlap is Megatron-LM's TP overlap or torchtitan's async TP; {framework} plans have "
+                "neither")
+    if tp_comm_overlap and framework == "torchtitan" and not compile:
+        return "--tp-comm-overlap: torchtitan runs async TP only with torch.compile; add --compile"
+    if fp8_param_gather and precision != "fp8":
+        return f"--fp8-param-gather gathers fp8 weights: it needs --precision fp8 (got {precision})"
+    if not grad_reduce_in_fp32 and framework != "megatron":
+        return "--no-grad-reduce-in-fp32 is Megatron-LM's --grad-reduce-in-bf16: it needs --framework megatron"
+    return None
+
+
+def _expert_options(req: PlanRequest, tp: int, dp: int, cp: int) -> list[tuple[int, int | None]]:
+    """(EP, expert TP) pairs of a layout: EP dividing the experts, with the experts split over TP as the dense
+    layers are (expert TP None: Megatron-Core's default, EP folds over the dp x cp ranks) or, with TP > 1, whole on
+    each TP rank (expert TP 1: EP folds over the tp x cp x dp ranks, as NVIDIA's DeepSeek-V3 recipes run TP 2 with
+    EP 64; torchtitan allows the same two)."""
+    spec = req.model.spec
+    if spec.moe is None or not spec.is_moe:
+        return [(1, None)]
+    titan = req.framework == "torchtitan"
+    candidates = [req.ep] if req.ep is not None else divisors(tp * dp * cp)
+    out: list[tuple[int, int | None]] = []
+    for e in candidates:
+        # torchtitan's ParallelDims also asserts that EP spans whole CP groups (and, with expert TP 1, TP x CP groups)
+        if ep_fits(spec, e, dp, cp) and not (titan and e % cp):
+            out.append((e, None))
+        if tp > 1 and e > 1 and spec.moe.num_experts % e == 0 and (tp * dp * cp) % e == 0 \
+                and not (titan and e % (tp * cp)):
+            out.append((e, 1))
+    return out
 
 
 def _shard_groups(req: PlanRequest, tp: int, pp: int, ranks: int, per_node: int) -> list[int]:
@@ -351,25 +398,22 @@ def _layouts(req: PlanRequest, per_node: int) -> Iterator[Layout]:
         for pp in pps:
             for first, last in pp_splits(layers, pp):
                 middle = (layers - (first or 0) - (last or 0)) // max(1, pp - (first is not None) - (last is not None))
-                for vpp in _vpp_options(middle, pp, (first, last)):
+                for vpp in _vpp_options(middle, pp, (first, last), every_chunk_a_layer=req.framework == "torchtitan"):
                     for cp in _cp_options(req):
                         if n % (tp * pp * cp) or not sp_splits(req.seq, cp, tp):  # SP is on with TP
                             continue
                         dp = n // (tp * pp * cp)
                         if req.global_batch % dp:
                             continue
-                        eps = [1]
-                        if spec.moe is not None:
-                            eps = [req.ep] if req.ep is not None else [
-                                e for e in divisors(dp * cp) if ep_fits(spec, e, dp, cp)]
+                        eps = _expert_options(req, tp, dp, cp)
                         # nothing to shard over: one variant is enough
                         variants = [(sh, None) for sh in (shardings if dp * cp > 1 else shardings[:1])]
                         variants += [("hsdp", g) for g in _shard_groups(req, tp, pp, dp * cp, per_node)]
-                        for ep in eps:
+                        for ep, etp in eps:
                             for sharding, group in variants:
                                 if group is not None and not hsdp_holds_experts(group, ep):
                                     continue
-                                yield Layout(num_gpus=n, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, sp=tp > 1,
+                                yield Layout(num_gpus=n, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp, sp=tp > 1,
                                              sharding=sharding, shard_group=group,
                                              schedule="interleaved" if vpp > 1 else "1f1b",
                                              pp_first_layers=first, pp_last_layers=last)
@@ -477,7 +521,7 @@ def describe(p: Plan) -> str:
     lay = p.layout
     parts = [f"TP {lay.tp}", f"PP {lay.pp}" + (f"x{lay.vpp}" if lay.vpp > 1 else ""), f"CP {lay.cp}"]
     if lay.ep > 1:
-        parts.append(f"EP {lay.ep}")
+        parts.append(f"EP {lay.ep}" + (f" (expert TP {lay.expert_tp})" if lay.expert_tp != lay.tp else ""))
     sharding = lay.sharding + (f", shard group {lay.shard_group}" if lay.shard_group else "")
     parts += [f"DP {lay.dp} ({sharding})", f"micro-batch {p.micro_batch}", f"recompute {p.recompute}"]
     if p.offload:

@@ -395,8 +395,8 @@ def plan_to_dict(r) -> dict:
         lay = p.layout
         plans.append({
             "summary": describe(p),
-            "tp": lay.tp, "pp": lay.pp, "vpp": lay.vpp, "cp": lay.cp, "ep": lay.ep, "dp": lay.dp, "sp": lay.sp,
-            "sharding": lay.sharding, "shard_group": lay.shard_size if lay.sharding == "hsdp" else None,
+            "tp": lay.tp, "pp": lay.pp, "vpp": lay.vpp, "cp": lay.cp, "ep": lay.ep, "etp": lay.expert_tp, "dp": lay.dp,
+            "sp": lay.sp, "sharding": lay.sharding, "shard_group": lay.shard_size if lay.sharding == "hsdp" else None,
             "offload": list(getattr(p, "offload", ()) or ()), "pp_first_layers": lay.pp_first_layers, "pp_last_layers": lay.pp_last_layers,
             "micro_batch": p.micro_batch, "num_microbatches": p.step.num_microbatches, "recompute": p.recompute,
             "step_time_s": round(p.step_time_s, 6), "mfu": None if p.mfu is None else round(p.mfu, 4),

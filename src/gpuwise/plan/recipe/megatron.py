@@ -47,8 +47,10 @@ def megatron_layout(segments: list[str]) -> str:
 
 def _megatron_sharding(job: _Job) -> tuple[list[str], list[str]]:
     lay, req = job.lay, job.req
-    # the precision-aware optimizer (16-bit moments, optimizer offload) asserts the distributed optimizer, even alone
-    needs_dist_opt = bool(req.exp_avg_dtype or req.exp_avg_sq_dtype or "optimizer" in job.offload)
+    # the precision-aware optimizer (16-bit moments, optimizer offload) and --fp8-param-gather assert the distributed
+    # optimizer, even alone
+    needs_dist_opt = bool(req.exp_avg_dtype or req.exp_avg_sq_dtype or "optimizer" in job.offload
+                          or (req.fp8_param_gather and req.precision == "fp8"))
     if lay.dp * lay.cp == 1 and lay.sharding == "zero1" and needs_dist_opt:
         return ["--use-distributed-optimizer"], []
     if lay.dp * lay.cp == 1 and lay.sharding in ("zero1", "ddp"):
@@ -165,7 +167,7 @@ def _megatron_args(job: _Job) -> tuple[str, str, list[str]]:
     par += _megatron_pipeline(job)
     par.append(f"--context-parallel-size {lay.cp}")
     if lay.ep > 1:
-        par += [f"--expert-model-parallel-size {lay.ep}", f"--expert-tensor-parallel-size {lay.tp}"]
+        par += [f"--expert-model-parallel-size {lay.ep}", f"--expert-tensor-parallel-size {lay.expert_tp}"]
     shard, d = _megatron_sharding(job)
     differs += d
 
@@ -176,7 +178,7 @@ def _megatron_args(job: _Job) -> tuple[str, str, list[str]]:
                  "fp8": ["--bf16", "--fp8-format hybrid", "--fp8-recipe delayed"]}[req.precision]
     if req.precision == "fp8" and req.fp8_param_gather:
         precision.append("--fp8-param-gather")
-    if not req.grad_reduce_in_fp32 and req.precision != "fp32":
+    if not req.grad_reduce_in_fp32 and "--bf16" in precision:  # Megatron reads it under --bf16 only
         precision.append("--grad-reduce-in-bf16")  # the plan was priced with 16-bit gradient buffers
     if req.precision == "bf16-pure":
         differs.append("bf16-pure -> --bf16: Megatron keeps fp32 main parameters (--main-params-dtype is fp32 or "

@@ -65,9 +65,11 @@ def _titan_data_parallel(job: _Job) -> tuple[dict, list[str]]:
             raise Unsupported(f"HSDP shard group {group} is not a multiple of CP {cp}; torchtitan shards over "
                               "data_parallel_shard_degree x context_parallel_degree")
         shard, replicate = group // cp, dp * cp // group
-    if lay.ep > 1 and (shard * cp) % lay.ep:
-        raise Unsupported(f"EP {lay.ep} does not divide data_parallel_shard_degree x context_parallel_degree = "
-                          f"{shard * cp} (torchtitan borrows expert-parallel ranks from the FSDP group)")
+    borrowed = shard * cp * (lay.tp if lay.expert_tp == 1 else 1)  # with expert TP 1 the TP ranks lend theirs too
+    if lay.ep > 1 and borrowed % lay.ep:
+        raise Unsupported(f"EP {lay.ep} does not divide data_parallel_shard_degree x context_parallel_degree"
+                          + (" x tensor_parallel_degree" if lay.expert_tp == 1 and lay.tp > 1 else "")
+                          + f" = {borrowed} (torchtitan borrows expert-parallel ranks from the FSDP group)")
     if reshard == "always" and lay.pp > 1:
         # torchtitan's "default" does not reshard under pipelining (distributed/fsdp.py: `return not pp_enabled`),
         # which is what the plan's time and memory assume (estimate.job.pipeline_keeps_unsharded)
@@ -109,11 +111,9 @@ def _torchtitan_toml(job: _Job) -> tuple[str, str, list[str]]:
     async_tp = req.tp_comm_overlap and lay.tp > 1  # the plan's TP collectives priced overlapped
     parallelism = {**dp_keys, "tensor_parallel_degree": lay.tp, "enable_async_tensor_parallel": async_tp, **pp_keys,
                    "context_parallel_degree": lay.cp, "expert_parallel_degree": lay.ep}
-    if async_tp and not req.compile:
-        differs.append("async TP: torchtitan runs it only with torch.compile (add --compile to the plan)")
     if lay.ep > 1:
-        # gpuwise splits routed experts over TP as well (Megatron-Core's default ETP = TP); torchtitan allows 1 or TP.
-        parallelism["expert_tensor_parallel_degree"] = lay.tp
+        # the plan's expert TP: TP (the experts split as the dense layers are) or 1; torchtitan allows those two
+        parallelism["expert_tensor_parallel_degree"] = lay.expert_tp
 
     training: dict = {}
     if lay.pp > 1:  # one pipeline step consumes the whole local batch in micro-batches: no gradient accumulation
