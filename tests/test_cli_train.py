@@ -172,3 +172,18 @@ def test_train_json_says_how_moe_layers_were_priced(capsys):
     assert doc(*moe, "--framework", "megatron", "--moe-token-dispatcher", "flex")["moe"]["permute_fused"] is True
     assert doc(*moe, "--framework", "torchtitan")["moe"]["grouped_experts"] is True
     assert doc("llama-3.1-8b", "--gpu", "h100-sxm")["moe"] is None
+
+
+def test_options_the_trainer_cannot_run_are_refused_by_train_as_by_plan(capsys):
+    """One rule for train and plan (plan.train.trainer_option_problem): TP overlap only where the trainer has it,
+    torchtitan's async TP only compiled, fp8 weight gathers only in fp8, bf16 gradient buffers only in Megatron."""
+    base = ["train", "llama-3.1-8b", "--gpu", "h100-sxm", "--num-gpus", "8", "--tp", "2"]
+    for extra, words in ((["--framework", "fsdp", "--tp-comm-overlap"], "neither"),
+                         (["--framework", "torchtitan", "--tp-comm-overlap"], "torch.compile"),
+                         (["--fp8-param-gather"], "--precision fp8"),
+                         (["--framework", "torchtitan", "--no-grad-reduce-in-fp32"], "--framework megatron")):
+        assert main(base + extra) == 2
+        err = capsys.readouterr().err
+        assert words in err and err.count("\n") == 1 and "Traceback" not in err
+    assert main(base + ["--framework", "torchtitan", "--tp-comm-overlap", "--compile"]) == 0
+    capsys.readouterr()

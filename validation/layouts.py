@@ -109,8 +109,10 @@ def main() -> int:
     tie = [c for c in out if c not in same and c not in missed and c.gain <= TIE]
     better = [c for c in out if c not in same and c.gain > TIE]
     for c in sorted(missed, key=lambda c: c.published_s / c.best_s):
+        best = "nothing fits" if c.best_s == float("inf") else \
+            f"{c.best}: {c.best_s:.3g} s ({100 * (c.best_s / c.published_s - 1):.0f}% longer)"
         print(f"{c.name[:90]}\n    MISSED: published {c.published}: {c.published_s:.3g} s predicted; planner's best "
-              f"{c.best}: {c.best_s:.3g} s ({100 * (c.best_s / c.published_s - 1):.0f}% longer)")
+              f"{best}")
     for c in sorted(better, key=lambda c: -c.gain):
         print(f"{c.name[:90]}\n    published {c.published}: {c.published_s:.3g} s predicted; planner {c.best}: "
               f"{c.best_s:.3g} s ({100 * c.gain:.0f}% shorter); {c.why}")

@@ -47,7 +47,7 @@ from ..units import GiB
 from .cluster import cluster
 from .train import (DELAY_WGRAD_NEEDS_OVERLAP, TrainRequest, cuda_graph_scopes, fp8_backend_problem,
                     megatron_job_problem, megatron_option_problem, megatron_overlap_problem, model_problem,
-                    optimizer_problem)
+                    optimizer_problem, trainer_option_problem)
 
 Objective = Literal["time", "cost", "memory"]
 PlanFramework = Literal["megatron", "torchtitan", "fsdp", "deepspeed"]
@@ -174,7 +174,7 @@ class PlanRequest:
                 moment_dtypes=(self.exp_avg_dtype, self.exp_avg_sq_dtype),
                 permute_fusion=self.moe_permute_fusion)) is not None:
             raise InvalidArgument(problem)
-        if (problem := plan_option_problem(self.framework, precision=self.precision, compile=self.compile,
+        if (problem := trainer_option_problem(self.framework, precision=self.precision, compile=self.compile,
                                            tp_comm_overlap=self.tp_comm_overlap, fp8_param_gather=self.fp8_param_gather,
                                            grad_reduce_in_fp32=self.grad_reduce_in_fp32)) is not None:
             raise InvalidArgument(problem)
@@ -337,23 +337,6 @@ def _vpp_options(layers_middle: int, pp: int, ends: tuple[int | None, int | None
     return [v for v in out if short is None or v <= short] if every_chunk_a_layer else out
 
 
-def plan_option_problem(framework: str, *, precision: str, compile: bool, tp_comm_overlap: bool,
-                        fp8_param_gather: bool, grad_reduce_in_fp32: bool) -> str | None:
-    """Why a plan cannot carry these options into its framework's recipe, or None: TP overlap is Megatron's
-    userbuffers or torchtitan's async TP (which torchtitan runs only compiled: 'Async TP requires torch.compile');
-    fp8 weight gathers need fp8 training; 16-bit gradient buffers are Megatron's --grad-reduce-in-bf16."""
-    if tp_comm_overlap and framework not in ("megatron", "torchtitan"):
-        return (f"--tp-comm-overlap is Megatron-LM's TP overlap or torchtitan's async TP; {framework} plans have "
-                "neither")
-    if tp_comm_overlap and framework == "torchtitan" and not compile:
-        return "--tp-comm-overlap: torchtitan runs async TP only with torch.compile; add --compile"
-    if fp8_param_gather and precision != "fp8":
-        return f"--fp8-param-gather gathers fp8 weights: it needs --precision fp8 (got {precision})"
-    if not grad_reduce_in_fp32 and framework != "megatron":
-        return "--no-grad-reduce-in-fp32 is Megatron-LM's --grad-reduce-in-bf16: it needs --framework megatron"
-    return None
-
-
 def _expert_options(req: PlanRequest, tp: int, dp: int, cp: int) -> list[tuple[int, int | None]]:
     """(EP, expert TP) pairs of a layout: EP dividing the experts, with the experts split over TP as the dense
     layers are (expert TP None: Megatron-Core's default, EP folds over the dp x cp ranks) or, with TP > 1, whole on
@@ -369,8 +352,7 @@ def _expert_options(req: PlanRequest, tp: int, dp: int, cp: int) -> list[tuple[i
         # torchtitan's ParallelDims also asserts that EP spans whole CP groups (and, with expert TP 1, TP x CP groups)
         if ep_fits(spec, e, dp, cp) and not (titan and e % cp):
             out.append((e, None))
-        if tp > 1 and e > 1 and spec.moe.num_experts % e == 0 and (tp * dp * cp) % e == 0 \
-                and not (titan and e % (tp * cp)):
+        if tp > 1 and e > 1 and ep_fits(spec, e, tp * dp, cp) and not (titan and e % (tp * cp)):
             out.append((e, 1))
     return out
 

@@ -87,6 +87,23 @@ def megatron_option_problem(name: str, framework: str | None, precision: str, fp
     return None
 
 
+def trainer_option_problem(framework: str, *, precision: str, compile: bool, tp_comm_overlap: bool,
+                        fp8_param_gather: bool, grad_reduce_in_fp32: bool) -> str | None:
+    """Why a trainer cannot run these options (train and plan alike, and so the plan's recipes), or None: TP overlap
+    is Megatron's userbuffers or torchtitan's async TP (which torchtitan runs only compiled: 'Async TP requires torch.compile');
+    fp8 weight gathers need fp8 training; 16-bit gradient buffers are Megatron's --grad-reduce-in-bf16."""
+    if tp_comm_overlap and framework not in ("megatron", "torchtitan"):
+        return (f"--tp-comm-overlap is Megatron-LM's TP overlap or torchtitan's async TP; {framework} plans have "
+                "neither")
+    if tp_comm_overlap and framework == "torchtitan" and not compile:
+        return "--tp-comm-overlap: torchtitan runs async TP only with torch.compile; add --compile"
+    if fp8_param_gather and precision != "fp8":
+        return f"--fp8-param-gather gathers fp8 weights: it needs --precision fp8 (got {precision})"
+    if not grad_reduce_in_fp32 and framework != "megatron":
+        return "--no-grad-reduce-in-fp32 is Megatron-LM's --grad-reduce-in-bf16: it needs --framework megatron"
+    return None
+
+
 def cuda_graph_scopes(text: str | None, *, framework: str | None, spec, padded: bool) -> frozenset[str]:
     """--cuda-graph-scope checked as Megatron-Core checks it (comma- or space-separated; full_iteration stands
     alone; the MoE scopes need an MoE model, and graphing whole MoE layers padded experts: TransformerConfig's
@@ -437,6 +454,11 @@ class TrainRequest:
             if getattr(self, name) and problem:
                 raise InvalidArgument(problem)
         if (problem := fp8_backend_problem(self.fp8_backend, self.precision, framework)) is not None:
+            raise InvalidArgument(problem)
+        if (problem := trainer_option_problem(framework, precision=self.precision, compile=self.compile,
+                                              tp_comm_overlap=self.tp_comm_overlap,
+                                              fp8_param_gather=self.fp8_param_gather,
+                                              grad_reduce_in_fp32=self.grad_reduce_in_fp32)) is not None:
             raise InvalidArgument(problem)
         if (problem := optimizer_problem(framework, self.optimizer)) is not None:
             raise InvalidArgument(problem)
