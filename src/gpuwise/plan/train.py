@@ -90,10 +90,11 @@ def megatron_option_problem(name: str, framework: str | None, precision: str, fp
 def trainer_option_problem(framework: str, *, precision: str, compile: bool, tp_comm_overlap: bool,
                         fp8_param_gather: bool, grad_reduce_in_fp32: bool) -> str | None:
     """Why a trainer cannot run these options (train and plan alike, and so the plan's recipes), or None: TP overlap
-    is Megatron's userbuffers or torchtitan's async TP (which torchtitan runs only compiled: 'Async TP requires torch.compile');
-    fp8 weight gathers need fp8 training; 16-bit gradient buffers are Megatron's --grad-reduce-in-bf16."""
+    is Megatron's userbuffers or torchtitan's async TP (which torchtitan runs only compiled: 'Async TP requires
+    torch.compile'); fp8 weight gathers need fp8 training; 16-bit gradient buffers are Megatron's
+    --grad-reduce-in-bf16."""
     if tp_comm_overlap and framework not in ("megatron", "torchtitan"):
-        return (f"--tp-comm-overlap is Megatron-LM's TP overlap or torchtitan's async TP; {framework} plans have "
+        return (f"--tp-comm-overlap is Megatron-LM's TP overlap or torchtitan's async TP; {framework} has "
                 "neither")
     if tp_comm_overlap and framework == "torchtitan" and not compile:
         return "--tp-comm-overlap: torchtitan runs async TP only with torch.compile; add --compile"
