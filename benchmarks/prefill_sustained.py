@@ -218,7 +218,7 @@ def main() -> None:
     for label, t in backends.items():
         print(f"  {label:20} {t * 1e3:8.3f} ms  {ops0.attention_flops / t / 1e12:6.1f} TFLOP/s  "
               f"pred/meas {attn_pred / t - 1:+.1%}")
-    del q, kv
+    q = kv = None  # free them before the passes
 
     # the block's GEMMs alone at the first shape's rows
     rows0 = b0 * l0
