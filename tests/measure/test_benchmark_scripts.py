@@ -20,6 +20,7 @@ BENCH = pathlib.Path(__file__).resolve().parents[2] / "benchmarks"
     ("moe_grouped_gemm.py", ["--models", "qwen3-30b-a3b:8", "--tokens", "1024"]),
     ("moe_layer.py", ["--tokens", "4096", "--profile"]),
     ("moe_permute.py", ["--tokens", "4096"]),
+    ("attention_train.py", ["--seqs", "64", "--heads", "2"]),
     ("prefill_sustained.py", ["--model", "qwen3-0.6b", "--layers", "1", "--shapes", "1x64,2x32", "--seconds", "0.5"]),
 ], ids=lambda v: v if isinstance(v, str) else "")
 def test_benchmark_dry_run_on_cpu(script: str, args: list[str], tmp_path) -> None:
