@@ -5,8 +5,10 @@ falls as the rate rises, throughput saturates, and a full KV pool preempts inste
 import math
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from gpuwise.estimate.serving import EngineLimits, OutputReservation, StepCost, Workload, simulate, stats
+from gpuwise.estimate.serving import EngineLimits, OutputReservation, StepCost, Workload, simulate, stats, stretch_steps
 
 
 def _cost(per_row_s=20e-6, fixed_s=5e-3, kv_s=2e-8, pair_s=1e-10, overhead_s=1e-3) -> StepCost:
@@ -183,3 +185,29 @@ def test_no_simulated_saturation_exceeds_the_analytic_ceiling(cost, limits, prom
                   output_tokens=tuple(outs[i % len(outs)] for i in range(n)), request_rate=math.inf)
     ceiling = saturation_ceiling(cost, wl, limits)
     assert simulate(cost, wl, limits).request_throughput <= ceiling
+
+
+def test_a_step_that_preempts_admits_no_waiting_request():
+    # Two 48-token prompts fill 6 of the pool's 8 blocks; decoding them runs it out and the newer one is preempted.
+    # vLLM's V1 scheduler admits nothing in that step (`if not preempted_reqs`), so the preempted request comes back
+    # only once its prompt and output so far fit beside the other: one preemption. Taken straight back (same-step
+    # admission), it would be preempted a second time.
+    lim = EngineLimits(max_num_seqs=256, max_num_batched_tokens=2048, kv_capacity_tokens=128, block_size=16)
+    r = simulate(_cost(), Workload(prompt_tokens=(48, 48), output_tokens=(64, 64), request_rate=math.inf), lim)
+    assert r.completed == 2
+    assert r.preemptions == 1
+
+
+@settings(max_examples=300, deadline=None)
+@given(a=st.floats(1e-5, 1.0), b=st.floats(0.0, 1e-2), k_max=st.integers(-2, 5000), window=st.floats(-1.0, 200.0))
+def test_a_decode_stretch_in_closed_form_runs_the_steps_a_loop_runs(a, b, k_max, window):
+    # the loop the closed form replaced: step j (from 0) starts at the sum of the steps before it
+    k, now = 0, 0.0
+    while k < k_max and now < window:
+        now += a + b * k
+        k += 1
+    got = stretch_steps(a, b, k_max, window)
+    starts = [a * j + b * j * (j - 1) / 2 for j in (got - 1, got, got + 1) if j >= 0]
+    near = any(abs(t - window) <= 1e-9 * max(1.0, window) for t in starts)  # summation order at the boundary
+    assert got == k or (near and abs(got - k) <= 1)
+    assert stretch_steps(a, b, k_max, math.inf) == max(0, k_max)

@@ -11,7 +11,8 @@ this purpose; SGLang's order differs, below) runs one forward pass per step over
    to the front of the queue, to recompute its prompt and the tokens it had produced (vLLM's recompute
    preemption; the prefix cache is not modelled).
 3. Waiting requests are then admitted first come first served while the budget, `max_num_seqs` and the pool
-   allow; a prompt longer than the remaining budget is admitted with a chunk of it.
+   allow; a prompt longer than the remaining budget is admitted with a chunk of it. None is admitted in a step that
+   preempted (vLLM V1 schedules the waiting queue only `if not preempted_reqs`).
 4. The step's time is the forward pass over all those rows (`StepCost`); requests whose prompt completes emit their
    first token at its end (time to first token), decoding requests one more token (inter-token latency).
 
@@ -409,6 +410,28 @@ class _Req:
         self.prod0 = 0.0           # produced - dec0 x tokens per step, when it entered decode
 
 
+def stretch_steps(a: float, b: float, k_max: int, window_s: float) -> int:
+    """Steps of a decode-only stretch: at most `k_max`, each starting before `window_s` seconds have passed, when step
+    j (from 0) takes a + b j seconds; step j starts at elapsed(j) = a j + b j (j - 1) / 2."""
+    if k_max <= 0 or window_s <= 0:
+        return 0
+    if math.isinf(window_s) or (a <= 0 and b <= 0):
+        return k_max
+
+    def elapsed(j: int) -> float:
+        return a * j + b * j * (j - 1) / 2
+
+    # the first step that would start too late: the root of elapsed(j) = window_s, then exact by integer steps
+    c = a - b / 2
+    root = (-c + math.sqrt(c * c + 2 * b * window_s)) / b if b > 0 else window_s / a
+    j = max(1, min(k_max, math.ceil(root)))
+    while j > 1 and elapsed(j - 1) >= window_s:
+        j -= 1
+    while j < k_max and elapsed(j) < window_s:
+        j += 1
+    return j
+
+
 def saturation_ceiling(cost: StepCost, workload: Workload, limits: EngineLimits) -> float:
     """Requests per second the engine cannot exceed, without a simulation (no speculation, no frontend): a running
     request holds at least its prompt's blocks, so at most min(max_num_seqs, pool blocks / the shortest prompt's
@@ -673,6 +696,11 @@ def simulate(cost: StepCost, workload: Workload, limits: EngineLimits, *, specul
             if used_blocks() + extra > cap_blocks:
                 break
             run_chunk(r, chunk)
+        if preempted and res is None:
+            # vLLM's V1 scheduler admits no waiting request in a step that preempted one (scheduler.py: "Next,
+            # schedule the WAITING requests." under `if not preempted_reqs`, since PR #15250): the request just
+            # preempted would otherwise come straight back and be preempted again
+            return running
         while waiting and budget > 0 and running < limits.max_num_seqs:
             r = waiting[0]
             chunk = min(r.target - r.computed, budget)
@@ -702,6 +730,23 @@ def simulate(cost: StepCost, workload: Workload, limits: EngineLimits, *, specul
             run_chunk(r, chunk)
         return running
 
+    def waiting_blocked(n_dec: int) -> bool:
+        """The head of the queue (admission is first come first served) cannot start beside `n_dec` decoding
+        requests, and stays unable to until one of them finishes: the pool only fills during a decode-only stretch,
+        and the running count, the step's token budget and the no-evict reservations stay. SGLang's output
+        reservation changes step by step, so it never counts as blocked."""
+        if res is not None:
+            return False
+        budget = budget_max - n_dec * spec_rows
+        if budget <= 0 or n_dec >= limits.max_num_seqs:
+            return True
+        r = waiting[0]
+        if used_blocks() + math.ceil(min(r.target - r.computed, budget) / bs) > cap_blocks:
+            return True
+        if no_evict and reserved + math.ceil((r.prompt + r.out) / bs) > cap_blocks:
+            return True
+        return bool(workload.prefilled and r.computed == 0 and used_blocks() + math.ceil(r.target / bs) > cap_blocks)
+
     while pending or waiting or prefilling or decoding or ingest:
         # send what the client has sent by now (and the concurrency limit allows)
         while pending and in_flight < conc and pending[0].sent <= now:
@@ -725,9 +770,10 @@ def simulate(cost: StepCost, workload: Workload, limits: EngineLimits, *, specul
             now = max(now, nxt)
             continue
         n_dec = len(decoding)
-        if n_dec and not waiting and not prefilling and not ingest:
+        if n_dec and not prefilling and not ingest and (not waiting or waiting_blocked(n_dec)):
             # decode-only stretch: the same requests step together until one finishes, one arrives or the pool
-            # fills; each step's time is linear in the cached tokens, so run it in a tight loop
+            # fills (the queue, if any, cannot start before then); each step's time is linear in the cached tokens,
+            # so run it in a tight loop
             fixed = cost.seconds(n_dec * spec_rows, n_dec * spec_rows, 0, 0.0, n_dec) + draft_s(n_dec)
             per_kv = cost.kv_read_s_per_token
             while finish_heap and (finish_heap[0][1] not in decoding
@@ -742,13 +788,18 @@ def simulate(cost: StepCost, workload: Workload, limits: EngineLimits, *, specul
             next_send = pending[0].sent if (pending and in_flight < conc) else math.inf
             k = 0
             t0 = now
-            while k < k_max and now < next_send:
+            if fe is None:  # step j takes fixed + per_kv x (cached + j x growth): the stretch in closed form
+                growth = n_dec * per_step
+                a, b = fixed + per_kv * dec_ctx_sum, per_kv * growth
+                k = stretch_steps(a, b, k_max, next_send - now)
+                now += k * a + b * k * (k - 1) / 2
+                dec_ctx_sum += k * growth
+            while fe is not None and k < k_max and now < next_send:
                 now += fixed + per_kv * dec_ctx_sum
                 dec_ctx_sum += n_dec * per_step
                 k += 1
-                if fe is not None:
-                    fe_advance(now)
-                    outq.append([-1, fe.token_s * n_dec * per_step])
+                fe_advance(now)
+                outq.append([-1, fe.token_s * n_dec * per_step])
             if k:
                 dec_counter += k
                 steps += k
