@@ -4,9 +4,10 @@ torchtitan run on Hopper; FlashAttention-2, PyTorch SDPA's flash backend) and th
 (catalog/data/attention_kernels.toml), the part of a long-sequence or context-parallel step that grows as seq^2.
 
 For each batch, sequence length and head count (batch 1 by default, head dim 128, bf16, causal, random inputs), each
-SDPA backend's forward and forward + backward are timed with CUDA events (median of several after warm-up); the
-backward is their difference. FLOPs are gpuwise's count: 4 x batch x heads x head_dim x seq^2 / 2 for the causal
-forward, 2.5x that backward.
+SDPA backend's forward and forward + backward are timed with CUDA events around several calls back to back (the
+median of three such runs, after warm-up); the backward is their difference. (The first H100 results, 2026-11-27,
+synchronized after every call, so calls under ~0.2 ms also timed their host dispatch.) FLOPs are gpuwise's count:
+4 x batch x heads x head_dim x seq^2 / 2 for the causal forward, 2.5x that backward.
 
 Run: python benchmarks/attention_train.py [--seqs 4096,16384,65536] [--heads 32,8] [--batches 1,4] [--json FILE]
      (--device cpu: a dry run of the logic at tiny sizes; its times mean nothing)
@@ -20,22 +21,26 @@ import statistics
 import time
 
 
-def _time(torch, cuda: bool, fn, reps: int, warmup: int = 2) -> float:
+def _time(torch, cuda: bool, fn, reps: int, warmup: int = 2, rounds: int = 3) -> float:
+    """Seconds per call: `reps` calls back to back between one pair of CUDA events (so the host enqueues ahead of
+    the GPU and a short kernel is not timed with its dispatch), the median over `rounds` such runs."""
     for _ in range(warmup):
         fn()
     out = []
-    for _ in range(reps):
+    for _ in range(rounds):
         if cuda:
             a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             a.record()
-            fn()
+            for _ in range(reps):
+                fn()
             b.record()
             b.synchronize()
-            out.append(a.elapsed_time(b) / 1e3)
+            out.append(a.elapsed_time(b) / 1e3 / reps)
         else:
             t0 = time.perf_counter()
-            fn()
-            out.append(time.perf_counter() - t0)
+            for _ in range(reps):
+                fn()
+            out.append((time.perf_counter() - t0) / reps)
     return statistics.median(out)
 
 
@@ -89,12 +94,12 @@ def main() -> None:
                     from torch.nn.attention import SDPBackend, sdpa_kernel
                     with sdpa_kernel(getattr(SDPBackend, attr)):
                         with torch.no_grad():
-                            tf = _time(torch, cuda, fwd, 5)
-                        tfb = _time(torch, cuda, fwd_bwd, 5)
+                            tf = _time(torch, cuda, fwd, 10)
+                        tfb = _time(torch, cuda, fwd_bwd, 10)
                 else:
                     with torch.no_grad():
-                        tf = _time(torch, cuda, fwd, 1, warmup=0)
-                    tfb = _time(torch, cuda, fwd_bwd, 1, warmup=0)
+                        tf = _time(torch, cuda, fwd, 1, warmup=0, rounds=1)
+                    tfb = _time(torch, cuda, fwd_bwd, 1, warmup=0, rounds=1)
             except RuntimeError as e:
                 print(f"{label:7} {batch:5d} {heads:5d} {seq:6d} failed: {str(e).splitlines()[0][:80]}")
                 continue

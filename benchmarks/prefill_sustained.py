@@ -70,18 +70,29 @@ class Stack:
         self.head = w(h, spec.vocab_size)
         self.ffn = ffn
         self.sdpa_backend = None
+        self.native_gqa = True
+        """K/V heads handed to SDPA as they are (`enable_gqa`); False: repeated to the query heads first, where the
+        backend refuses them (the time then includes the repeat)."""
+
+    def _sdpa(self, q, k, v, **kw):
+        F = self.torch.nn.functional
+        if self.sdpa_backend is None:
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True, **kw)
+        from torch.nn.attention import sdpa_kernel
+        with sdpa_kernel(self.sdpa_backend):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True, **kw)
 
     def attention(self, q, k, v):
         """q: (B, nq, L, hd), k and v: (B, nkv, L, hd); causal."""
-        F = self.torch.nn.functional
-        if self.nkv != self.nq:
-            rep = self.nq // self.nkv
-            k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
-        if self.sdpa_backend is None:
-            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        from torch.nn.attention import sdpa_kernel
-        with sdpa_kernel(self.sdpa_backend):
-            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        if self.nkv == self.nq:
+            return self._sdpa(q, k, v)
+        if self.native_gqa:
+            try:
+                return self._sdpa(q, k, v, enable_gqa=True)
+            except (RuntimeError, TypeError):
+                self.native_gqa = False
+        rep = self.nq // self.nkv
+        return self._sdpa(q, k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1))
 
     def forward(self, x, batch: int, seq: int):
         """x: (batch x seq, hidden) -> logits of each sequence's last token."""
@@ -112,8 +123,8 @@ def _smi_start(path: str):
             fh = open(path, "w")
             fh.write(fields + "\n")
             fh.flush()
-            p = subprocess.Popen(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader,nounits", "-lms", "250"],
-                                 stdout=fh, stderr=subprocess.DEVNULL)
+            cmd = ["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader,nounits", "-lms", "250"]
+            p = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.DEVNULL)
         except OSError:
             return None
         time.sleep(1.0)
@@ -189,7 +200,8 @@ def main() -> None:
     topo = topology(gpu, num_gpus=1)
     eng = engine_perf("vllm")
     name = torch.cuda.get_device_name(dev) if cuda else "cpu"
-    print(f"{args.model}, {layers} of {spec.num_layers} layers, on {name} (catalog {gpu.id}); torch {torch.__version__}")
+    print(f"{args.model}, {layers} of {spec.num_layers} layers, on {name} (catalog {gpu.id}); "
+          f"torch {torch.__version__}")
 
     # attention backends: pick the fastest that runs (cuDNN's is FA3-class on Hopper; flash is FA2)
     b0, l0 = shapes[0]
@@ -198,26 +210,30 @@ def main() -> None:
     ops0 = block_ops(spec, 0, tokens=b0 * l0, keys=keys_per_query(spec, 0, l0))
     attn_pred = attention_s(profile, ops0.attention_flops, ops0.attention_io_elements * 2, backward=False, seq=l0,
                             head_dim=attention_head_dim(spec))
-    backends = {}
+    backends, native = {}, {}  # seconds per backend; whether it took the K/V heads as they are
     if cuda:
         from torch.nn.attention import SDPBackend
         for label in ("CUDNN_ATTENTION", "FLASH_ATTENTION", "EFFICIENT_ATTENTION"):
             be = getattr(SDPBackend, label, None)
             if be is None:
                 continue
-            stack.sdpa_backend = be
+            stack.sdpa_backend, stack.native_gqa = be, True
             try:
                 backends[label] = _events_time(torch, dev, lambda: stack.attention(q, kv, kv), 10)
+                native[label] = stack.native_gqa
             except RuntimeError as e:
                 print(f"attention {label}: failed ({str(e).splitlines()[0][:80]})")
-        stack.sdpa_backend = getattr(SDPBackend, min(backends, key=backends.get)) if backends else None
+        best = min(backends, key=backends.get) if backends else None
+        stack.sdpa_backend = getattr(SDPBackend, best) if best else None
+        stack.native_gqa = native.get(best, True)
     else:
         backends["default"] = _events_time(torch, dev, lambda: stack.attention(q, kv, kv), 2, warmup=1)
+        native["default"] = stack.native_gqa
     print(f"attention, one layer at {b0}x{l0}: predicted {attn_pred * 1e3:.3f} ms ({ops0.attention_flops / 1e12:.2f} "
           f"TFLOP)")
     for label, t in backends.items():
         print(f"  {label:20} {t * 1e3:8.3f} ms  {ops0.attention_flops / t / 1e12:6.1f} TFLOP/s  "
-              f"pred/meas {attn_pred / t - 1:+.1%}")
+              f"pred/meas {attn_pred / t - 1:+.1%}" + ("" if native[label] else "  (K/V heads repeated first)"))
     q = kv = None  # free them before the passes
 
     # the block's GEMMs alone at the first shape's rows
@@ -298,6 +314,7 @@ def main() -> None:
         with open(args.json, "w") as f:
             json.dump({"model": args.model, "layers": layers, "device": name, "gpu": gpu.id,
                        "torch": torch.__version__, "attention_backends_s": backends,
+                       "attention_native_gqa": native,
                        "attention_predicted_s": attn_pred, "attention_flops": ops0.attention_flops,
                        "gemms": gemms, "passes": passes, "sustained": sustained}, f, indent=1)
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from gpuwise.catalog.attention_kernels import FAMILIES, shape
+from gpuwise.catalog.attention_kernels import FAMILIES, shape, tile_factor
 from gpuwise.catalog.devices import default_profile
 from gpuwise.catalog.gpus import get_gpu
 from gpuwise.estimate.kernels import attention_s
@@ -55,8 +55,13 @@ def test_context_parallel_chunks_run_at_their_own_length():
     ring = st._time_block(h100, spec, 0, seq_local=4096, cp=4, **{**kw, "tokens": 4096}).attention_forward
     ulysses = st._time_block(h100, spec, 0, seq_local=4096, cp=4, **{**kw, "tokens": 4096}, whole_sequence=True)
     overhead = h100.kernel_overhead_s
-    assert (ring - overhead) / (one - overhead) == pytest.approx(0.25 / shape("cudnn", 4096, backward=False), rel=0.01)
-    assert (ulysses.attention_forward - overhead) / (one - overhead) == pytest.approx(0.25, rel=0.01)
+    # thread blocks: 32 heads x 128 query tiles unsplit (as many as the curves' 2,048 or more), 32 x 32 per ring rank,
+    # 8 heads x 128 tiles per Ulysses rank: 1,024 each, which fill the SMs less well
+    assert tile_factor(32 * 128, backward=False) == 1.0
+    fewer = tile_factor(1024, backward=False)
+    assert (ring - overhead) / (one - overhead) == pytest.approx(0.25 / shape("cudnn", 4096, backward=False) / fewer,
+                                                                 rel=0.01)
+    assert (ulysses.attention_forward - overhead) / (one - overhead) == pytest.approx(0.25 / fewer, rel=0.01)
 
 
 def test_a_profile_may_name_its_attention_kernel(tmp_path):
@@ -125,6 +130,8 @@ def test_training_and_prefill_pass_the_model_s_head_size():
     big_spec = replace(spec, head_dim=128, num_heads=spec.num_heads // 2, num_kv_heads=spec.num_kv_heads // 2)
     big = st._time_block(h100, big_spec, layer, **kw).attention_forward - h100.kernel_overhead_s
     expected = shape("cudnn", 4096, backward=False) / shape("cudnn", 4096, backward=False, head_dim=64)
+    # (half the heads are half the thread blocks: 32 x 32 tiles against 64 x 32)
+    expected *= tile_factor(32 * 32, backward=False) / tile_factor(64 * 32, backward=False)
     assert small / big == pytest.approx(expected, rel=1e-3)
     # a prefill pass (what infer and the serving step cost price) runs its attention at the head size's rate too
     from gpuwise.estimate.comm import topology
@@ -137,3 +144,28 @@ def test_training_and_prefill_pass_the_model_s_head_size():
                               logits_rows=1).attention_s
 
     assert prefill_attention(spec) > 1.2 * prefill_attention(big_spec)
+
+
+def test_fewer_thread_blocks_run_slower_as_measured_on_an_h100():
+    """The tile factor against gpuwise's own H100 grid (cuDNN, causal, head dim 128): at each length, a shape's
+    forward (and, above the host-bound calls, backward) throughput over that of the shape with 2,048 tiles."""
+    import json
+    import pathlib
+
+    path = pathlib.Path(__file__).resolve().parents[2] / "benchmarks/results/h100-sxm/attention-train-grid2.json"
+    rows = [r for r in json.loads(path.read_text())["rows"] if r["backend"] == "cudnn" and r["seq"] >= 4096]
+    checked = 0
+    for seq in (4096, 8192):
+        at = {r["batch"] * r["heads"] * seq // 128: r for r in rows if r["seq"] == seq}
+        ref = at[2048]
+        for tiles, r in at.items():
+            if tiles > 2048:
+                continue
+            fwd = ref["forward_s"] / r["forward_s"] * r["flops_forward"] / ref["flops_forward"]
+            assert fwd == pytest.approx(tile_factor(tiles, backward=False), rel=0.1), (seq, tiles)
+            if r["backward_s"] > 3e-4:  # under that, the call's host time is in the measurement
+                bwd = ref["backward_s"] / r["backward_s"] * r["flops_forward"] / ref["flops_forward"]
+                assert bwd == pytest.approx(tile_factor(tiles, backward=True), rel=0.1), (seq, tiles)
+            checked += 1
+    assert checked >= 7
+    assert tile_factor(1, backward=False) < tile_factor(512, backward=False) < tile_factor(10**6, backward=False) == 1

@@ -211,3 +211,32 @@ def test_a_decode_stretch_in_closed_form_runs_the_steps_a_loop_runs(a, b, k_max,
     near = any(abs(t - window) <= 1e-9 * max(1.0, window) for t in starts)  # summation order at the boundary
     assert got == k or (near and abs(got - k) <= 1)
     assert stretch_steps(a, b, k_max, math.inf) == max(0, k_max)
+
+
+@pytest.mark.parametrize("no_evict", [False, True])
+def test_a_lone_request_that_fills_the_pool_to_the_last_block_is_never_preempted(no_evict):
+    # 4,096 tokens in a 4,096-token pool: its blocks are counted exactly, not as the average of many requests'
+    lim = EngineLimits(max_num_seqs=256, max_num_batched_tokens=2048, kv_capacity_tokens=4096,
+                       reserve_full_length=no_evict)
+    r = simulate(_cost(), Workload(prompt_tokens=(3996,), output_tokens=(100,), request_rate=math.inf), lim)
+    assert r.completed == 1
+    assert r.preemptions == 0
+
+
+def test_a_waiting_request_starts_the_step_after_a_slot_frees():
+    # one slot: the second request's prompt runs in the step right after the first request's last token
+    c = _cost()
+    lim = EngineLimits(max_num_seqs=1, max_num_batched_tokens=2048, kv_capacity_tokens=100_000)
+    r = simulate(c, Workload(prompt_tokens=(100, 100), output_tokens=(20, 20), request_rate=math.inf), lim)
+    assert r.steps == 2 * 20  # each: one prompt step (its first token) and 19 decode steps
+    assert r.first_token_at[1] == pytest.approx(r.finished_at[0] + c.seconds(100, 1, 0.0, 100 * 101 / 2, 1))
+
+
+def test_prompt_first_steps_admit_an_arrival_while_others_decode():
+    # SGLang's order without its reservation: the fifth request, arriving 1 ms in with slots and budget free, gets its
+    # prompt step after the first four's and then decodes with them (it is not held until one finishes)
+    lim = EngineLimits(max_num_seqs=8, max_num_batched_tokens=4, kv_capacity_tokens=100_000, prefill_first=True)
+    r = simulate(_cost(), Workload(prompt_tokens=(4,) * 5, output_tokens=(50,) * 5,
+                                   arrival_times=(0.0, 0.0, 0.0, 0.0, 0.001)), lim)
+    assert r.first_token_at[4] < 6 * _cost().seconds(4, 1, 0.0, 10.0, 1)
+    assert r.finished_at[4] == pytest.approx(r.finished_at[0])

@@ -14,6 +14,8 @@ from ._toml import load_toml
 
 FAMILIES = ("fa2", "cudnn", "fa3")
 PLATEAU_SEQ = 16384
+TILE_ROWS = 128
+"""Query (forward) or key (backward) rows per thread block of a flash kernel: the unit of its parallel work."""
 PLATEAU_HEAD_DIM = 128
 PANELS = ((64, "_hd64"), (PLATEAU_HEAD_DIM, ""), (256, "_hd256"))
 """The head dimensions the paper charts, with their rows' key suffix in attention_kernels.toml."""
@@ -78,3 +80,11 @@ def shape(family: str, seq: float, *, backward: bool, causal: bool = True,
         raise KeyError(family)
     return (_at_head_dim(family, seq, backward, causal, head_dim)
             / _throughput(family, PLATEAU_SEQ, backward, causal))
+
+
+@lru_cache(maxsize=4096)
+def tile_factor(tiles: float, *, backward: bool) -> float:
+    """Throughput of a flash kernel running `tiles` thread blocks (batch x heads on the GPU x ceil(rows /
+    TILE_ROWS)) over its throughput at the 2,048 tiles the sequence-length curves were measured with (<= 1)."""
+    t = _data()["tiles"]
+    return _interp(t["tiles"], t["backward" if backward else "forward"], max(1.0, tiles))

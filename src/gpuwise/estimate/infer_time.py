@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from ..catalog._toml import load_toml
+from ..catalog.attention_kernels import TILE_ROWS
 from ..catalog.devices import DeviceProfile
 from ..errors import InvalidArgument
 from ..model.spec import ModelSpec
@@ -265,9 +266,12 @@ def forward_pass_s(spec: ModelSpec, *, profile: DeviceProfile, topo: Topology, e
             # prefill: a flash kernel over the prompt (or the sliding window); decode reads the cache, memory-bound
             window = spec.sliding_window if (spec.sliding_window and sig[1] == "sliding") else None
             kernel_seq = None if decode else min(context, window or context)
+            # a prefill kernel's thread blocks: a tile of 128 query rows per sequence and head on the GPU
+            tiles = None if decode else sequences * spec.num_heads / tp * math.ceil(rows / sequences / TILE_ROWS)
             a = attention_s(profile, attn_flops, attn_bytes, backward=False, seq=kernel_seq,
                             bandwidth=decode_kv_bandwidth(profile, engine, spec) if decode else None,
-                            head_dim=None if decode else attention_head_dim(spec)) if attn_flops > 0 else 0.0
+                            head_dim=None if decode else attention_head_dim(spec),
+                            tiles=tiles) if attn_flops > 0 else 0.0
             if ops.recurrent_kind is not None:  # a hybrid model's recurrent layer: its scan, or its state in decode
                 a += recurrent_scan_s(profile, ops.recurrent_kind, ops.recurrent_flops, ops.recurrent_state_bytes,
                                       seq_len=None if decode else int(context),

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from functools import lru_cache
 
-from ..catalog.attention_kernels import PLATEAU_HEAD_DIM, PLATEAU_SEQ
+from ..catalog.attention_kernels import PLATEAU_HEAD_DIM, PLATEAU_SEQ, tile_factor
 from ..catalog.attention_kernels import shape as attention_shape
 from ..catalog.devices import DeviceProfile
 
@@ -119,7 +119,7 @@ def recurrent_scan_s(profile: DeviceProfile, kind: str, flops: float, state_byte
 
 def attention_s(profile: DeviceProfile, flops: float, nbytes: float, *, backward: bool, dtype: str = "bf16",
                 sdpa: bool = False, seq: float | None = None, bandwidth: float | None = None,
-                head_dim: int | None = None) -> float:
+                head_dim: int | None = None, tiles: float | None = None) -> float:
     """A flash-attention kernel: `flops` at the flash efficiency of the 16-bit peak, or its IO if larger.
 
     `flops` for the backward pass is the usual 2.5x the forward (recomputing the scores plus four matmuls).
@@ -129,7 +129,9 @@ def attention_s(profile: DeviceProfile, flops: float, nbytes: float, *, backward
     curve (`catalog.attention_kernels`). None: the plateau. `head_dim`: the q.k head size; below 128 the same
     family's measured head-dim-64 curve blends in (`attention_kernels.shape`); None: 128, the plateau's.
     `bandwidth`: bytes/s its IO streams at (a paged decode kernel's, `DeviceProfile.paged_decode_bandwidth`); None:
-    the profile's copy bandwidth.
+    the profile's copy bandwidth. `tiles`: the kernel's thread blocks, batch x heads on the GPU x ceil(queries /
+    128) (`attention_kernels.tile_factor`: below the 2,048 the curves were measured with, part of the SMs idle);
+    None: as many as the curves'.
     """
     bw = bandwidth or profile.bandwidth
     peak = profile.gpu.peak_flops.get(dtype) or profile.gpu.peak_flops.get("fp16") or profile.gpu.peak_flops.get("fp32")
@@ -143,4 +145,6 @@ def attention_s(profile: DeviceProfile, flops: float, nbytes: float, *, backward
         eff *= attention_shape(profile.sdpa_kernel if sdpa else profile.attention_kernel,
                                PLATEAU_SEQ if seq is None else seq, backward=backward,
                                head_dim=PLATEAU_HEAD_DIM if head_dim is None else head_dim)
+    if tiles is not None:
+        eff *= tile_factor(tiles, backward=backward)
     return max(flops / (peak * eff), nbytes / bw) + profile.kernel_overhead_s

@@ -421,9 +421,11 @@ def stretch_steps(a: float, b: float, k_max: int, window_s: float) -> int:
     def elapsed(j: int) -> float:
         return a * j + b * j * (j - 1) / 2
 
-    # the first step that would start too late: the root of elapsed(j) = window_s, then exact by integer steps
+    # the first step that would start too late: the root of elapsed(j) = window_s (in the form that keeps its
+    # precision when the growth is small), then exact by integer steps
     c = a - b / 2
-    root = (-c + math.sqrt(c * c + 2 * b * window_s)) / b if b > 0 else window_s / a
+    disc = math.sqrt(c * c + 2 * b * window_s)
+    root = 2 * window_s / (c + disc) if c > 0 else (disc - c) / b
     j = max(1, min(k_max, math.ceil(root)))
     while j > 1 and elapsed(j - 1) >= window_s:
         j -= 1
@@ -659,12 +661,22 @@ def simulate(cost: StepCost, workload: Workload, limits: EngineLimits, *, specul
             if res is not None:  # its whole output (its chunk is already in the pool's use)
                 offset += min(max(r.out - r.produced, 0), res.clip_tokens)
 
+    def overfull(n: int) -> bool:
+        """The next tokens of the `n` decoding requests do not fit in the pool. Its use is counted on average ((bs - 1)
+        / 2 tokens short of whole blocks per request), a lone decoding request's exactly; TensorRT-LLM's no-evict
+        policy reserved every running request's whole length, so it never runs out."""
+        if no_evict:
+            return False
+        if n == 1 and not prefilling:
+            return math.ceil((dec_ctx_sum + per_step) / bs) > cap_blocks
+        return used_blocks() + n * per_step / bs > cap_blocks
+
     def make_room() -> int:
         """1. decoding requests: one token each, or their drafts to verify (first in vLLM's running list order);
         the most recently admitted running requests are preempted until those tokens fit in the pool."""
         nonlocal preempted, ratio
         n = len(decoding)
-        while used_blocks() + n * per_step / bs > cap_blocks and (decoding or prefilling):
+        while overfull(n) and (decoding or prefilling):
             preempt_last()
             preempted = True
             n = len(decoding)
@@ -696,10 +708,10 @@ def simulate(cost: StepCost, workload: Workload, limits: EngineLimits, *, specul
             if used_blocks() + extra > cap_blocks:
                 break
             run_chunk(r, chunk)
-        if preempted and res is None:
-            # vLLM's V1 scheduler admits no waiting request in a step that preempted one (scheduler.py: "Next,
-            # schedule the WAITING requests." under `if not preempted_reqs`, since PR #15250): the request just
-            # preempted would otherwise come straight back and be preempted again
+        if preempted and res is None and not no_evict:
+            # vLLM's V1 scheduler admits no waiting request in a step that preempted one (vllm/v1/core/sched/
+            # scheduler.py, Scheduler.schedule: the waiting queue is scheduled only `if not preempted_reqs`): the
+            # request just preempted would otherwise come straight back and be preempted again
             return running
         while waiting and budget > 0 and running < limits.max_num_seqs:
             r = waiting[0]
@@ -708,16 +720,15 @@ def simulate(cost: StepCost, workload: Workload, limits: EngineLimits, *, specul
                 break
             if not reservation_allows(r):
                 break
-            if no_evict:
-                need = math.ceil((r.prompt + r.out) / bs)
-                if reserved + need > cap_blocks:
-                    break
-                reserved += need
+            need = math.ceil((r.prompt + r.out) / bs) if no_evict else 0
+            if reserved + need > cap_blocks:
+                break
             if workload.prefilled and r.computed == 0:  # its KV arrived with it: allocate it, run the last row
                 if used_blocks() + math.ceil(r.target / bs) > cap_blocks:
                     break
                 r.computed = r.target - 1
                 chunk = 1
+            reserved += need
             waiting.popleft()
             if hit and r.computed == 0:  # the cached prefix of its prompt is not computed again
                 r.computed = min(int(hit * r.prompt), r.target - 1)
@@ -735,7 +746,7 @@ def simulate(cost: StepCost, workload: Workload, limits: EngineLimits, *, specul
         requests, and stays unable to until one of them finishes: the pool only fills during a decode-only stretch,
         and the running count, the step's token budget and the no-evict reservations stay. SGLang's output
         reservation changes step by step, so it never counts as blocked."""
-        if res is not None:
+        if res is not None or prefill_first:  # SGLang's prompt steps run with the whole budget, decodes waiting
             return False
         budget = budget_max - n_dec * spec_rows
         if budget <= 0 or n_dec >= limits.max_num_seqs:
@@ -783,8 +794,9 @@ def simulate(cost: StepCost, workload: Workload, limits: EngineLimits, *, specul
                 heapq.heappop(finish_heap)  # stale entries of preempted requests
             # through the step in which the next request finishes (it is retired below, as a slow step would)
             k_max = (finish_heap[0][0] - dec_counter) if finish_heap else 0
-            room = cap_blocks - used_blocks()
-            k_max = min(k_max, int(room * bs / (n_dec * per_step)) - 1)
+            if not no_evict:  # (the no-evict policy reserved the whole lengths: the pool cannot run out)
+                room = cap_blocks - used_blocks()
+                k_max = min(k_max, int(room * bs / (n_dec * per_step)) - 1)
             next_send = pending[0].sent if (pending and in_flight < conc) else math.inf
             k = 0
             t0 = now
@@ -840,7 +852,7 @@ def simulate(cost: StepCost, workload: Workload, limits: EngineLimits, *, specul
             running = fill(len(decoding) + len(prefilling))
         if rows == 0:
             n_dec = len(decoding)
-            if used_blocks() + n_dec * per_step / bs > cap_blocks:
+            if overfull(n_dec):
                 n_dec = make_room()
             run_dec = n_dec
             budget = budget_max - n_dec * spec_rows
@@ -849,6 +861,10 @@ def simulate(cost: StepCost, workload: Workload, limits: EngineLimits, *, specul
             if not prefill_first and (prefilling or waiting):  # mixed steps: prompt chunks beside the decodes
                 running = fill(running)
         if rows == 0:  # nothing could be scheduled: the pool is full of prefills that cannot grow
+            if preempted and waiting:
+                # the step preempted its only running request (the pool's use is counted on average, (bs - 1) / 2
+                # tokens per request short of whole blocks); vLLM runs an empty step and admits it in the next
+                continue
             if not preempt_last():
                 raise RuntimeError("the scheduler made no progress")
             continue

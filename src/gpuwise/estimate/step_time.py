@@ -35,8 +35,10 @@ data-parallel communication left exposed, plus the optimizer step (memory-bound:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
+from ..catalog.attention_kernels import TILE_ROWS
 from ..catalog.devices import DeviceProfile, host_copy_bytes_per_s, network_defaults
 from ..memo import remember
 from ..errors import InvalidArgument
@@ -316,10 +318,15 @@ def _time_block(profile: DeviceProfile, spec: ModelSpec, layer: int, tokens: int
         # fp8 recipes keep attention in 16 bits; fp32 training runs it at the fp32 (TF32) rate, no flash kernel
         attn_dtype = dtype if dtype in ("fp32", "tf32") else "bf16"
         hd = attention_head_dim(spec)
+        # the kernel's thread blocks: a tile of 128 query (key) rows per sequence and head on the GPU; all-to-all CP
+        # gives each rank the whole sequence and 1/cp of the heads
+        queries = context if whole_sequence else seq_local
+        tiles = (tokens // seq_local) * spec.num_heads / (tp * (cp if whole_sequence else 1)) \
+            * math.ceil(queries / TILE_ROWS)
         attn_f = attention_s(profile, ops.attention_flops, attn_bytes, backward=False, dtype=attn_dtype,
-                             sdpa=sdpa_flash, seq=kernel_seq, head_dim=hd)
+                             sdpa=sdpa_flash, seq=kernel_seq, head_dim=hd, tiles=tiles)
         attn_b = attention_s(profile, 2.5 * ops.attention_flops, 2 * attn_bytes, backward=True, dtype=attn_dtype,
-                             sdpa=sdpa_flash, seq=kernel_seq, head_dim=hd)
+                             sdpa=sdpa_flash, seq=kernel_seq, head_dim=hd, tiles=tiles)
     scan_f = scan_b = 0.0
     if ops.recurrent_kind is not None:  # the chunked scan, its backward RECURRENT_BACKWARD_RATIO x as long
         scan_f = recurrent_scan_s(profile, ops.recurrent_kind, ops.recurrent_flops, 0.0, seq_len=seq_local,
