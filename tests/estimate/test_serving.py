@@ -240,3 +240,21 @@ def test_prompt_first_steps_admit_an_arrival_while_others_decode():
                                    arrival_times=(0.0, 0.0, 0.0, 0.0, 0.001)), lim)
     assert r.first_token_at[4] < 6 * _cost().seconds(4, 1, 0.0, 10.0, 1)
     assert r.finished_at[4] == pytest.approx(r.finished_at[0])
+
+
+def test_a_short_prompt_chunk_runs_its_attention_kernel_with_few_thread_blocks():
+    # 8 heads x 2 tiles of 128 rows are few blocks for the GPU: the prefill attention costs 1 / tile_factor more;
+    # 64 heads x 32 tiles are as many as the rate is quoted at (attention_kernels.tile_factor)
+    from dataclasses import replace
+
+    from gpuwise.catalog.attention_kernels import tile_factor
+
+    plain = _cost()
+    pairs = 256 * 257 / 2
+    attention = pairs * plain.prefill_attention_s_per_pair
+    few = replace(plain, attention_heads=8)
+    assert few.seconds(256, 1, 0.0, pairs, 1, prefill_rows=256) - plain.seconds(256, 1, 0.0, pairs, 1) == \
+        pytest.approx(attention * (1 / tile_factor(16, backward=False) - 1))
+    many = replace(plain, attention_heads=64)
+    assert many.seconds(4096, 1, 0.0, pairs, 1, prefill_rows=4096) == pytest.approx(plain.seconds(4096, 1, 0.0,
+                                                                                                  pairs, 1))

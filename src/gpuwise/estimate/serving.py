@@ -39,6 +39,8 @@ import random
 from collections import deque
 from dataclasses import dataclass, field
 
+from ..catalog.attention_kernels import TILE_ROWS, tile_factor
+
 PERCENTILES = (50, 90, 99)
 
 
@@ -48,6 +50,7 @@ class StepCost:
 
     seconds = rows_s(rows) + head_s(logits_rows) + kv_read_s_per_token x cached tokens the decoding requests read
               + prefill_attention_s_per_pair x (query, key) pairs of the prompt chunks
+                / tile_factor(the thread blocks of the prompt chunks' attention kernel)
               + state_s_per_request x running requests (hybrid models' recurrent state) + step_overhead_s
     """
 
@@ -73,11 +76,17 @@ class StepCost:
     state_s_per_request: float = 0.0
     """Hybrid models: seconds to read and write one running request's recurrent state (all its recurrent layers)
     in a step; 0 for attention-only models."""
+    attention_heads: float = 0.0
+    """Query heads on a GPU: a step's prompt chunks run the flash kernel as heads x ceil(prompt rows / 128) thread
+    blocks, and fewer than the 2,048 its rate is quoted at cost more (`attention_kernels.tile_factor`); 0: not
+    applied."""
 
     def seconds(self, rows: int, logits_rows: int, kv_tokens: float, attention_pairs: float,
-                requests: int = 0) -> float:
+                requests: int = 0, prefill_rows: int | None = None) -> float:
+        """`prefill_rows`: the step's prompt-chunk rows, for the prefill attention's thread blocks (None: as many as
+        its rate is quoted at)."""
         return _step_seconds(self, self.rows_time(rows), self.head_time(logits_rows), kv_tokens, attention_pairs,
-                             requests)
+                             requests, prefill_rows)
 
     def rows_time(self, rows: int) -> float:
         return _interp(self.rows_grid, self.rows_s, rows)
@@ -87,10 +96,13 @@ class StepCost:
 
 
 def _step_seconds(cost, rows_s: float, head_s: float, kv_tokens: float, attention_pairs: float,
-                  requests: int) -> float:
+                  requests: int, prefill_rows: int | None = None) -> float:
     """One step: its kernels (at least the eager launches of a step with prompt chunks), then the host's time."""
-    kernels = (rows_s + head_s + kv_tokens * cost.kv_read_s_per_token
-               + attention_pairs * cost.prefill_attention_s_per_pair + requests * cost.state_s_per_request)
+    attention = attention_pairs * cost.prefill_attention_s_per_pair
+    if attention > 0 and prefill_rows and cost.attention_heads > 0:
+        attention /= tile_factor(cost.attention_heads * math.ceil(prefill_rows / TILE_ROWS), backward=False)
+    kernels = (rows_s + head_s + kv_tokens * cost.kv_read_s_per_token + attention
+               + requests * cost.state_s_per_request)
     if attention_pairs > 0 and kernels < cost.prefill_host_s:
         kernels = cost.prefill_host_s
     return kernels + cost.step_overhead_s + requests * cost.step_overhead_s_per_request
@@ -360,7 +372,7 @@ class _Memo:
     again and again)."""
 
     __slots__ = ("cost", "rows", "head", "kv_read_s_per_token", "prefill_attention_s_per_pair", "step_overhead_s",
-                 "step_overhead_s_per_request", "prefill_host_s", "state_s_per_request")
+                 "step_overhead_s_per_request", "prefill_host_s", "state_s_per_request", "attention_heads")
 
     def __init__(self, cost: StepCost) -> None:
         self.cost, self.rows, self.head = cost, {}, {}
@@ -370,6 +382,7 @@ class _Memo:
         self.step_overhead_s_per_request = cost.step_overhead_s_per_request
         self.prefill_host_s = cost.prefill_host_s
         self.state_s_per_request = cost.state_s_per_request
+        self.attention_heads = cost.attention_heads
 
     def rows_time(self, n: int) -> float:
         t = self.rows.get(n)
@@ -384,9 +397,9 @@ class _Memo:
         return t
 
     def seconds(self, rows: int, logits_rows: int, kv_tokens: float, attention_pairs: float,
-                requests: int = 0) -> float:
+                requests: int = 0, prefill_rows: int | None = None) -> float:
         return _step_seconds(self, self.rows_time(rows), self.head_time(logits_rows), kv_tokens, attention_pairs,
-                             requests)
+                             requests, prefill_rows)
 
 
 class _Req:
@@ -872,7 +885,7 @@ def simulate(cost: StepCost, workload: Workload, limits: EngineLimits, *, specul
             running -= len(decoding)
         # the decoding requests read their whole cached context this step
         dt = (cost.seconds(rows, run_dec * spec_rows + len(emitting), dec_ctx_sum if run_dec else 0.0, pairs,
-                           running) + draft_s(run_dec))
+                           running, rows - run_dec * spec_rows) + draft_s(run_dec))
         now += dt
         steps += 1
         cur_step = steps
