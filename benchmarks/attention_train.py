@@ -104,8 +104,10 @@ def main() -> None:
                 print(f"{label:7} {batch:5d} {heads:5d} {seq:6d} failed: {str(e).splitlines()[0][:80]}")
                 continue
             tb = max(tfb - tf, 1e-9)
-            pf = attention_s(profile, flops, nbytes, backward=False, sdpa=sdpa, seq=seq, head_dim=d)
-            pb = attention_s(profile, 2.5 * flops, 2 * nbytes, backward=True, sdpa=sdpa, seq=seq, head_dim=d)
+            tiles = batch * heads * -(-seq // 128)  # thread blocks: a 128-row tile per sequence and head
+            pf = attention_s(profile, flops, nbytes, backward=False, sdpa=sdpa, seq=seq, head_dim=d, tiles=tiles)
+            pb = attention_s(profile, 2.5 * flops, 2 * nbytes, backward=True, sdpa=sdpa, seq=seq, head_dim=d,
+                             tiles=tiles)
             rows.append(dict(backend=label, batch=batch, heads=heads, seq=seq, head_dim=d, flops_forward=flops,
                              forward_s=tf, backward_s=tb, predicted_forward_s=pf, predicted_backward_s=pb))
             print(f"{label:7} {batch:5d} {heads:5d} {seq:6d} {tf * 1e3:8.3f} {pf * 1e3:8.3f} {pf / tf - 1:+7.1%} "

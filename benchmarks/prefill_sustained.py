@@ -209,7 +209,7 @@ def main() -> None:
     kv = torch.randn(b0, stack.nkv, l0, stack.hd, device=dev, dtype=dtype)
     ops0 = block_ops(spec, 0, tokens=b0 * l0, keys=keys_per_query(spec, 0, l0))
     attn_pred = attention_s(profile, ops0.attention_flops, ops0.attention_io_elements * 2, backward=False, seq=l0,
-                            head_dim=attention_head_dim(spec))
+                            head_dim=attention_head_dim(spec), tiles=b0 * spec.num_heads * -(-l0 // 128))
     backends, native = {}, {}  # seconds per backend; whether it took the K/V heads as they are
     if cuda:
         from torch.nn.attention import SDPBackend

@@ -2,7 +2,7 @@
 
 import pytest
 
-from gpuwise.catalog.attention_kernels import FAMILIES, shape, tile_factor
+from gpuwise.catalog.attention_kernels import FAMILIES, shape, tile_factor, tiles_over_curves
 from gpuwise.catalog.devices import default_profile
 from gpuwise.catalog.gpus import get_gpu
 from gpuwise.estimate.kernels import attention_s
@@ -169,3 +169,27 @@ def test_fewer_thread_blocks_run_slower_as_measured_on_an_h100():
             checked += 1
     assert checked >= 7
     assert tile_factor(1, backward=False) < tile_factor(512, backward=False) < tile_factor(10**6, backward=False) == 1
+
+
+def test_a_training_block_s_attention_counts_its_sequences_and_its_heads_per_gpu():
+    """Thread blocks = sequences x heads on the GPU x 128-row tiles: Llama 3 8B at 2,048 tokens has 32 x 16 = 512 for
+    one sequence, 1,024 for two, 128 on a TP 4 rank (H100 factors 0.77, 0.92, 0.49 of the 2,048-block rate)."""
+    from gpuwise.catalog.models import load_model
+    from gpuwise.estimate import step_time as st
+
+    spec = load_model("llama-3-8b").spec
+    h100 = default_profile(get_gpu("h100-sxm"))
+    kw = dict(seq_local=2048, cp=1, ep=1, dtype="bf16", e=2.0, recompute="none", frozen_base=False,
+              framework="megatron", attention="flash", compile=False, etp=None, sdpa_flash=False)
+    oh = h100.kernel_overhead_s
+
+    def attention(**k):
+        return st._time_block(h100, spec, 0, **kw, **k).attention_forward - oh
+
+    one = attention(tokens=2048, tp=1)
+    assert attention(tokens=4096, tp=1) / one == pytest.approx(2 * 0.77 / 0.92, rel=1e-3)
+    assert attention(tokens=2048, tp=4) / one == pytest.approx(0.25 * 0.77 / 0.49, rel=1e-3)
+    # per SM: the same blocks on a GPU with twice the SMs are half as many per SM
+    assert tiles_over_curves(1024, backward=False, sms=264) == pytest.approx(0.77)
+    # the head-dim-256 panel ran 8 heads (1,024 blocks): a kernel with as many is at the panel's rate
+    assert tiles_over_curves(1024, backward=False, head_dim=256) == pytest.approx(1.0)

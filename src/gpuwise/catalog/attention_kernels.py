@@ -16,6 +16,11 @@ FAMILIES = ("fa2", "cudnn", "fa3")
 PLATEAU_SEQ = 16384
 TILE_ROWS = 128
 """Query (forward) or key (backward) rows per thread block of a flash kernel: the unit of its parallel work."""
+REFERENCE_TILES = 2048
+"""Thread blocks of the curves' harness at head dim 128 (16k tokens per batch, 16 heads); its head-dim-64 and -256
+panels ran 32 and 8 heads: 4,096 and 1,024 blocks."""
+REFERENCE_SMS = 132
+"""SMs of the H100 SXM the tile factor was measured on: other GPUs are compared per SM."""
 PLATEAU_HEAD_DIM = 128
 PANELS = ((64, "_hd64"), (PLATEAU_HEAD_DIM, ""), (256, "_hd256"))
 """The head dimensions the paper charts, with their rows' key suffix in attention_kernels.toml."""
@@ -85,6 +90,16 @@ def shape(family: str, seq: float, *, backward: bool, causal: bool = True,
 @lru_cache(maxsize=4096)
 def tile_factor(tiles: float, *, backward: bool) -> float:
     """Throughput of a flash kernel running `tiles` thread blocks (batch x heads on the GPU x ceil(rows /
-    TILE_ROWS)) over its throughput at the 2,048 tiles the sequence-length curves were measured with (<= 1)."""
+    TILE_ROWS)) on an H100's 132 SMs over its throughput at 2,048 (<= 1)."""
     t = _data()["tiles"]
     return _interp(t["tiles"], t["backward" if backward else "forward"], max(1.0, tiles))
+
+
+def tiles_over_curves(tiles: float, *, backward: bool, head_dim: float = PLATEAU_HEAD_DIM,
+                      sms: int | None = None) -> float:
+    """What `tiles` thread blocks on a GPU of `sms` SMs (None: the H100's) cost over the blocks the sequence-length
+    and head-dim curves were measured with (`REFERENCE_TILES` x 128 / head_dim: the panels' own head counts):
+    compared per SM, the factor at the kernel's blocks over the factor at the curves'."""
+    per_sm = tiles * REFERENCE_SMS / (sms or REFERENCE_SMS)
+    return (tile_factor(per_sm, backward=backward)
+            / tile_factor(REFERENCE_TILES * PLATEAU_HEAD_DIM / max(1.0, head_dim), backward=backward))

@@ -267,7 +267,8 @@ def forward_pass_s(spec: ModelSpec, *, profile: DeviceProfile, topo: Topology, e
             window = spec.sliding_window if (spec.sliding_window and sig[1] == "sliding") else None
             kernel_seq = None if decode else min(context, window or context)
             # a prefill kernel's thread blocks: a tile of 128 query rows per sequence and head on the GPU
-            tiles = None if decode else sequences * spec.num_heads / tp * math.ceil(rows / sequences / TILE_ROWS)
+            seqs = max(1, sequences)
+            tiles = None if decode else seqs * spec.num_heads / tp * math.ceil(rows / seqs / TILE_ROWS)
             a = attention_s(profile, attn_flops, attn_bytes, backward=False, seq=kernel_seq,
                             bandwidth=decode_kv_bandwidth(profile, engine, spec) if decode else None,
                             head_dim=None if decode else attention_head_dim(spec),

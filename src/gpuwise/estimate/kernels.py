@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from functools import lru_cache
 
-from ..catalog.attention_kernels import PLATEAU_HEAD_DIM, PLATEAU_SEQ, tile_factor
+from ..catalog.attention_kernels import PLATEAU_HEAD_DIM, PLATEAU_SEQ, tiles_over_curves
 from ..catalog.attention_kernels import shape as attention_shape
 from ..catalog.devices import DeviceProfile
 
@@ -130,8 +130,8 @@ def attention_s(profile: DeviceProfile, flops: float, nbytes: float, *, backward
     family's measured head-dim-64 curve blends in (`attention_kernels.shape`); None: 128, the plateau's.
     `bandwidth`: bytes/s its IO streams at (a paged decode kernel's, `DeviceProfile.paged_decode_bandwidth`); None:
     the profile's copy bandwidth. `tiles`: the kernel's thread blocks, batch x heads on the GPU x ceil(queries /
-    128) (`attention_kernels.tile_factor`: below the 2,048 the curves were measured with, part of the SMs idle);
-    None: as many as the curves'.
+    128) (`attention_kernels.tiles_over_curves`: fewer than the curves were measured with leave part of the SMs
+    idle); None: as many as the curves'.
     """
     bw = bandwidth or profile.bandwidth
     peak = profile.gpu.peak_flops.get(dtype) or profile.gpu.peak_flops.get("fp16") or profile.gpu.peak_flops.get("fp32")
@@ -146,5 +146,6 @@ def attention_s(profile: DeviceProfile, flops: float, nbytes: float, *, backward
                                PLATEAU_SEQ if seq is None else seq, backward=backward,
                                head_dim=PLATEAU_HEAD_DIM if head_dim is None else head_dim)
     if tiles is not None:
-        eff *= tile_factor(tiles, backward=backward)
+        eff *= tiles_over_curves(tiles, backward=backward, head_dim=PLATEAU_HEAD_DIM if head_dim is None else head_dim,
+                                 sms=profile.gpu.sm_count)
     return max(flops / (peak * eff), nbytes / bw) + profile.kernel_overhead_s

@@ -39,7 +39,7 @@ import random
 from collections import deque
 from dataclasses import dataclass, field
 
-from ..catalog.attention_kernels import TILE_ROWS, tile_factor
+from ..catalog.attention_kernels import TILE_ROWS, tiles_over_curves
 
 PERCENTILES = (50, 90, 99)
 
@@ -78,8 +78,11 @@ class StepCost:
     in a step; 0 for attention-only models."""
     attention_heads: float = 0.0
     """Query heads on a GPU: a step's prompt chunks run the flash kernel as heads x ceil(prompt rows / 128) thread
-    blocks, and fewer than the 2,048 its rate is quoted at cost more (`attention_kernels.tile_factor`); 0: not
+    blocks, and fewer than its rate is quoted at cost more (`attention_kernels.tiles_over_curves`); 0: not
     applied."""
+    attention_head_dim: float = 128.0
+    attention_sms: int | None = None
+    """The GPU's SMs (None: an H100's 132), for the thread blocks per SM."""
 
     def seconds(self, rows: int, logits_rows: int, kv_tokens: float, attention_pairs: float,
                 requests: int = 0, prefill_rows: int | None = None) -> float:
@@ -100,7 +103,8 @@ def _step_seconds(cost, rows_s: float, head_s: float, kv_tokens: float, attentio
     """One step: its kernels (at least the eager launches of a step with prompt chunks), then the host's time."""
     attention = attention_pairs * cost.prefill_attention_s_per_pair
     if attention > 0 and prefill_rows and cost.attention_heads > 0:
-        attention /= tile_factor(cost.attention_heads * math.ceil(prefill_rows / TILE_ROWS), backward=False)
+        attention /= tiles_over_curves(cost.attention_heads * math.ceil(prefill_rows / TILE_ROWS), backward=False,
+                                       head_dim=cost.attention_head_dim, sms=cost.attention_sms)
     kernels = (rows_s + head_s + kv_tokens * cost.kv_read_s_per_token + attention
                + requests * cost.state_s_per_request)
     if attention_pairs > 0 and kernels < cost.prefill_host_s:
@@ -372,7 +376,8 @@ class _Memo:
     again and again)."""
 
     __slots__ = ("cost", "rows", "head", "kv_read_s_per_token", "prefill_attention_s_per_pair", "step_overhead_s",
-                 "step_overhead_s_per_request", "prefill_host_s", "state_s_per_request", "attention_heads")
+                 "step_overhead_s_per_request", "prefill_host_s", "state_s_per_request", "attention_heads",
+                 "attention_head_dim", "attention_sms")
 
     def __init__(self, cost: StepCost) -> None:
         self.cost, self.rows, self.head = cost, {}, {}
@@ -383,6 +388,8 @@ class _Memo:
         self.prefill_host_s = cost.prefill_host_s
         self.state_s_per_request = cost.state_s_per_request
         self.attention_heads = cost.attention_heads
+        self.attention_head_dim = cost.attention_head_dim
+        self.attention_sms = cost.attention_sms
 
     def rows_time(self, n: int) -> float:
         t = self.rows.get(n)
@@ -601,7 +608,7 @@ def simulate(cost: StepCost, workload: Workload, limits: EngineLimits, *, specul
             finish(r)
 
     def preempt_last() -> bool:
-        nonlocal dec_ctx_sum, preemptions
+        nonlocal dec_ctx_sum, preemptions, reserved
         # the most recently admitted running request
         cand = None
         if prefilling:
@@ -620,6 +627,8 @@ def simulate(cost: StepCost, workload: Workload, limits: EngineLimits, *, specul
             cand.produced += produced_now
         else:
             pf_leave(cand)
+        if no_evict:  # (not reached in practice: the no-evict policy never runs out) its reservation goes with it
+            reserved -= math.ceil((cand.prompt + cand.out) / bs)
         cand.alive = False
         cand.computed = 0
         cand.target = cand.prompt + cand.produced  # recompute everything it had

@@ -161,7 +161,8 @@ def step_cost(step, *, spec, profile, engine, kv_bytes_per_element: float, tp: i
                     step_overhead_s_per_request=engine.step_overhead_s_per_request,
                     prefill_host_s=step(1, 1, 1, False, 1).host_s if engine.prefill_host_s_per_kernel else 0.0,
                     state_s_per_request=2 * state_bytes_per_sequence(spec, tp) / profile.bandwidth if hybrid else 0.0,
-                    attention_heads=spec.num_heads / tp)
+                    attention_heads=spec.num_heads / tp, attention_head_dim=attention_head_dim(spec),
+                    attention_sms=profile.gpu.sm_count)
 
 
 def run(cost: StepCost, load: LoadSpec) -> ServingResult:
