@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # The measurements to take whenever a GPU is lent (issue 6, item 6), in one batch:
 #   calibrate (device profile), bench train on four models/layouts that fit one GPU (with the calibrated profile
-#   and without), and gpuwise infer next to a real transformers decode loop at several batch sizes.
-# Usage: bash benchmarks/gpu_session.sh OUTDIR [calibrate|train|ac|decode|all]   (then commit OUTDIR as
-#        benchmarks/results/<gpu>/). Each stage fits in one 10-minute call of the device tool; train and decode
+#   and without), prefill sustained and attention by thread blocks next to the kernel model, and gpuwise infer next
+#   to a real transformers decode loop at several batch sizes.
+# Usage: bash benchmarks/gpu_session.sh OUTDIR [calibrate|train|ac|prefill|attention|decode|all]
+#        (then commit OUTDIR as benchmarks/results/<gpu>/). Each stage fits in one 10-minute call of the device tool; train and decode
 #        read OUTDIR/profile.json from calibrate.
 # Needs: torch (CUDA build), transformers, nvidia-ml-py, and this package installed (pip install -e ".[measure]").
 set -uo pipefail
-out="${1:?usage: gpu_session.sh OUTDIR [calibrate|train|decode|all]}"
+out="${1:?usage: gpu_session.sh OUTDIR [calibrate|train|ac|prefill|attention|decode|all]}"
 stage="${2:-all}"
 dtypes="${GPUWISE_CAL_DTYPES:-}"  # e.g. bf16,fp8 for a shorter calibration
 mkdir -p "$out"
@@ -63,6 +64,20 @@ ac llama-3.1-8b-16layers-s8192-mb1-ac-op llama-3.1-8b --layers 16 --seq 8192 --m
 ac llama-3.1-8b-16layers-s8192-mb2-ac-op llama-3.1-8b --layers 16 --seq 8192 --micro-batch 2 --recompute op
 ac qwen3-8b-8layers-s8192-mb2-ac-op qwen3-8b --layers 8 --seq 8192 --micro-batch 2 --recompute op
 ac llama-3.2-3b-s8192-mb2-ac-op llama-3.2-3b --seq 8192 --micro-batch 2 --recompute op
+fi
+
+# prefill in a burst and sustained next to forward_pass_s, and flash attention for training by thread blocks next to
+# attention_s (issue 19: the prefill kernels' rate under load; issue 18: the attention kernel's rate by length and
+# parallel work). About 2.5 and 1.5 minutes.
+if want prefill; then
+  run python3 benchmarks/prefill_sustained.py --model qwen3-14b --shapes 2x4096,1x2048,4x4096 --seconds 30 \
+    --json "$out/prefill-qwen3-14b.json" --smi-log "$out/prefill-smi-qwen3-14b.csv"
+fi
+if want attention; then
+  run python3 benchmarks/attention_train.py --batches 1,4 --heads 4,8,16,32,64 --seqs 1024,2048,4096,8192 \
+    --json "$out/attention-train-grid.json"
+  run python3 benchmarks/attention_train.py --batches 1 --heads 2,4,8,16,32 --seqs 16384,32768 \
+    --json "$out/attention-train-long.json"
 fi
 
 if want decode; then
