@@ -146,3 +146,40 @@ def test_megatron_unfused_permute_bytes_on_h200() -> None:
                            for r in rows]
     assert statistics.median(per_pass["bf16"]) == pytest.approx(MEGATRON_UNFUSED_PERMUTE_BYTES, rel=0.05)
     assert min(per_pass["fp32"]) > max(per_pass["bf16"]) > UNFUSED_PERMUTE_BYTES
+
+
+@pytest.mark.parametrize("path", ["h100-sxm/prefill-qwen3-14b.json", "h200-sxm/prefill-qwen3-14b.json",
+                                  "h200-sxm/prefill-llama-3.1-8b.json"])
+def test_prefill_on_lent_gpus(path: str) -> None:
+    """Whole models' prefill with PyTorch's kernels (benchmarks/prefill_sustained.py): each of a block's GEMMs within
+    15% of `matmul_s` and the cuDNN attention kernel of `attention_s` (with its thread blocks); the eager pass, with
+    unfused pointwise work vLLM fuses, 0-15% slower than `forward_pass_s` prices vLLM's; no loss under sustained
+    load."""
+    from gpuwise.catalog.devices import default_profile
+    from gpuwise.catalog.gpus import get_gpu
+    from gpuwise.catalog.models import load_model
+    from gpuwise.estimate.comm import topology
+    from gpuwise.estimate.infer_time import engine_perf, forward_pass_s
+    from gpuwise.estimate.kernels import attention_s, matmul_s
+    from gpuwise.estimate.layer_ops import attention_head_dim, block_ops, keys_per_query
+
+    d = json.loads((RESULTS / path).read_text())
+    gpu = get_gpu(d["gpu"])
+    profile = default_profile(gpu)
+    spec = load_model(d["model"]).spec
+    for g in d["gemms"]:
+        assert matmul_s(profile, g["m"], g["n"], g["k"], "bf16", 2.0) / g["measured_s"] == pytest.approx(1, abs=0.15)
+    first = d["passes"][0]
+    b, seq = first["sequences"], first["prompt"]
+    ops = block_ops(spec, 0, tokens=b * seq, keys=keys_per_query(spec, 0, seq))
+    attention = attention_s(profile, ops.attention_flops, ops.attention_io_elements * 2, backward=False, seq=seq,
+                            head_dim=attention_head_dim(spec), tiles=b * spec.num_heads * -(-seq // 128))
+    assert attention / d["attention_backends_s"]["CUDNN_ATTENTION"] == pytest.approx(1, abs=0.15)
+    for p in d["passes"]:
+        predicted = forward_pass_s(spec, profile=profile, topo=topology(gpu, num_gpus=1), engine=engine_perf("vllm"),
+                                   dtype="bf16", weight_bytes_per_param=2.0, kv_bytes_per_element=2.0,
+                                   rows=p["sequences"] * p["prompt"], sequences=p["sequences"], context=p["prompt"],
+                                   num_gpus=1, decode=False, logits_rows=p["sequences"]).seconds
+        assert 0.85 < predicted / p["measured_s"] < 1.0, (p["sequences"], p["prompt"])
+    s = d["sustained"]
+    assert s["last20s_median_s"] / s["first5s_median_s"] == pytest.approx(1, abs=0.03)
