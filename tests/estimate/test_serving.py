@@ -256,3 +256,14 @@ def test_a_prompt_chunk_on_few_heads_runs_its_attention_kernel_with_few_thread_b
     many = replace(plain, attention_heads=64)
     assert many.seconds(4096, 1, 0.0, pairs, 1, prefill_rows=4096) == pytest.approx(plain.seconds(4096, 1, 0.0,
                                                                                                   pairs, 1))
+
+
+def test_the_no_evict_policy_never_preempts_and_never_reports_more_than_its_pool():
+    # TensorRT-LLM's GUARANTEED_NO_EVICT reserves each started request's whole length: a KV-bound burst queues instead
+    lim = EngineLimits(max_num_seqs=256, max_num_batched_tokens=2048, kv_capacity_tokens=20_000,
+                       reserve_full_length=True)
+    r = simulate(_cost(), _wl(n=200, prompt=500, out=300), lim)
+    assert r.completed == 200
+    assert r.preemptions == 0
+    assert r.peak_kv_usage <= 1.0
+    assert max(u for _, u in r.kv_usage_timeline) <= 1.0

@@ -854,7 +854,7 @@ def simulate(cost: StepCost, workload: Workload, limits: EngineLimits, *, specul
                 stall_s, stall_n = 0.0, 0
                 if res is not None:
                     ratio = max(ratio - k * res.decay, res.minimum)
-                usage = used_blocks() / cap_blocks
+                usage = min(1.0, used_blocks() / cap_blocks)  # (the average count can pass a no-evict pool)
                 peak_kv = max(peak_kv, usage)
                 if len(timeline) < 20 * timeline_points:
                     timeline.append((now - first_send, usage))
@@ -905,7 +905,7 @@ def simulate(cost: StepCost, workload: Workload, limits: EngineLimits, *, specul
             outq.append([cur_step, fe.token_s * (run_dec * per_step + len(emitting))])
         running_sum += running
         max_running = max(max_running, running)
-        usage = used_blocks() / cap_blocks
+        usage = min(1.0, used_blocks() / cap_blocks)
         peak_kv = max(peak_kv, usage)
         if len(timeline) < 20 * timeline_points:
             timeline.append((now - first_send, usage))
