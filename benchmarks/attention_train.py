@@ -17,31 +17,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import time
 
-
-def _time(torch, cuda: bool, fn, reps: int, warmup: int = 2, rounds: int = 3) -> float:
-    """Seconds per call: `reps` calls back to back between one pair of CUDA events (so the host enqueues ahead of
-    the GPU and a short kernel is not timed with its dispatch), the median over `rounds` such runs."""
-    for _ in range(warmup):
-        fn()
-    out = []
-    for _ in range(rounds):
-        if cuda:
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            for _ in range(reps):
-                fn()
-            b.record()
-            b.synchronize()
-            out.append(a.elapsed_time(b) / 1e3 / reps)
-        else:
-            t0 = time.perf_counter()
-            for _ in range(reps):
-                fn()
-            out.append((time.perf_counter() - t0) / reps)
-    return statistics.median(out)
+from bench_device import events_time  # benchmarks/ is on the path when this file runs as a script
 
 
 def main() -> None:
@@ -58,6 +35,7 @@ def main() -> None:
     import torch
     import torch.nn.functional as F
 
+    from gpuwise.catalog.attention_kernels import flash_tiles
     from gpuwise.catalog.devices import default_profile
     from gpuwise.catalog.gpus import get_gpu
     from gpuwise.estimate.kernels import attention_s
@@ -94,17 +72,17 @@ def main() -> None:
                     from torch.nn.attention import SDPBackend, sdpa_kernel
                     with sdpa_kernel(getattr(SDPBackend, attr)):
                         with torch.no_grad():
-                            tf = _time(torch, cuda, fwd, 10)
-                        tfb = _time(torch, cuda, fwd_bwd, 10)
+                            tf = events_time(torch, cuda, fwd, calls=10, rounds=3)
+                        tfb = events_time(torch, cuda, fwd_bwd, calls=10, rounds=3)
                 else:
                     with torch.no_grad():
-                        tf = _time(torch, cuda, fwd, 1, warmup=0, rounds=1)
-                    tfb = _time(torch, cuda, fwd_bwd, 1, warmup=0, rounds=1)
+                        tf = events_time(torch, cuda, fwd, rounds=1, warmup=0)
+                    tfb = events_time(torch, cuda, fwd_bwd, rounds=1, warmup=0)
             except RuntimeError as e:
                 print(f"{label:7} {batch:5d} {heads:5d} {seq:6d} failed: {str(e).splitlines()[0][:80]}")
                 continue
             tb = max(tfb - tf, 1e-9)
-            tiles = batch * heads * -(-seq // 128)  # thread blocks: a 128-row tile per sequence and head
+            tiles = flash_tiles(batch, heads, seq)
             pf = attention_s(profile, flops, nbytes, backward=False, sdpa=sdpa, seq=seq, head_dim=d, tiles=tiles)
             pb = attention_s(profile, 2.5 * flops, 2 * nbytes, backward=True, sdpa=sdpa, seq=seq, head_dim=d,
                              tiles=tiles)

@@ -6,6 +6,7 @@ device with the catalog GPU and profile gpuwise predicts with, a timer (CUDA-gra
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
 from dataclasses import dataclass
 
@@ -69,3 +70,27 @@ def open_device(args) -> Device:
     gpu = get_gpu(args.gpu or (name if cuda else "h100"))
     l2 = torch.cuda.get_device_properties(dev).L2_cache_size if cuda else 1 << 20
     return Device(torch, dev, cuda, name, gpu, default_profile(gpu), l2)
+
+
+def events_time(torch, cuda: bool, fn, *, calls: int = 1, rounds: int = 5, warmup: int = 2) -> float:
+    """Seconds per call of `fn()`: `calls` calls back to back between one pair of CUDA events (the host enqueues
+    ahead of the GPU, so a short kernel is not timed with its dispatch), the median over `rounds` such runs, after
+    `warmup` calls; the wall clock on the CPU."""
+    for _ in range(warmup):
+        fn()
+    out = []
+    for _ in range(rounds):
+        if cuda:
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            for _ in range(calls):
+                fn()
+            b.record()
+            b.synchronize()
+            out.append(a.elapsed_time(b) / 1e3 / calls)
+        else:
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            out.append((time.perf_counter() - t0) / calls)
+    return statistics.median(out)

@@ -26,28 +26,10 @@ import statistics
 import subprocess
 import time
 
+from bench_device import events_time  # benchmarks/ is on the path when this file runs as a script
+
 SMI_FIELDS = "timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_event_reasons.active"
 SMI_BASIC = "timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu"
-
-
-def _events_time(torch, dev, fn, reps: int, warmup: int = 3) -> float:
-    """Median seconds of `fn()` over `reps` calls, each timed with CUDA events (wall clock on the CPU)."""
-    for _ in range(warmup):
-        fn()
-    out = []
-    for _ in range(reps):
-        if dev.type == "cuda":
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            fn()
-            b.record()
-            b.synchronize()
-            out.append(a.elapsed_time(b) / 1e3)
-        else:
-            t0 = time.perf_counter()
-            fn()
-            out.append(time.perf_counter() - t0)
-    return statistics.median(out)
 
 
 class Stack:
@@ -178,6 +160,7 @@ def main() -> None:
 
     import torch
 
+    from gpuwise.catalog.attention_kernels import flash_tiles
     from gpuwise.catalog.devices import default_profile
     from gpuwise.catalog.gpus import get_gpu
     from gpuwise.catalog.models import load_model
@@ -209,7 +192,7 @@ def main() -> None:
     kv = torch.randn(b0, stack.nkv, l0, stack.hd, device=dev, dtype=dtype)
     ops0 = block_ops(spec, 0, tokens=b0 * l0, keys=keys_per_query(spec, 0, l0))
     attn_pred = attention_s(profile, ops0.attention_flops, ops0.attention_io_elements * 2, backward=False, seq=l0,
-                            head_dim=attention_head_dim(spec), tiles=b0 * spec.num_heads * -(-l0 // 128))
+                            head_dim=attention_head_dim(spec), tiles=flash_tiles(b0, spec.num_heads, l0))
     backends, native = {}, {}  # seconds per backend; whether it took the K/V heads as they are
     if cuda:
         from torch.nn.attention import SDPBackend
@@ -219,7 +202,7 @@ def main() -> None:
                 continue
             stack.sdpa_backend, stack.native_gqa = be, True
             try:
-                backends[label] = _events_time(torch, dev, lambda: stack.attention(q, kv, kv), 10)
+                backends[label] = events_time(torch, cuda, lambda: stack.attention(q, kv, kv), rounds=10, warmup=3)
                 native[label] = stack.native_gqa
             except RuntimeError as e:
                 print(f"attention {label}: failed ({str(e).splitlines()[0][:80]})")
@@ -227,7 +210,7 @@ def main() -> None:
         stack.sdpa_backend = getattr(SDPBackend, best) if best else None
         stack.native_gqa = native.get(best, True)
     else:
-        backends["default"] = _events_time(torch, dev, lambda: stack.attention(q, kv, kv), 2, warmup=1)
+        backends["default"] = events_time(torch, cuda, lambda: stack.attention(q, kv, kv), rounds=2, warmup=1)
         native["default"] = stack.native_gqa
     print(f"attention, one layer at {b0}x{l0}: predicted {attn_pred * 1e3:.3f} ms ({ops0.attention_flops / 1e12:.2f} "
           f"TFLOP)")
@@ -244,7 +227,7 @@ def main() -> None:
         wt = stack.layers[0][wname]
         k, n = wt.shape
         x = torch.randn(rows0, k, device=dev, dtype=dtype)
-        t = _events_time(torch, dev, lambda: x @ wt, 20 if cuda else 2, warmup=3 if cuda else 1)
+        t = events_time(torch, cuda, lambda: x @ wt, rounds=20 if cuda else 2, warmup=3 if cuda else 1)
         pred = matmul_s(profile, rows0, n, k, "bf16", 2.0)
         fl = 2.0 * rows0 * n * k
         gemms.append(dict(gemm=g, m=rows0, k=k, n=n, measured_s=t, predicted_s=pred, tflops=fl / t / 1e12))
@@ -259,7 +242,8 @@ def main() -> None:
     for b, seq in shapes:
         x = torch.randn(b * seq, spec.hidden_size, device=dev, dtype=dtype)
         with torch.inference_mode():
-            t = _events_time(torch, dev, lambda: stack.forward(x, b, seq), 10 if cuda else 1, warmup=2 if cuda else 0)
+            t = events_time(torch, cuda, lambda: stack.forward(x, b, seq), rounds=10 if cuda else 1,
+                                warmup=2 if cuda else 0)
         p = forward_pass_s(spec, profile=profile, topo=topo, engine=eng, dtype="bf16", weight_bytes_per_param=2.0,
                            kv_bytes_per_element=2.0, rows=b * seq, sequences=b, context=seq, num_gpus=1,
                            decode=False, logits_rows=b)
@@ -281,7 +265,7 @@ def main() -> None:
         t_start, w_start = dt.datetime.now(), time.perf_counter()
         with torch.inference_mode():
             while time.perf_counter() - w_start < args.seconds:
-                t = _events_time(torch, dev, lambda: stack.forward(x, b0, l0), 1, warmup=0)
+                t = events_time(torch, cuda, lambda: stack.forward(x, b0, l0), rounds=1, warmup=0)
                 times.append(t)
                 marks.append(time.perf_counter() - w_start)
         t_end = dt.datetime.now()

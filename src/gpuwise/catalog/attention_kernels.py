@@ -87,6 +87,12 @@ def shape(family: str, seq: float, *, backward: bool, causal: bool = True,
             / _throughput(family, PLATEAU_SEQ, backward, causal))
 
 
+def flash_tiles(sequences: float, heads: float, rows: float) -> float:
+    """Thread blocks of one flash-attention kernel: a tile of TILE_ROWS query rows per sequence and head on the GPU
+    (`rows` queries per sequence)."""
+    return sequences * heads * math.ceil(rows / TILE_ROWS)
+
+
 @lru_cache(maxsize=4096)
 def tile_factor(tiles: float, *, backward: bool) -> float:
     """Throughput of a flash kernel running `tiles` thread blocks (batch x heads on the GPU x ceil(rows /

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from ..catalog._toml import load_toml
-from ..catalog.attention_kernels import TILE_ROWS
+from ..catalog.attention_kernels import flash_tiles
 from ..catalog.devices import DeviceProfile
 from ..errors import InvalidArgument
 from ..model.spec import ModelSpec
@@ -268,7 +268,7 @@ def forward_pass_s(spec: ModelSpec, *, profile: DeviceProfile, topo: Topology, e
             kernel_seq = None if decode else min(context, window or context)
             # a prefill kernel's thread blocks: a tile of 128 query rows per sequence and head on the GPU
             seqs = max(1, sequences)
-            tiles = None if decode else seqs * spec.num_heads / tp * math.ceil(rows / seqs / TILE_ROWS)
+            tiles = None if decode else flash_tiles(seqs, spec.num_heads / tp, rows / seqs)
             a = attention_s(profile, attn_flops, attn_bytes, backward=False, seq=kernel_seq,
                             bandwidth=decode_kv_bandwidth(profile, engine, spec) if decode else None,
                             head_dim=None if decode else attention_head_dim(spec),

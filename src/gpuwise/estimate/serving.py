@@ -39,7 +39,7 @@ import random
 from collections import deque
 from dataclasses import dataclass, field
 
-from ..catalog.attention_kernels import TILE_ROWS, tiles_over_curves
+from ..catalog.attention_kernels import PLATEAU_HEAD_DIM, flash_tiles, tiles_over_curves
 
 PERCENTILES = (50, 90, 99)
 
@@ -80,7 +80,7 @@ class StepCost:
     """Query heads on a GPU: a step's prompt chunks run the flash kernel as heads x ceil(prompt rows / 128) thread
     blocks, and fewer than its rate is quoted at cost more (`attention_kernels.tiles_over_curves`); 0: not
     applied."""
-    attention_head_dim: float = 128.0
+    attention_head_dim: float = PLATEAU_HEAD_DIM
     attention_sms: int | None = None
     """The GPU's SMs (None: an H100's 132), for the thread blocks per SM."""
 
@@ -103,7 +103,8 @@ def _step_seconds(cost, rows_s: float, head_s: float, kv_tokens: float, attentio
     """One step: its kernels (at least the eager launches of a step with prompt chunks), then the host's time."""
     attention = attention_pairs * cost.prefill_attention_s_per_pair
     if attention > 0 and prefill_rows and cost.attention_heads > 0:
-        attention /= tiles_over_curves(cost.attention_heads * math.ceil(prefill_rows / TILE_ROWS), backward=False,
+        # (the chunks' rows taken together: a few more blocks where several prompts share the step)
+        attention /= tiles_over_curves(flash_tiles(1, cost.attention_heads, prefill_rows), backward=False,
                                        head_dim=cost.attention_head_dim, sms=cost.attention_sms)
     kernels = (rows_s + head_s + kv_tokens * cost.kv_read_s_per_token + attention
                + requests * cost.state_s_per_request)
@@ -737,20 +738,14 @@ def simulate(cost: StepCost, workload: Workload, limits: EngineLimits, *, specul
             return running
         while waiting and budget > 0 and running < limits.max_num_seqs:
             r = waiting[0]
+            if not fits_now(r, budget) or not reservation_allows(r):
+                break
             chunk = min(r.target - r.computed, budget)
-            if used_blocks() + math.ceil(chunk / bs) > cap_blocks:
-                break
-            if not reservation_allows(r):
-                break
-            need = math.ceil((r.prompt + r.out) / bs) if no_evict else 0
-            if reserved + need > cap_blocks:
-                break
             if workload.prefilled and r.computed == 0:  # its KV arrived with it: allocate it, run the last row
-                if used_blocks() + math.ceil(r.target / bs) > cap_blocks:
-                    break
                 r.computed = r.target - 1
                 chunk = 1
-            reserved += need
+            if no_evict:
+                reserved += math.ceil((r.prompt + r.out) / bs)
             waiting.popleft()
             if hit and r.computed == 0:  # the cached prefix of its prompt is not computed again
                 r.computed = min(int(hit * r.prompt), r.target - 1)
@@ -763,6 +758,15 @@ def simulate(cost: StepCost, workload: Workload, limits: EngineLimits, *, specul
             run_chunk(r, chunk)
         return running
 
+    def fits_now(r: _Req, budget: int) -> bool:
+        """The pool takes waiting request `r`'s first chunk within `budget` (all of its KV if it arrived with it), and
+        under the no-evict policy its whole length beside the reservations."""
+        if used_blocks() + math.ceil(min(r.target - r.computed, budget) / bs) > cap_blocks:
+            return False
+        if no_evict and reserved + math.ceil((r.prompt + r.out) / bs) > cap_blocks:
+            return False
+        return not (workload.prefilled and r.computed == 0 and used_blocks() + math.ceil(r.target / bs) > cap_blocks)
+
     def waiting_blocked(n_dec: int) -> bool:
         """The head of the queue (admission is first come first served) cannot start beside `n_dec` decoding
         requests, and stays unable to until one of them finishes: the pool only fills during a decode-only stretch,
@@ -771,14 +775,7 @@ def simulate(cost: StepCost, workload: Workload, limits: EngineLimits, *, specul
         if res is not None or prefill_first:  # SGLang's prompt steps run with the whole budget, decodes waiting
             return False
         budget = budget_max - n_dec * spec_rows
-        if budget <= 0 or n_dec >= limits.max_num_seqs:
-            return True
-        r = waiting[0]
-        if used_blocks() + math.ceil(min(r.target - r.computed, budget) / bs) > cap_blocks:
-            return True
-        if no_evict and reserved + math.ceil((r.prompt + r.out) / bs) > cap_blocks:
-            return True
-        return bool(workload.prefilled and r.computed == 0 and used_blocks() + math.ceil(r.target / bs) > cap_blocks)
+        return budget <= 0 or n_dec >= limits.max_num_seqs or not fits_now(waiting[0], budget)
 
     while pending or waiting or prefilling or decoding or ingest:
         # send what the client has sent by now (and the concurrency limit allows)

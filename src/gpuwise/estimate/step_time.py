@@ -35,10 +35,9 @@ data-parallel communication left exposed, plus the optimizer step (memory-bound:
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
-from ..catalog.attention_kernels import TILE_ROWS
+from ..catalog.attention_kernels import flash_tiles
 from ..catalog.devices import DeviceProfile, host_copy_bytes_per_s, network_defaults
 from ..memo import remember
 from ..errors import InvalidArgument
@@ -321,8 +320,7 @@ def _time_block(profile: DeviceProfile, spec: ModelSpec, layer: int, tokens: int
         # the kernel's thread blocks: a tile of 128 query (key) rows per sequence and head on the GPU; all-to-all CP
         # gives each rank the whole sequence and 1/cp of the heads
         queries = context if whole_sequence else seq_local
-        tiles = (tokens // seq_local) * spec.num_heads / (tp * (cp if whole_sequence else 1)) \
-            * math.ceil(queries / TILE_ROWS)
+        tiles = flash_tiles(tokens // seq_local, spec.num_heads / (tp * (cp if whole_sequence else 1)), queries)
         attn_f = attention_s(profile, ops.attention_flops, attn_bytes, backward=False, dtype=attn_dtype,
                              sdpa=sdpa_flash, seq=kernel_seq, head_dim=hd, tiles=tiles)
         attn_b = attention_s(profile, 2.5 * ops.attention_flops, 2 * attn_bytes, backward=True, dtype=attn_dtype,
