@@ -59,7 +59,7 @@ def compare(row: dict) -> Compared | None:
         return None
     plan_opts = dict(num_gpus=opts["num_gpus"], seq=opts["seq"], global_batch=r.request.global_batch,
                      framework=r.framework, precision=r.request.precision)
-    for key in ("gpus_per_node", "inter_node_gbps", "sdpa_backend"):
+    for key in ("gpus_per_node", "inter_node_gbps", "sdpa_backend", "attn_implementation"):
         if key in opts:
             plan_opts[key] = opts[key]
     # the job's own choices the planner can price: torch.compile, Megatron's AdamW moment dtypes ...

@@ -73,6 +73,57 @@ def test_megatron_takes_no_sdpa_backend():
         gpuwise.train(MODEL, gpu="h100-sxm", framework="torchtitan", sdpa_backend="xformers")
 
 
+def test_rocm_sdpa_runs_aotriton_and_the_flash_attn_package_runs_ck(monkeypatch):
+    """On ROCm, PyTorch's SDPA (no cuDNN backend there) runs AOTriton, whose backward AMD's own tuning database
+    measures at 78.0 TFLOP/s (gfx942, bf16, head dim 128, causal, 2,048 tokens); the flash-attn package is its
+    Composable Kernel build (ROCm/flash-attention#142: backward 194.4 TFLOP/s non-causal at 16k). On NVIDIA GPUs
+    both are the FlashAttention-2 kernels."""
+    mi300x = default_profile(get_gpu("mi300x"))
+    flops = 1e12
+    sdpa = attention_s(mi300x, flops, 0.0, backward=True, sdpa=True, seq=2048)
+    assert flops / sdpa / 1e12 == pytest.approx(78.0, rel=0.02)
+    ck = attention_s(mi300x, flops, 0.0, backward=True, sdpa=True, flash_attn=True, seq=16384)
+    assert flops / ck / 1e12 == pytest.approx(194.43 * 335 / 370, rel=0.02)  # causal by FA2's causal share at 16k
+    forward = [attention_s(mi300x, flops, 0.0, backward=False, sdpa=True, flash_attn=f) for f in (False, True)]
+    assert forward[0] == forward[1]  # no AOTriton forward rate published: the CK build's stands in
+    h100 = default_profile(get_gpu("h100-sxm"))
+    assert h100.flash_attn_backward_efficiency is None
+    assert attention_s(h100, flops, 0.0, backward=True, sdpa=True, flash_attn=True) == \
+        attention_s(h100, flops, 0.0, backward=True, sdpa=True)
+    amd = dict(gpu="mi300x", framework="torchtitan", **ONE)
+    _, tt = _blocks(monkeypatch, **amd)  # asks for cuDNN first, which ROCm lacks: SDPA's flash backend
+    _, flash = _blocks(monkeypatch, sdpa_backend="flash", **amd)
+    _, package = _blocks(monkeypatch, **{**amd, "framework": "fsdp"}, attn_implementation="flash_attention_2")
+    _, fsdp = _blocks(monkeypatch, **{**amd, "framework": "fsdp"})  # SDPA, flash first
+    assert fsdp.attention_backward == flash.attention_backward
+    assert tt.attention_backward == flash.attention_backward
+    assert package.attention_backward < 0.6 * flash.attention_backward
+    assert package.attention_forward == flash.attention_forward
+    _, nv = _blocks(monkeypatch, gpu="h100-sxm", framework="fsdp", **ONE)
+    _, nv_package = _blocks(monkeypatch, gpu="h100-sxm", framework="fsdp", attn_implementation="flash_attention_2",
+                            **ONE)
+    assert nv_package.attention_backward == nv.attention_backward
+
+
+def test_attn_implementation_conflicts_get_one_clear_error():
+    from gpuwise.errors import InvalidArgument
+
+    with pytest.raises(InvalidArgument, match="Transformer Engine"):
+        gpuwise.train(MODEL, gpu="h100-sxm", framework="megatron", attn_implementation="sdpa")
+    with pytest.raises(InvalidArgument, match="give one of them"):
+        gpuwise.train(MODEL, gpu="h100-sxm", framework="hf", attn_implementation="flash_attention_2",
+                      sdpa_backend="cudnn")
+    with pytest.raises(InvalidArgument, match="--attn-implementation"):
+        gpuwise.train(MODEL, gpu="h100-sxm", framework="hf", attn_implementation="eager_paged")
+    with pytest.raises(InvalidArgument, match="calls PyTorch's SDPA"):  # torchtitan never calls the package
+        gpuwise.train(MODEL, gpu="h100-sxm", framework="torchtitan", attn_implementation="flash_attention_2")
+    with pytest.raises(InvalidArgument, match="no cuDNN backend"):  # PyTorch's ROCm builds
+        gpuwise.train(MODEL, gpu="mi300x", framework="torchtitan", sdpa_backend="cudnn")
+    with pytest.raises(InvalidArgument, match="no cuDNN backend"):
+        gpuwise.plan(MODEL, gpu="mi300x", num_gpus=8, seq=4096, global_batch=8, framework="torchtitan",
+                     sdpa_backend="cudnn")
+
+
 def test_compile_fuses_pointwise_work_but_not_gemms(monkeypatch):
     _, eager = _blocks(monkeypatch, gpu="h100-sxm", framework="torchtitan", **ONE)
     _, compiled = _blocks(monkeypatch, gpu="h100-sxm", framework="torchtitan", compile=True, **ONE)

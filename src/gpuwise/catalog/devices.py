@@ -61,6 +61,13 @@ class DeviceProfile:
     sdpa_kernel: str = "fa2"
     """The family PyTorch's SDPA runs here: FlashAttention-2 kernels on Hopper and older; where the profile gives
     no SDPA rates of its own (Blackwell), the device's best kernel, whose rates it then uses."""
+    flash_attn_forward_efficiency: float | None = None
+    """The flash-attn package (Dao-AILab's flash_attn: transformers' attn_implementation="flash_attention_2",
+    Axolotl's flash_attention) where it differs from SDPA's flash backend: on ROCm the package is its Composable Kernel
+    build while SDPA's flash backend runs AOTriton (devices.toml, CDNA 3). None: SDPA's figures (on CUDA both run the
+    FlashAttention-2 kernels)."""
+    flash_attn_backward_efficiency: float | None = None
+    """The same for the flash-attn package's backward; None: `sdpa_backward_efficiency`."""
     paged_decode_efficiency: float | None = None
     """Fraction of the DRAM bandwidth a paged-KV decode attention kernel streams the cache at (FlashAttention's paged
     decode, the kernel vLLM and SGLang run); None: the streaming `memory_efficiency` (no measurement)."""
@@ -188,14 +195,25 @@ def _at_power(profile: DeviceProfile, power_w: float | None, measured_at_w: floa
         return profile
     note = f"x {f:.3f}: SM clock at {power_w:g} W of the {measured_at_w:g} W measured at (catalog/power.py)"
     sources = dict(profile.sources)
-    for k in [k for k in sources if k.startswith("matmul_efficiency.") or "attention" in k or k.startswith("sdpa")]:
+    for k in [k for k in sources
+              if k.startswith(("matmul_efficiency.", "sdpa", "flash_attn")) or "attention" in k]:
         sources[k] = f"{sources[k]}; {note}"
     sources["power"] = note
     return replace(profile, matmul_efficiency={k: v * f for k, v in profile.matmul_efficiency.items()},
                    attention_forward_efficiency=profile.attention_forward_efficiency * f,
                    attention_backward_efficiency=profile.attention_backward_efficiency * f,
                    sdpa_forward_efficiency=profile.sdpa_forward_efficiency * f,
-                   sdpa_backward_efficiency=profile.sdpa_backward_efficiency * f, sources=sources)
+                   sdpa_backward_efficiency=profile.sdpa_backward_efficiency * f,
+                   flash_attn_forward_efficiency=_scaled(profile.flash_attn_forward_efficiency, f),
+                   flash_attn_backward_efficiency=_scaled(profile.flash_attn_backward_efficiency, f), sources=sources)
+
+
+def _scaled(value: float | None, f: float) -> float | None:
+    return None if value is None else value * f
+
+
+def _optional(v: dict, key: str) -> float | None:
+    return float(v[key]) if key in v else None
 
 
 def _build(gpu: GPU, v: dict, sources: dict[str, str]) -> DeviceProfile:
@@ -211,7 +229,9 @@ def _build(gpu: GPU, v: dict, sources: dict[str, str]) -> DeviceProfile:
         attention_kernel=_family("attention_kernel", v.get("attention_kernel", "fa2")),
         sdpa_kernel=_family("sdpa_kernel", v.get("sdpa_kernel", "fa2") if "sdpa_forward_efficiency" in v
                             else v.get("attention_kernel", "fa2")),
-        paged_decode_efficiency=(float(v["paged_decode_efficiency"]) if "paged_decode_efficiency" in v else None),
+        flash_attn_forward_efficiency=_optional(v, "flash_attn_forward_efficiency"),
+        flash_attn_backward_efficiency=_optional(v, "flash_attn_backward_efficiency"),
+        paged_decode_efficiency=_optional(v, "paged_decode_efficiency"),
         kernel_overhead_s=float(v["kernel_overhead_us"]) * 1e-6, tile=tuple(v["tile"]), sources=dict(sources),
         fused_moe_call_s=float(v["fused_moe_call_us"]) * 1e-6 if "fused_moe_call_us" in v else None,
         host_copy_bytes_per_s=None)
@@ -255,7 +275,8 @@ def load_profile(path: str | Path, gpu: GPU) -> DeviceProfile:
     {dtype: TFLOP/s} (the best-shape rate), `matmul_shape_efficiency`, `memory_efficiency` or
     `memory_bandwidth_gb_s`, `matmul_memory_efficiency` or `gemm_bandwidth_gb_s` and `gemm_overhead_us` (a one-row
     GEMM's line), `attention_forward_efficiency`,
-    `attention_backward_efficiency`, `sdpa_forward_efficiency`, `sdpa_backward_efficiency`, `paged_decode_efficiency`,
+    `attention_backward_efficiency`, `sdpa_forward_efficiency`, `sdpa_backward_efficiency`,
+    `flash_attn_forward_efficiency`, `flash_attn_backward_efficiency`, `paged_decode_efficiency`,
     `attention_kernel`
     (fa2, cudnn or fa3), `kernel_overhead_us`, `host_to_device_gb_s` (pinned), and `network`
     {intra_node_busbw_gb_s, inter_node_busbw_gb_s, intra_node_latency_us, inter_node_latency_us}. Measured absolute figures are divided by the catalog
@@ -288,8 +309,9 @@ def load_profile(path: str | Path, gpu: GPU) -> DeviceProfile:
                                                  _number("memory_bandwidth_gb_s", doc["memory_bandwidth_gb_s"], 1e5)
                                                  * GB / gpu.memory_bandwidth_bytes_per_s)
     for key in ("memory_efficiency", "attention_forward_efficiency", "attention_backward_efficiency",
-                "sdpa_forward_efficiency", "sdpa_backward_efficiency", "paged_decode_efficiency",
-                "matmul_shape_efficiency", "matmul_memory_efficiency"):
+                "sdpa_forward_efficiency", "sdpa_backward_efficiency", "flash_attn_forward_efficiency",
+                "flash_attn_backward_efficiency", "paged_decode_efficiency", "matmul_shape_efficiency",
+                "matmul_memory_efficiency"):
         if key in doc:
             changes[key] = _fraction(key, doc[key])
     if "gemm_bandwidth_gb_s" in doc:  # a measured GEMM line's streaming rate (`gpuwise calibrate`)

@@ -37,6 +37,7 @@ CudaGraphScope = Literal["full_iteration", "attn", "mlp", "moe", "moe_router", "
 """Megatron-Core's --cuda-graph-scope values gpuwise reads (megatron/core/transformer/enums.py CudaGraphScope; mamba
 is not modelled)."""
 SdpaBackend = Literal["flash", "cudnn"]
+AttnImplementation = Literal["sdpa", "flash_attention_2"]
 FlopsConvention = Literal["causal", "full"]
 NormType = Literal["rmsnorm", "fused_rmsnorm", "compiled_rmsnorm"]
 OffloadTarget = Literal["optimizer", "params", "activations"]
@@ -89,6 +90,7 @@ CONVENTIONS: tuple[str, ...] = get_args(FlopsConvention)
 DISPATCHERS: tuple[str, ...] = get_args(MoeDispatcher)
 CP_COMM_TYPES: tuple[str, ...] = get_args(CpCommType)
 SDPA_BACKENDS: tuple[str, ...] = get_args(SdpaBackend)
+ATTN_IMPLEMENTATIONS: tuple[str, ...] = get_args(AttnImplementation)
 OFFLOAD_TARGETS: tuple[str, ...] = get_args(OffloadTarget)
 
 
@@ -153,6 +155,12 @@ class TrainJob:
     """The backend PyTorch's scaled_dot_product_attention runs (torch.nn.attention.SDPBackend): flash (the
     FlashAttention-2 kernels) or cudnn (cuDNN fused attention, the device's best kernel on Hopper and Blackwell).
     None: the framework's own choice (`sdpa_runs_flash`). Megatron runs Transformer Engine's attention instead."""
+    attn_implementation: AttnImplementation | None = None
+    """Which library a PyTorch trainer's attention calls, in transformers' own words (config attn_implementation):
+    sdpa (PyTorch's scaled_dot_product_attention) or flash_attention_2 (the flash-attn package: Axolotl's
+    `flash_attention: true`, llm-foundry's attn_impl flash). The same FlashAttention-2 kernels on NVIDIA GPUs; on ROCm
+    the package is Composable Kernel's build and SDPA's flash backend AOTriton, at different rates (devices.toml).
+    None: sdpa."""
     moe_a2a_overlap: bool = False
     """Expert-parallel dispatch and combine hidden behind another micro-batch's compute (Megatron-Core
     --overlap-moe-expert-parallel-comm, DeepSeek-V3's dual micro-batch overlap): each all-to-all hides behind the part
@@ -252,6 +260,20 @@ class TrainJob:
                 raise InvalidArgument(f"--optimizer-impl chooses torch.optim's implementation, and {self.framework} "
                                       "steps with its own fused optimizer: drop it, or pass --framework torchtitan, "
                                       "fsdp, torchtune or hf")
+        if self.attn_implementation is not None and self.attn_implementation not in ATTN_IMPLEMENTATIONS:
+            raise InvalidArgument(f"--attn-implementation: unknown value '{self.attn_implementation}'; valid: "
+                                  f"{', '.join(ATTN_IMPLEMENTATIONS)}")
+        if self.attn_implementation is not None and self.framework == "megatron":
+            raise InvalidArgument("--attn-implementation chooses a PyTorch trainer's attention library, and the "
+                                  "framework is megatron, which runs Transformer Engine's attention: pass --framework "
+                                  "fsdp, hf, deepspeed or unsloth with it")
+        if self.attn_implementation == "flash_attention_2" and self.framework in ("torchtitan", "torchtune"):
+            raise InvalidArgument(f"--attn-implementation flash_attention_2: {self.framework} calls PyTorch's SDPA, "
+                                  "not the flash-attn package (--sdpa-backend flash chooses SDPA's FlashAttention-2 "
+                                  "kernels)")
+        if self.attn_implementation == "flash_attention_2" and self.sdpa_backend is not None:
+            raise InvalidArgument("--sdpa-backend chooses PyTorch SDPA's backend, and --attn-implementation "
+                                  "flash_attention_2 calls the flash-attn package instead of SDPA: give one of them")
         if self.sdpa_backend is not None and self.framework == "megatron":
             raise InvalidArgument("--sdpa-backend is PyTorch's SDPA backend, and the framework is megatron, which "
                                   "runs Transformer Engine's attention: pass --framework torchtitan, fsdp, torchtune "
@@ -342,9 +364,22 @@ class TrainJob:
         flash-attn 2 in llm-foundry)."""
         if self.framework == "megatron":
             return False
+        if self.flash_attn_package:  # the package's FlashAttention-2 kernels
+            return True
         if self.sdpa_backend is not None:
             return self.sdpa_backend == "flash"
         return self.framework != "torchtitan"
+
+    def sdpa_flash_on(self, vendor: str) -> bool:
+        """`sdpa_runs_flash` on a GPU of `vendor`: ROCm builds of PyTorch have no cuDNN backend, so a PyTorch
+        trainer's SDPA runs its flash backend (AOTriton) on AMD GPUs whatever it asks for first."""
+        return self.sdpa_runs_flash or (self.framework != "megatron" and vendor == "amd")
+
+    @property
+    def flash_attn_package(self) -> bool:
+        """Whether attention calls the flash-attn package (`attn_implementation` flash_attention_2) rather than
+        PyTorch's SDPA."""
+        return self.attn_implementation == "flash_attention_2"
 
     @property
     def fp8_saved(self) -> frozenset[str]:

@@ -119,11 +119,12 @@ def recurrent_scan_s(profile: DeviceProfile, kind: str, flops: float, state_byte
 
 def attention_s(profile: DeviceProfile, flops: float, nbytes: float, *, backward: bool, dtype: str = "bf16",
                 sdpa: bool = False, seq: float | None = None, bandwidth: float | None = None,
-                head_dim: int | None = None, tiles: float | None = None) -> float:
+                head_dim: int | None = None, tiles: float | None = None, flash_attn: bool = False) -> float:
     """A flash-attention kernel: `flops` at the flash efficiency of the 16-bit peak, or its IO if larger.
 
     `flops` for the backward pass is the usual 2.5x the forward (recomputing the scores plus four matmuls).
-    `sdpa`: PyTorch's scaled_dot_product_attention (FlashAttention-2 kernels) instead of the device's best kernel.
+    `sdpa`: PyTorch's scaled_dot_product_attention (FlashAttention-2 kernels) instead of the device's best kernel;
+    with `flash_attn`, the flash-attn package's kernels (`DeviceProfile.flash_attn_*`, where they differ from SDPA's).
     `seq`: keys each query block iterates over in one call (the sequence, or a context-parallel chunk of it); the
     profile's efficiency is the long-sequence plateau, scaled down at short lengths by the kernel family's measured
     curve (`catalog.attention_kernels`). None: the plateau. `head_dim`: the q.k head size; below 128 the same
@@ -139,6 +140,9 @@ def attention_s(profile: DeviceProfile, flops: float, nbytes: float, *, backward
         return nbytes / bw if nbytes > 0 else 0.0
     if sdpa:
         eff = profile.sdpa_backward_efficiency if backward else profile.sdpa_forward_efficiency
+        package = profile.flash_attn_backward_efficiency if backward else profile.flash_attn_forward_efficiency
+        if flash_attn and package is not None:
+            eff = package
     else:
         eff = profile.attention_backward_efficiency if backward else profile.attention_forward_efficiency
     if seq is not None or head_dim is not None:

@@ -243,25 +243,27 @@ def _block_time(profile: DeviceProfile, spec: ModelSpec, layer: int, *, tokens: 
                 attention: str = "flash", compile: bool = False, etp: int | None = None,
                 whole_sequence: bool = False, sdpa_flash: bool | None = None,
                 weight_cached: bool = False, transpose_cached: bool = True,
-                fp8_kernels: str | None = None, permute_fused: bool = False) -> _BlockTime:
+                fp8_kernels: str | None = None, permute_fused: bool = False, flash_attn: bool = False) -> _BlockTime:
     """`whole_sequence`: each attention kernel covers the whole context (Ulysses all-to-all CP: all tokens, 1/cp of
     the heads) rather than one rank's chunk of it. `sdpa_flash`: attention runs SDPA's FlashAttention-2 kernels
     (`TrainJob.sdpa_runs_flash`; None: every framework but Megatron). `weight_cached`: fp8 weights quantized once per
     optimizer step (`TrainJob.fp8_weight_cache`), their transposes too with `transpose_cached`. `fp8_kernels`: who
     quantizes fp8 operands, "te" or "torchao" (`TrainJob.fp8_kernels`; None: the framework's own). `permute_fused`:
-    an MoE layer's permute and unpermute run as fused kernels (`TrainJob.moe_permute_fused`)."""
+    an MoE layer's permute and unpermute run as fused kernels (`TrainJob.moe_permute_fused`). `flash_attn`: the
+    flash-attn package's kernels rather than SDPA's flash backend (`TrainJob.flash_attn_package`)."""
     fp8_kernels = fp8_kernels_of(framework, fp8_kernels)
     if sdpa_flash is None:
         sdpa_flash = framework != "megatron"
     key = (id(profile), id(spec), block_signature(spec, layer), tokens, seq_local, cp, tp, ep, dtype, e, recompute,
            frozen_base, framework, attention, compile, etp, whole_sequence, sdpa_flash, weight_cached, transpose_cached,
-           fp8_kernels, permute_fused)
+           fp8_kernels, permute_fused, flash_attn)
     hit = _CACHE.get(key)
     if hit is not None:
         return hit[0]
     return remember(_CACHE, key, _time_block(profile, spec, layer, tokens, seq_local, cp, tp, ep, dtype, e, recompute,
                                              frozen_base, framework, attention, compile, etp, whole_sequence,
-                                             sdpa_flash, weight_cached, transpose_cached, fp8_kernels, permute_fused),
+                                             sdpa_flash, weight_cached, transpose_cached, fp8_kernels, permute_fused,
+                                             flash_attn),
                     profile, spec)
 
 
@@ -269,7 +271,8 @@ def _time_block(profile: DeviceProfile, spec: ModelSpec, layer: int, tokens: int
                 ep: int, dtype: str, e: float, recompute: str, frozen_base: bool, framework: str,
                 attention: str, compile: bool, etp: int | None, whole_sequence: bool = False,
                 sdpa_flash: bool = False, weight_cached: bool = False,
-                transpose_cached: bool = True, fp8_kernels: str = "te", permute_fused: bool = False) -> _BlockTime:
+                transpose_cached: bool = True, fp8_kernels: str = "te", permute_fused: bool = False,
+                flash_attn: bool = False) -> _BlockTime:
     if spec.parallel_hybrid:
         raise_untimed_linear(spec)
     if spec.hybrid and recompute_plan(recompute).kind == "op":
@@ -322,9 +325,9 @@ def _time_block(profile: DeviceProfile, spec: ModelSpec, layer: int, tokens: int
         queries = context if whole_sequence else seq_local
         tiles = flash_tiles(tokens // seq_local, spec.num_heads / (tp * (cp if whole_sequence else 1)), queries)
         attn_f = attention_s(profile, ops.attention_flops, attn_bytes, backward=False, dtype=attn_dtype,
-                             sdpa=sdpa_flash, seq=kernel_seq, head_dim=hd, tiles=tiles)
+                             sdpa=sdpa_flash, seq=kernel_seq, head_dim=hd, tiles=tiles, flash_attn=flash_attn)
         attn_b = attention_s(profile, 2.5 * ops.attention_flops, 2 * attn_bytes, backward=True, dtype=attn_dtype,
-                             sdpa=sdpa_flash, seq=kernel_seq, head_dim=hd, tiles=tiles)
+                             sdpa=sdpa_flash, seq=kernel_seq, head_dim=hd, tiles=tiles, flash_attn=flash_attn)
     scan_f = scan_b = 0.0
     if ops.recurrent_kind is not None:  # the chunked scan, its backward RECURRENT_BACKWARD_RATIO x as long
         scan_f = recurrent_scan_s(profile, ops.recurrent_kind, ops.recurrent_flops, 0.0, seq_len=seq_local,
@@ -529,6 +532,7 @@ def step_time(spec: ModelSpec, layout: Layout, job: TrainJob, *, profile: Device
     pp_p2p = topo.collective_s("send_recv", tokens * h * e / (tp if layout.sp else 1), pp, inner["pp"]) if pp > 1 else 0.0
 
     sync_gap = moe_sync_gap_s(spec, job)
+    sdpa_flash = job.sdpa_flash_on(profile.gpu.vendor)
     stage_fb: dict[int, tuple[float, dict[str, float]]] = {}
     weight_casts: dict[int, float] = {}  # fp8 weights quantized once per step, per stage (TrainJob.fp8_weight_cache)
     for stage in distinct_stages(spec, layers):  # the others repeat one of these
@@ -540,9 +544,9 @@ def step_time(spec: ModelSpec, layout: Layout, job: TrainJob, *, profile: Device
             bt = _block_time(profile, spec, layer, tokens=tokens, seq_local=seq_local, cp=cp, tp=tp, ep=ep,
                              dtype=dtype, e=e, recompute=recompute, frozen_base=frozen_base, framework=framework,
                              attention=attention, compile=job.compile, etp=layout.expert_tp,
-                             whole_sequence=cp_type == "a2a", sdpa_flash=job.sdpa_runs_flash,
+                             whole_sequence=cp_type == "a2a", sdpa_flash=sdpa_flash,
                              weight_cached=job.fp8_weight_cache, fp8_kernels=job.fp8_kernels,
-                             permute_fused=job.moe_permute_fused,
+                             permute_fused=job.moe_permute_fused, flash_attn=job.flash_attn_package,
                              transpose_cached=job.fp8_transpose_cache
                              or not fp8_gemm_needs_transpose(profile.gpu.architecture))
             parts["forward"] += reps * bt.forward

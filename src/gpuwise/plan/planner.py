@@ -32,8 +32,9 @@ from ..catalog.models import LoadedModel
 from ..errors import InvalidArgument, require_positive_int, require_positive_number
 from ..estimate.comm import Topology
 from ..estimate.flops import gemm_dtype, job_flops, utilization
-from ..estimate.job import (FSDP2_OFFLOAD_ALL, OFFLOADABLE_OPTIMIZERS, RECOMPUTE, Fp8Backend, MoeDispatcher, Optimizer,
-                            Precision, SdpaBackend, StateDtype, TrainJob, fp8_transpose_cached, job_default)
+from ..estimate.job import (FSDP2_OFFLOAD_ALL, OFFLOADABLE_OPTIMIZERS, RECOMPUTE, AttnImplementation, Fp8Backend,
+                            MoeDispatcher, Optimizer, Precision, SdpaBackend, StateDtype, TrainJob,
+                            fp8_transpose_cached, job_default)
 from ..estimate.layout import PARAM_OFFLOAD_SHARDINGS, Layout, divisors, multiples_near, nearby
 from ..estimate.model_states import ModelStates
 from ..estimate.parallel import (cp_splits, ep_fits, hsdp_holds_experts, sp_splits, tp_conflict,
@@ -47,7 +48,7 @@ from ..units import GiB
 from .cluster import cluster
 from .train import (DELAY_WGRAD_NEEDS_OVERLAP, TrainRequest, cuda_graph_scopes, fp8_backend_problem,
                     megatron_job_problem, megatron_option_problem, megatron_overlap_problem, model_problem,
-                    optimizer_problem, trainer_option_problem)
+                    optimizer_problem, sdpa_backend_problem, trainer_option_problem)
 
 Objective = Literal["time", "cost", "memory"]
 PlanFramework = Literal["megatron", "torchtitan", "fsdp", "deepspeed"]
@@ -124,6 +125,7 @@ class PlanRequest:
     inter_node_gbps: float | None = None
     profile: str | None = None
     sdpa_backend: SdpaBackend | None = None
+    attn_implementation: AttnImplementation | None = None
     compile: bool = job_default("compile")
     exp_avg_dtype: StateDtype | None = None
     exp_avg_sq_dtype: StateDtype | None = None
@@ -160,6 +162,8 @@ class PlanRequest:
         if (problem := model_problem(self.framework, self.model.spec)) is not None:
             raise InvalidArgument(f"--framework {self.framework}: {problem}")
         if (problem := fp8_backend_problem(self.fp8_backend, self.precision, self.framework)) is not None:
+            raise InvalidArgument(problem)
+        if (problem := sdpa_backend_problem(self.sdpa_backend, self.gpu)) is not None:
             raise InvalidArgument(problem)
         spec = self.model.spec
         object.__setattr__(self, "_graphs", cuda_graph_scopes(self.cuda_graph_scope, framework=self.framework,
@@ -227,7 +231,8 @@ class PlanRequest:
         return TrainJob(framework=self.framework, precision=self.precision, optimizer=self.optimizer, seq=self.seq,
                         recompute=framework_mode(recompute, self.framework), offload=frozenset(offload),
                         fp8_transpose_cache=fp8_transpose_cached(self.gpu.architecture),
-                        sdpa_backend=self.sdpa_backend, compile=self.compile, fp8_backend=self.fp8_backend,
+                        sdpa_backend=self.sdpa_backend, attn_implementation=self.attn_implementation,
+                        compile=self.compile, fp8_backend=self.fp8_backend,
                         compile_loss=self.compile and self.framework == "torchtitan",
                         exp_avg_dtype=self.exp_avg_dtype, exp_avg_sq_dtype=self.exp_avg_sq_dtype,
                         moe_token_dispatcher=self.moe_token_dispatcher, moe_a2a_overlap=self.moe_a2a_overlap,
@@ -265,7 +270,8 @@ class Plan:
                          recompute=self.recompute, offload=tuple(self.offload),
                          optimizer=req.optimizer, precision=req.precision, framework=req.framework,
                          gpus_per_node=req.gpus_per_node, inter_node_gbps=req.inter_node_gbps, profile=req.profile,
-                         sdpa_backend=req.sdpa_backend, compile=req.compile, exp_avg_dtype=req.exp_avg_dtype,
+                         sdpa_backend=req.sdpa_backend, attn_implementation=req.attn_implementation,
+                         compile=req.compile, exp_avg_dtype=req.exp_avg_dtype,
                          exp_avg_sq_dtype=req.exp_avg_sq_dtype, moe_token_dispatcher=req.moe_token_dispatcher,
                          moe_a2a_overlap=req.moe_a2a_overlap, delay_wgrad_compute=req.delay_wgrad_compute,
                          moe_pad_expert_input_to_capacity=req.moe_pad_expert_input_to_capacity,

@@ -16,10 +16,10 @@ from ..catalog.models import LoadedModel
 from ..errors import InvalidArgument, require_positive_int, require_positive_number
 from ..estimate.comm import Topology
 from ..estimate.flops import StepFlops, gemm_dtype, job_flops, utilization
-from ..estimate.job import (FSDP2_OFFLOAD_ALL, PYTORCH_NATIVE, Attention, CpCommType, CudaGraphScope, Finetune,
-                            FlopsConvention, Fp8Backend, Framework, MoeDispatcher, NormType, OffloadTarget, Optimizer,
-                            OptimizerImpl, Precision, Recompute, SdpaBackend, StateDtype, TrainJob,
-                            fp8_transpose_cached, job_default)
+from ..estimate.job import (FSDP2_OFFLOAD_ALL, PYTORCH_NATIVE, AttnImplementation, Attention, CpCommType,
+                            CudaGraphScope, Finetune, FlopsConvention, Fp8Backend, Framework, MoeDispatcher, NormType,
+                            OffloadTarget, Optimizer, OptimizerImpl, Precision, Recompute, SdpaBackend, StateDtype,
+                            TrainJob, fp8_transpose_cached, job_default)
 from ..estimate.layout import PARAM_OFFLOAD_SHARDINGS, Layout, Schedule, divisors
 from ..estimate.model_states import adapter_input_bytes, lora_targets
 from ..estimate.parallel import validate_layout
@@ -64,6 +64,14 @@ def fp8_backend_problem(backend: str | None, precision: str, framework: str) -> 
     if backend == "te" and framework == "torchtitan":
         return ("--fp8-backend te: torchtitan's fp8 is torchao's float8 (torchao); Transformer Engine under FSDP is "
                 "--framework fsdp or hf")
+    return None
+
+
+def sdpa_backend_problem(backend: str | None, gpu: GPU) -> str | None:
+    """Why --sdpa-backend cannot apply on this GPU (None: it can): PyTorch's ROCm builds have no cuDNN backend."""
+    if backend == "cudnn" and gpu.vendor == "amd":
+        return (f"--sdpa-backend cudnn: PyTorch's ROCm builds have no cuDNN backend, so SDPA on {gpu.name} runs its "
+                "flash backend (AOTriton): drop it or pass --sdpa-backend flash")
     return None
 
 
@@ -342,6 +350,11 @@ class TrainRequest:
     cp_comm_type: CpCommType | None = None
     """Context-parallel K/V exchange (Megatron-Core --cp-comm-type): p2p ring, allgather or a2a (Ulysses); default
     p2p for Megatron, allgather for PyTorch's context_parallel (torchtitan)."""
+    attn_implementation: AttnImplementation | None = None
+    """A PyTorch trainer's attention library, as transformers' attn_implementation names it: sdpa (PyTorch's
+    scaled_dot_product_attention) or flash_attention_2 (the flash-attn package; Axolotl's flash_attention: true).
+    The same kernels on NVIDIA GPUs; on ROCm the package is Composable Kernel's build and SDPA's flash backend
+    AOTriton. Default sdpa."""
     sdpa_backend: SdpaBackend | None = None
     """PyTorch SDPA's backend (torch.nn.attention.SDPBackend) for PyTorch trainers: flash (FlashAttention-2 kernels)
     or cudnn (cuDNN fused attention); default cudnn for torchtitan (which asks for it first: on Blackwell since
@@ -436,8 +449,8 @@ class TrainRequest:
                                                           padded=self.moe_pad_expert_input_to_capacity),
                        moe_pad_expert_input_to_capacity=self.moe_pad_expert_input_to_capacity,
                        moe_permute_fusion=self.moe_permute_fusion,
-                       sdpa_backend=self.sdpa_backend, fp8_backend=self.fp8_backend,
-                       flops_convention=self.flops_convention,
+                       sdpa_backend=self.sdpa_backend, attn_implementation=self.attn_implementation,
+                       fp8_backend=self.fp8_backend, flops_convention=self.flops_convention,
                        compile=self.compile, loss_chunks=chunks, fused_loss=self.fused_loss,
                        compile_loss=loss_compiled,
                        norm_type=self.norm_type or "rmsnorm",
@@ -455,6 +468,8 @@ class TrainRequest:
             if getattr(self, name) and problem:
                 raise InvalidArgument(problem)
         if (problem := fp8_backend_problem(self.fp8_backend, self.precision, framework)) is not None:
+            raise InvalidArgument(problem)
+        if (problem := sdpa_backend_problem(self.sdpa_backend, self.gpu)) is not None:
             raise InvalidArgument(problem)
         if (problem := trainer_option_problem(framework, precision=self.precision, compile=self.compile,
                                               tp_comm_overlap=self.tp_comm_overlap,
@@ -792,9 +807,15 @@ def _assumptions(req: TrainRequest, framework: str, layout: Layout, mem: TrainMe
                    "nothing (torchtitan's per-op policy is --ac op)")
     if req.attention == "flash" and framework != "megatron":
         if req.gpu.vendor == "amd":
-            out.append("attention on ROCm: PyTorch's SDPA runs AOTriton's kernels (Composable Kernel with "
-                       "TORCH_ROCM_FA_PREFER_CK=1; the flash-attn package is CK), priced at the flash-attn CK build's "
-                       "measured rate: no AOTriton training rate is published, so read it as optimistic for SDPA")
+            out.append("attention on ROCm: the flash-attn package's Composable Kernel build, at its measured rate"
+                       if req.job.flash_attn_package else
+                       "attention on ROCm: PyTorch's SDPA runs AOTriton's kernels (no cuDNN backend there; Composable "
+                       "Kernel with TORCH_ROCM_FA_PREFER_CK=1), its backward at AOTriton's own tuning measurements, "
+                       "its forward at the flash-attn CK build's rate (no AOTriton forward rate is published: read "
+                       "the forward as optimistic); --attn-implementation flash_attention_2 for the flash-attn package")
+        elif req.job.flash_attn_package:
+            out.append("attention: the flash-attn package's FlashAttention-2 kernels (--attn-implementation "
+                       "flash_attention_2)")
         else:
             out.append("attention: PyTorch SDPA's " + ("FlashAttention-2 kernels (its flash backend)"
                        if req.job.sdpa_runs_flash else "cuDNN backend (torchtitan asks for it first)"

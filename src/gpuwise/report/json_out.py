@@ -195,7 +195,10 @@ def profile_to_dict(p) -> dict[str, Any]:
             "attention_forward_efficiency": p.attention_forward_efficiency,
             "attention_backward_efficiency": p.attention_backward_efficiency,
             "sdpa_forward_efficiency": p.sdpa_forward_efficiency,
-            "sdpa_backward_efficiency": p.sdpa_backward_efficiency, "attention_kernel": p.attention_kernel, "sdpa_kernel": p.sdpa_kernel,
+            "sdpa_backward_efficiency": p.sdpa_backward_efficiency,
+            "flash_attn_forward_efficiency": p.flash_attn_forward_efficiency,
+            "flash_attn_backward_efficiency": p.flash_attn_backward_efficiency,
+            "attention_kernel": p.attention_kernel, "sdpa_kernel": p.sdpa_kernel,
             "kernel_overhead_s": p.kernel_overhead_s, "gemm_overhead_s": p.gemm_fixed_s, "sources": dict(p.sources)}
 
 
