@@ -72,7 +72,8 @@ def compare(row: dict) -> Compared | None:
     # how it dispatches experts and what it replays as CUDA graphs (Megatron), and how it overlaps TP collectives,
     # gathers fp8 weights and reduces gradients
     for key in ("moe_token_dispatcher", "moe_a2a_overlap", "delay_wgrad_compute", "moe_pad_expert_input_to_capacity",
-                "moe_permute_fusion", "cuda_graph_scope", "tp_comm_overlap", "fp8_param_gather", "grad_reduce_in_fp32",
+                "moe_permute_fusion", "use_transformer_engine_op_fuser", "cuda_graph_scope", "tp_comm_overlap",
+                "fp8_param_gather", "grad_reduce_in_fp32",
                 "fp8_backend"):
         if key in opts:
             plan_opts[key] = opts[key]

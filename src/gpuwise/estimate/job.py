@@ -172,6 +172,11 @@ class TrainJob:
     """Megatron-Core --moe-permute-fusion (TransformerConfig moe_permute_fusion; default False): Transformer Engine's
     fused permute and unpermute kernels move each routed copy once each way; without them the copies are gathered and
     summed back with PyTorch's index ops (`layer_ops.UNFUSED_PERMUTE_BYTES`), as in the PyTorch-native trainers."""
+    use_transformer_engine_op_fuser: bool = False
+    """Megatron-Core --use-transformer-engine-op-fuser (TransformerConfig use_transformer_engine_op_fuser; default
+    False): the routed experts run as Transformer Engine's fused grouped-MLP ops, their biases and clamped gated
+    activation inside the fused kernels; without it an expert bias and a clamped activation are PyTorch ops of their
+    own (`layer_ops.MEGATRON_EXPERT_BIAS_BYTES`, `MEGATRON_GLU_CLAMP_BYTES`; gpt-oss)."""
     moe_pad_expert_input_to_capacity: bool = False
     """Megatron-Core --moe-pad-expert-input-to-capacity (with --moe-expert-capacity-factor): each expert's input is
     dropped or padded to its capacity, so the dispatch has static shapes and no host wait for the token counts. gpuwise
@@ -374,6 +379,12 @@ class TrainJob:
         """`sdpa_runs_flash` on a GPU of `vendor`: ROCm builds of PyTorch have no cuDNN backend, so a PyTorch
         trainer's SDPA runs its flash backend (AOTriton) on AMD GPUs whatever it asks for first."""
         return self.sdpa_runs_flash or (self.framework != "megatron" and vendor == "amd")
+
+    @property
+    def expert_extras_unfused(self) -> bool:
+        """Whether an MoE layer's expert bias and clamped activation run as PyTorch ops of their own: Megatron-Core's
+        TEGroupedMLP without the op fuser (other frameworks: not modelled)."""
+        return self.framework == "megatron" and not self.use_transformer_engine_op_fuser
 
     @property
     def flash_attn_package(self) -> bool:

@@ -49,6 +49,22 @@ GPT-OSS-20B and DeepSeek-V3 shapes at 4,096 and 16,384 tokens): 22.9-26.1 bytes'
 24.3) with bf16 probabilities; with --moe-router-dtype fp32 the weighted copies are promoted to fp32 before the
 scatter-add and it costs 31.0-33.4 (moe-permute-fp32.json; gpuwise has no router dtype option and takes bf16)."""
 
+MEGATRON_EXPERT_BIAS_BYTES = (12.0, 12.0)
+"""(forward, backward) bytes per element of the routed copies' fc2 output (copies x hidden) that Megatron-Core's
+TEGroupedMLP spends on the experts' output bias outside Transformer Engine's op fuser: `_apply_bias`
+(megatron/core/transformer/moe/experts.py @core_v0.17.0) adds `b * p` to each local expert's rows in a Python loop and
+concatenates them, in the routing probabilities' dtype (bf16 unless --moe-router-dtype fp32): forward b * p written
+(2), read with the output and the sum written (6), the concatenation (4); backward the bias's and the
+probabilities' gradients, grad * p and grad * b each written and summed (6 + 6). Counted from the code, not
+measured: eager kernels often move more (the unfused permute's 1.7-1.8x, `UNFUSED_PERMUTE_BYTES`)."""
+
+MEGATRON_GLU_CLAMP_BYTES = (8.0, 10.0)
+"""(forward, backward) bytes per element of the experts' fc1 output (copies x 2 x expert width) that Megatron-Core
+spends clamping a gated activation's halves before its fused kernel (`weighted_bias_quick_geglu_impl`,
+megatron/core/fusions/fused_bias_geglu.py @core_v0.17.0: `input.chunk(2, -1)`, `clamp` of each half, `torch.cat`):
+forward each half read and written (4) and the concatenation (4); backward each half's clamp gradient (read the
+gradient and the input, write: 6) and the chunk's gradient concatenated (4). Counted, not measured."""
+
 # Bytes per element moved by the streaming kernels of one block, forward (see the module docstring).
 STREAM_BYTES = {
     "eager": {"norm": 36.0, "rope": 12.0, "act_gated": 10.0, "act": 4.0, "residual": 6.0, "attn_copy": 4.0},

@@ -47,9 +47,10 @@ from .comm import Topology
 from .flops import gemm_dtype
 from .job import TrainJob, fp8_gemm_needs_transpose, fp8_kernels_of, pipeline_keeps_unsharded
 from .kernels import RECURRENT_BACKWARD_RATIO, attention_s, matmul_s, memory_s, recurrent_scan_s
-from .layer_ops import (EXPERT_GEMMS, MEGATRON_UNFUSED_PERMUTE_BYTES, PERMUTE_BYTES, UNFUSED_PERMUTE_BYTES,
-                        attention_head_dim, block_ops, block_parts, block_signature, head_gemm, keys_per_query,
-                        raise_untimed_linear, recurrent_blocks, unfused_attention)
+from .layer_ops import (EXPERT_GEMMS, MEGATRON_EXPERT_BIAS_BYTES, MEGATRON_GLU_CLAMP_BYTES,
+                        MEGATRON_UNFUSED_PERMUTE_BYTES, PERMUTE_BYTES, UNFUSED_PERMUTE_BYTES, attention_head_dim,
+                        block_ops, block_parts, block_signature, head_gemm, keys_per_query, raise_untimed_linear,
+                        recurrent_blocks, unfused_attention)
 from .layout import Layout
 from . import muon
 from .model_states import ModelStates, stage_tensors
@@ -238,32 +239,56 @@ def _unfused_attention_s(profile: DeviceProfile, spec: ModelSpec, *, seq_local: 
     return fwd, bwd
 
 
+def _expert_extras_s(profile: DeviceProfile, spec: ModelSpec, ops) -> tuple[float, float]:
+    """(forward, backward) seconds of an MoE layer's expert output bias (`MEGATRON_EXPERT_BIAS_BYTES`: two kernels
+    per local expert forward, four backward, and the concatenation) and clamped gated activation
+    (`MEGATRON_GLU_CLAMP_BYTES`: two clamps and a concatenation each way) as Megatron-Core runs them outside Transformer
+    Engine's op fuser; (0, 0) for a layer without them."""
+    moe = spec.moe
+    down = next((g for g in ops.gemms if g.name == "experts_down"), None)
+    if moe is None or down is None:
+        return 0.0, 0.0
+    rows, local = down.m * down.count, down.count
+    fwd = bwd = 0.0
+    if moe.expert_bias:
+        fwd += memory_s(profile, MEGATRON_EXPERT_BIAS_BYTES[0] * rows * down.n) \
+            + (2 * local + 1) * profile.kernel_overhead_s
+        bwd += memory_s(profile, MEGATRON_EXPERT_BIAS_BYTES[1] * rows * down.n) + 4 * local * profile.kernel_overhead_s
+    if moe.clamped_glu and spec.gated_mlp:
+        fc1_out = rows * 2 * down.k
+        fwd += memory_s(profile, MEGATRON_GLU_CLAMP_BYTES[0] * fc1_out) + 3 * profile.kernel_overhead_s
+        bwd += memory_s(profile, MEGATRON_GLU_CLAMP_BYTES[1] * fc1_out) + 3 * profile.kernel_overhead_s
+    return fwd, bwd
+
+
 def _block_time(profile: DeviceProfile, spec: ModelSpec, layer: int, *, tokens: int, seq_local: int, cp: int,
                 tp: int, ep: int, dtype: str, e: float, recompute: str, frozen_base: bool, framework: str,
                 attention: str = "flash", compile: bool = False, etp: int | None = None,
                 whole_sequence: bool = False, sdpa_flash: bool | None = None,
                 weight_cached: bool = False, transpose_cached: bool = True,
-                fp8_kernels: str | None = None, permute_fused: bool = False, flash_attn: bool = False) -> _BlockTime:
+                fp8_kernels: str | None = None, permute_fused: bool = False, flash_attn: bool = False,
+                extras_unfused: bool = False) -> _BlockTime:
     """`whole_sequence`: each attention kernel covers the whole context (Ulysses all-to-all CP: all tokens, 1/cp of
     the heads) rather than one rank's chunk of it. `sdpa_flash`: attention runs SDPA's FlashAttention-2 kernels
     (`TrainJob.sdpa_runs_flash`; None: every framework but Megatron). `weight_cached`: fp8 weights quantized once per
     optimizer step (`TrainJob.fp8_weight_cache`), their transposes too with `transpose_cached`. `fp8_kernels`: who
     quantizes fp8 operands, "te" or "torchao" (`TrainJob.fp8_kernels`; None: the framework's own). `permute_fused`:
     an MoE layer's permute and unpermute run as fused kernels (`TrainJob.moe_permute_fused`). `flash_attn`: the
-    flash-attn package's kernels rather than SDPA's flash backend (`TrainJob.flash_attn_package`)."""
+    flash-attn package's kernels rather than SDPA's flash backend (`TrainJob.flash_attn_package`). `extras_unfused`:
+    an expert bias and a clamped activation run as PyTorch ops of their own (`TrainJob.expert_extras_unfused`)."""
     fp8_kernels = fp8_kernels_of(framework, fp8_kernels)
     if sdpa_flash is None:
         sdpa_flash = framework != "megatron"
     key = (id(profile), id(spec), block_signature(spec, layer), tokens, seq_local, cp, tp, ep, dtype, e, recompute,
            frozen_base, framework, attention, compile, etp, whole_sequence, sdpa_flash, weight_cached, transpose_cached,
-           fp8_kernels, permute_fused, flash_attn)
+           fp8_kernels, permute_fused, flash_attn, extras_unfused)
     hit = _CACHE.get(key)
     if hit is not None:
         return hit[0]
     return remember(_CACHE, key, _time_block(profile, spec, layer, tokens, seq_local, cp, tp, ep, dtype, e, recompute,
                                              frozen_base, framework, attention, compile, etp, whole_sequence,
                                              sdpa_flash, weight_cached, transpose_cached, fp8_kernels, permute_fused,
-                                             flash_attn),
+                                             flash_attn, extras_unfused),
                     profile, spec)
 
 
@@ -272,7 +297,7 @@ def _time_block(profile: DeviceProfile, spec: ModelSpec, layer: int, tokens: int
                 attention: str, compile: bool, etp: int | None, whole_sequence: bool = False,
                 sdpa_flash: bool = False, weight_cached: bool = False,
                 transpose_cached: bool = True, fp8_kernels: str = "te", permute_fused: bool = False,
-                flash_attn: bool = False) -> _BlockTime:
+                flash_attn: bool = False, extras_unfused: bool = False) -> _BlockTime:
     if spec.parallel_hybrid:
         raise_untimed_linear(spec)
     if spec.hybrid and recompute_plan(recompute).kind == "op":
@@ -352,10 +377,14 @@ def _time_block(profile: DeviceProfile, spec: ModelSpec, layer: int, tokens: int
     if ops.expert_stream_bytes:  # the experts' activation, forward and backward
         act_s = memory_s(profile, ops.expert_stream_bytes * e / 2)
         exp_f, exp_d = exp_f + act_s, exp_d + 2 * act_s
+    extra_f = extra_b = 0.0
+    if extras_unfused:  # Megatron-Core's expert bias and activation clamp as PyTorch ops (gpt-oss)
+        extra_f, extra_b = _expert_extras_s(profile, spec, ops)
+        exp_f, exp_d = exp_f + extra_f, exp_d + extra_b
     if spec.hidden_dropout > 0:  # two residual dropouts: read + write h, write a 1-byte mask
         stream += memory_s(profile, 2 * tokens * spec.hidden_size * (2 * e + 1))
-    forward = fwd_gemm + attn_f + scan_f + stream + cast_f
-    backward = bwd_gemm + attn_b + scan_b + 2 * stream + cast_b
+    forward = fwd_gemm + attn_f + scan_f + stream + cast_f + extra_f
+    backward = bwd_gemm + attn_b + scan_b + 2 * stream + cast_b + extra_b
     kind = recompute_plan(recompute).kind
     if kind == "none":
         rec = 0.0
@@ -547,6 +576,7 @@ def step_time(spec: ModelSpec, layout: Layout, job: TrainJob, *, profile: Device
                              whole_sequence=cp_type == "a2a", sdpa_flash=sdpa_flash,
                              weight_cached=job.fp8_weight_cache, fp8_kernels=job.fp8_kernels,
                              permute_fused=job.moe_permute_fused, flash_attn=job.flash_attn_package,
+                             extras_unfused=job.expert_extras_unfused,
                              transpose_cached=job.fp8_transpose_cache
                              or not fp8_gemm_needs_transpose(profile.gpu.architecture))
             parts["forward"] += reps * bt.forward

@@ -112,6 +112,7 @@ def _gpt_oss(cfg: Cfg) -> ModelSpec:
         expert_intermediate_size=f["intermediate_size"],
         router_bias=True,
         expert_bias=True,
+        clamped_glu=cfg.get("swiglu_limit") is not None,
         moe_layers=(True,) * n,
     )
     f["intermediate_size"] = 0

@@ -38,6 +38,9 @@ class MoESpec:
     """The router (hidden -> experts) has a bias (gpt-oss)."""
     expert_bias: bool = False
     """Every routed expert's projections have biases (gpt-oss: gate_up_proj_bias, down_proj_bias)."""
+    clamped_glu: bool = False
+    """The experts' gated activation clamps its two halves first (gpt-oss: swiglu_limit, the gate to at most the
+    limit and the linear half to within it)."""
     moe_layers: tuple[bool, ...] = ()
     """Per layer: True where the FFN is MoE, False where it is a dense FFN (leading dense layers)."""
     router_scales: bool = False

@@ -134,6 +134,7 @@ class PlanRequest:
     delay_wgrad_compute: bool = job_default("delay_wgrad_compute")
     moe_pad_expert_input_to_capacity: bool = job_default("moe_pad_expert_input_to_capacity")
     moe_permute_fusion: bool = job_default("moe_permute_fusion")
+    use_transformer_engine_op_fuser: bool = job_default("use_transformer_engine_op_fuser")
     cuda_graph_scope: str | None = None
     """Megatron-Core --cuda-graph-scope the plans run with (as `gpuwise train --cuda-graph-scope`)."""
     fp8_backend: Fp8Backend | None = None
@@ -168,7 +169,7 @@ class PlanRequest:
         spec = self.model.spec
         object.__setattr__(self, "_graphs", cuda_graph_scopes(self.cuda_graph_scope, framework=self.framework,
                                                               spec=spec, padded=self.moe_pad_expert_input_to_capacity))
-        for name in ("moe_pad_expert_input_to_capacity", "moe_permute_fusion"):
+        for name in ("moe_pad_expert_input_to_capacity", "moe_permute_fusion", "use_transformer_engine_op_fuser"):
             if getattr(self, name) and (problem := megatron_option_problem(name, self.framework, self.precision,
                                                                             False)):
                 raise InvalidArgument(problem)
@@ -239,6 +240,7 @@ class PlanRequest:
                         delay_wgrad_compute=self.delay_wgrad_compute,
                         moe_pad_expert_input_to_capacity=self.moe_pad_expert_input_to_capacity,
                         moe_permute_fusion=self.moe_permute_fusion, cuda_graph_scope=self._graphs,
+                        use_transformer_engine_op_fuser=self.use_transformer_engine_op_fuser,
                         tp_comm_overlap=self.tp_comm_overlap, fp8_param_gather=self.fp8_param_gather,
                         grad_reduce_in_fp32=self.grad_reduce_in_fp32)
 
@@ -276,6 +278,7 @@ class Plan:
                          moe_a2a_overlap=req.moe_a2a_overlap, delay_wgrad_compute=req.delay_wgrad_compute,
                          moe_pad_expert_input_to_capacity=req.moe_pad_expert_input_to_capacity,
                          moe_permute_fusion=req.moe_permute_fusion, cuda_graph_scope=req.cuda_graph_scope,
+                         use_transformer_engine_op_fuser=req.use_transformer_engine_op_fuser,
                          fp8_backend=req.fp8_backend, tp_comm_overlap=req.tp_comm_overlap,
                          fp8_param_gather=req.fp8_param_gather, grad_reduce_in_fp32=req.grad_reduce_in_fp32)
         out.update(TRAIN_SHARDING[lay.sharding])

@@ -51,7 +51,7 @@ LIMITS = {"num_gpus": 1 << 20, "seq": 1 << 24, "micro_batch": 1 << 24, "tp": 1 <
 
 MEGATRON_OPTIONS = ("activation_func_fp8_input_store", "fp8_dot_product_attention",
                     "disable_parameter_transpose_cache", "no_fp8_weight_transpose_cache",
-                    "moe_pad_expert_input_to_capacity", "moe_permute_fusion")
+                    "moe_pad_expert_input_to_capacity", "moe_permute_fusion", "use_transformer_engine_op_fuser")
 """Megatron-LM options gpuwise models; each needs Megatron, and some its fp8 training (`megatron_option_problem`)."""
 
 
@@ -83,7 +83,8 @@ def megatron_option_problem(name: str, framework: str | None, precision: str, fp
     flag = "--" + name.replace("_", "-")
     if framework != "megatron":
         return f"{flag} is a Megatron-LM option: it needs --framework megatron (got {framework})"
-    if name in ("activation_func_fp8_input_store", "moe_pad_expert_input_to_capacity", "moe_permute_fusion"):
+    if name in ("activation_func_fp8_input_store", "moe_pad_expert_input_to_capacity", "moe_permute_fusion",
+                "use_transformer_engine_op_fuser"):
         return None
     if precision != "fp8":
         return f"{flag} needs --precision fp8 (got {precision})"
@@ -342,6 +343,7 @@ class TrainRequest:
     delay_wgrad_compute: bool = job_default("delay_wgrad_compute")
     moe_pad_expert_input_to_capacity: bool = job_default("moe_pad_expert_input_to_capacity")
     moe_permute_fusion: bool = job_default("moe_permute_fusion")
+    use_transformer_engine_op_fuser: bool = job_default("use_transformer_engine_op_fuser")
     cuda_graph_scope: str | None = None
     """Megatron-Core --cuda-graph-scope (now --cuda-graph-modules), comma-separated: full_iteration (--cuda-graph-impl
     full_iteration: the whole forward-backward replayed as one graph, dropless MoE without host syncs) or Transformer
@@ -449,6 +451,7 @@ class TrainRequest:
                                                           padded=self.moe_pad_expert_input_to_capacity),
                        moe_pad_expert_input_to_capacity=self.moe_pad_expert_input_to_capacity,
                        moe_permute_fusion=self.moe_permute_fusion,
+                       use_transformer_engine_op_fuser=self.use_transformer_engine_op_fuser,
                        sdpa_backend=self.sdpa_backend, attn_implementation=self.attn_implementation,
                        fp8_backend=self.fp8_backend, flops_convention=self.flops_convention,
                        compile=self.compile, loss_chunks=chunks, fused_loss=self.fused_loss,
@@ -850,6 +853,14 @@ def _assumptions(req: TrainRequest, framework: str, layout: Layout, mem: TrainMe
         else:
             how = "Transformer Engine's fused kernels (--moe-permute-fusion)"
         out.append("MoE permute and unpermute: " + how)
+        moe = req.model.spec.moe
+        if framework == "megatron" and (moe.expert_bias or moe.clamped_glu):
+            extras = " and ".join(x for x, on in (("output bias", moe.expert_bias),
+                                                 ("clamped activation", moe.clamped_glu)) if on)
+            out.append(f"MoE experts' {extras}: " + ("inside Transformer Engine's fused grouped-MLP ops "
+                       "(--use-transformer-engine-op-fuser)" if req.use_transformer_engine_op_fuser else
+                       "PyTorch ops of their own in Megatron-Core's TEGroupedMLP (a loop over the local experts), "
+                       "their bytes counted from the code; --use-transformer-engine-op-fuser fuses them"))
     if (gap := moe_sync_gap_s(req.model.spec, req.job)) > 0:
         pad = "" if req.moe_token_dispatcher == "flex" else " or --moe-pad-expert-input-to-capacity"
         out.append(f"eager Megatron-Core MoE: each MoE layer's forward waits {gap * 1e3:.2f} ms for its routed token "

@@ -214,6 +214,8 @@ def _megatron_args(job: _Job) -> tuple[str, str, list[str]]:
             launch.append("--delay-wgrad-compute")
     if req.job().moe_permute_fused:  # the flex dispatcher is priced fused: DeepEP's permute follows the flag
         launch.append("--moe-permute-fusion")
+    if req.use_transformer_engine_op_fuser:
+        launch.append("--use-transformer-engine-op-fuser")
     if req.moe_pad_expert_input_to_capacity:
         launch += ["--moe-expert-capacity-factor 1.0", "--moe-pad-expert-input-to-capacity"]
         if req.moe_token_dispatcher == "flex":
