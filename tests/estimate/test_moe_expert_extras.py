@@ -35,23 +35,31 @@ def _block(monkeypatch, model: str, **kw):
     return seen[0]
 
 
-def test_the_unfused_bias_and_clamp_cost_their_counted_bytes_and_kernels(monkeypatch):
+@pytest.mark.parametrize("dispatcher, probs", [("alltoall", "bf16"), ("flex", "fp32")])
+def test_the_unfused_bias_and_clamp_cost_their_counted_bytes_and_kernels(monkeypatch, dispatcher, probs):
     """gpt-oss-120b on 8 H100, EP 8: 16 local experts, 4,096 tokens x top-4 routed copies per rank, hidden and expert
-    width 2,880."""
-    unfused = _block(monkeypatch, "gpt-oss-120b")
-    fused = _block(monkeypatch, "gpt-oss-120b", use_transformer_engine_op_fuser=True)
+    width 2,880; HybridEP and DeepEP (the flex dispatcher) carry fp32 routing probabilities, the all-to-all bf16."""
+    unfused = _block(monkeypatch, "gpt-oss-120b", moe_token_dispatcher=dispatcher)
+    fused = _block(monkeypatch, "gpt-oss-120b", moe_token_dispatcher=dispatcher, use_transformer_engine_op_fuser=True)
     h100 = default_profile(get_gpu("h100-sxm"))
     rows, width, local, k = 4096 * 4, 2880, 16, h100.kernel_overhead_s
-    fwd = (memory_s(h100, MEGATRON_EXPERT_BIAS_BYTES[0] * rows * width) + (2 * local + 1) * k
-           + memory_s(h100, MEGATRON_GLU_CLAMP_BYTES[0] * rows * 2 * width) + 3 * k)
-    bwd = (memory_s(h100, MEGATRON_EXPERT_BIAS_BYTES[1] * rows * width) + 4 * local * k
-           + memory_s(h100, MEGATRON_GLU_CLAMP_BYTES[1] * rows * 2 * width) + 3 * k)
-    assert unfused.forward - fused.forward == pytest.approx(fwd, rel=1e-9)
-    assert unfused.backward - fused.backward == pytest.approx(bwd, rel=1e-9)
-    assert unfused.expert_forward - fused.expert_forward == pytest.approx(fwd, rel=1e-9)
-    assert unfused.expert_dgrad - fused.expert_dgrad == pytest.approx(bwd, rel=1e-9)
+    want = []
+    for i in (0, 1):  # forward, backward
+        nbytes, per_expert, more = MEGATRON_EXPERT_BIAS_BYTES[probs][i]
+        clamp_bytes, clamp_kernels = MEGATRON_GLU_CLAMP_BYTES[i]
+        want.append(memory_s(h100, nbytes * rows * width) + (per_expert * local + more) * k
+                    + memory_s(h100, clamp_bytes * rows * 2 * width) + clamp_kernels * k)
+    assert unfused.forward - fused.forward == pytest.approx(want[0], rel=1e-9)
+    assert unfused.backward - fused.backward == pytest.approx(want[1], rel=1e-9)
+    assert unfused.expert_forward - fused.expert_forward == pytest.approx(want[0], rel=1e-9)
+    assert unfused.expert_dgrad - fused.expert_dgrad == pytest.approx(want[1], rel=1e-9)
     assert unfused.gemm_forward == fused.gemm_forward
-    assert 0.8e-3 < fwd + bwd < 2e-3  # about 3.5 GB per layer and micro-batch at H100's stream rate
+    assert 0.8e-3 < sum(want) < 4e-3  # 2.8 GB (bf16 probabilities) to 4.1 GB per layer and micro-batch at H100's rate
+
+
+def test_fp32_probabilities_cost_more_than_bf16_ones():
+    bf16, fp32 = (MEGATRON_EXPERT_BIAS_BYTES[d] for d in ("bf16", "fp32"))
+    assert all(fp32[i][0] > bf16[i][0] for i in (0, 1))
 
 
 def test_experts_without_bias_or_clamp_and_other_frameworks_pay_nothing(monkeypatch):
@@ -59,6 +67,27 @@ def test_experts_without_bias_or_clamp_and_other_frameworks_pay_nothing(monkeypa
         monkeypatch, "qwen3-30b-a3b", use_transformer_engine_op_fuser=True).forward
     with pytest.raises(InvalidArgument, match="needs --framework megatron"):
         gpuwise.train("gpt-oss-120b", **{**KW, "framework": "torchtitan"}, use_transformer_engine_op_fuser=True)
+
+
+def test_the_fused_grouped_mlp_takes_no_expert_tensor_parallelism():
+    """Megatron-Core's _is_fused_impl_supported is False when the experts' TP group is larger than one."""
+    kw = {**KW, "num_gpus": 16, "tp": 2}
+    with pytest.raises(InvalidArgument, match="expert tensor parallelism"):
+        gpuwise.train("gpt-oss-120b", **kw, use_transformer_engine_op_fuser=True)
+    assert gpuwise.train("gpt-oss-120b", **kw, etp=1, use_transformer_engine_op_fuser=True).layout.expert_tp == 1
+    plan = gpuwise.plan("gpt-oss-20b", gpu="h100-sxm", num_gpus=16, seq=4096, global_batch=64, framework="megatron",
+                        use_transformer_engine_op_fuser=True)
+    assert plan.plans and all(p.layout.expert_tp == 1 for p in plan.plans)
+
+
+def test_the_unfused_clamp_keeps_one_more_copy_of_the_fc1_output():
+    """The clamps keep their input (the fc1 output) and the fused activation its clamped copy: 2 x 2,880 x 2 bytes
+    more per routed copy, four copies per token, in each of a stage's nine layers."""
+    kw = {**KW, "num_gpus": 64, "pp": 4, "global_batch": 1280}
+    fused = gpuwise.train("gpt-oss-120b", **kw, use_transformer_engine_op_fuser=True).memory
+    unfused = gpuwise.train("gpt-oss-120b", **kw).memory
+    extra = 9 * 4096 * 4 * 2 * 2880 * 2
+    assert unfused.activations_per_microbatch - fused.activations_per_microbatch == pytest.approx(extra, rel=1e-6)
 
 
 def test_the_op_fuser_makes_the_step_faster_and_the_recipe_says_so():

@@ -106,7 +106,7 @@ def _norm_bytes(spec: ModelSpec, dim: int, e: float, framework: str, compiled: b
 def layer_terms(spec: ModelSpec, layer: int, *, framework: str, e: float = 2.0, fp8: bool = False,
                 flash: bool = True, compiled: bool = False, frozen: frozenset[str] | None = None,
                 stream: float | None = None, fp8_saved: frozenset[str] = frozenset(),
-                fused_norm: bool = False) -> LayerTerms:
+                fused_norm: bool = False, clamp_copy: bool = False) -> LayerTerms:
     """What layer `layer` saves per token, by term (bytes, 16-bit activations when e = 2); `fp8`: Transformer
     Engine's fp8 saved linear inputs; `compiled`: torch.compile's partitioner (module docstring); `fused_norm`: the
     norms run as fused kernels (`_norm_bytes`), the rest eager.
@@ -151,7 +151,8 @@ def layer_terms(spec: ModelSpec, layer: int, *, framework: str, e: float = 2.0, 
         if kind == LINEAR:
             split["recurrent"] = linear_mixer_saved(spec, e, framework, lin_in if keeps("o") else 0.0)
         if ffn:
-            _ffn_terms(spec, layer, rep, split, e, se, lin_in, lin_se, framework, compiled, keeps, megatron, fp8_saved)
+            _ffn_terms(spec, layer, rep, split, e, se, lin_in, lin_se, framework, compiled, keeps, megatron, fp8_saved,
+                       clamp_copy)
         return LayerTerms(replicated=rep, split=split)
     if spec.qk_norm == "head":
         split["qk_norm"] = (_norm_bytes(spec, q, e, framework, compiled, fused=fused_norm)
@@ -181,14 +182,17 @@ def layer_terms(spec: ModelSpec, layer: int, *, framework: str, e: float = 2.0, 
         softmax = (4 + (e if se < 4 else 0)) if framework == "hf" else se  # fp32 q, k: fp32 scores, no cast
         score = a * (softmax + (1 + e if spec.attention_dropout > 0 else 0))
     if ffn:
-        _ffn_terms(spec, layer, rep, split, e, se, lin_in, lin_se, framework, compiled, keeps, megatron, fp8_saved)
+        _ffn_terms(spec, layer, rep, split, e, se, lin_in, lin_se, framework, compiled, keeps, megatron, fp8_saved,
+                   clamp_copy)
     return LayerTerms(replicated=rep, split=split, score_per_key=score)
 
 
 def _ffn_terms(spec: ModelSpec, layer: int, rep: dict[str, float], split: dict[str, float], e: float, se: float,
                lin_in: float, lin_se: float, framework: str, compiled: bool, keeps, megatron: bool,
-               fp8_saved: frozenset[str]) -> None:
-    """The feed-forward part's saved terms (dense MLP, or MoE router, expert inputs and experts), into `rep`/`split`."""
+               fp8_saved: frozenset[str], clamp_copy: bool = False) -> None:
+    """The feed-forward part's saved terms (dense MLP, or MoE router, expert inputs and experts), into `rep`/`split`.
+    `clamp_copy`: Megatron-Core clamps a gated activation's halves outside its fused kernel (no op fuser, gpt-oss):
+    the clamps keep the fc1 output and the fused activation its own clamped copy, one more 2 x width per copy."""
     h = spec.hidden_size
     act_in = 1.0 if "activation" in fp8_saved else None
     moe = spec.moe
@@ -196,8 +200,14 @@ def _ffn_terms(spec: ModelSpec, layer: int, rep: dict[str, float], split: dict[s
         rep["router"] = 4 * moe.num_experts + (0 if megatron else e * moe.num_experts)
         # tokens permuted to top_k experts: their input copies and the experts' MLP activations
         rep["expert_inputs"] = moe.top_k * lin_in * h
-        split["routed_experts"] = moe.top_k * _mlp_terms(spec, moe.expert_intermediate_size, se, lin_se, framework,
-                                                         compiled, keeps("down"), act_in)
+        width = moe.expert_intermediate_size
+        split["routed_experts"] = moe.top_k * _mlp_terms(spec, width, se, lin_se, framework, compiled, keeps("down"),
+                                                         act_in)
+        if megatron:  # what the moe_act module drops: the activation's output (fc2's input) and its own saves
+            split["expert_act"] = moe.top_k * (lin_se * width if keeps("down") else 0.0)
+            split["routed_experts"] -= split["expert_act"]
+            if clamp_copy and moe.clamped_glu and spec.gated_mlp:
+                split["expert_act"] += moe.top_k * se * 2 * width
         if moe.shared_intermediate_size:
             split["shared_experts"] = _mlp_terms(spec, moe.shared_intermediate_size, se, lin_se, framework, compiled,
                                                  keeps("down"), act_in)
@@ -341,11 +351,12 @@ _PER_TOKEN: dict = {}
 
 def _per_token(spec: ModelSpec, layer: int, framework: str, e: float, fp8: bool, flash: bool, compiled: bool,
                mode: str, tp: int, sp: bool, keys: float, frozen: frozenset[str] | None = None,
-               stream: float | None = None, fp8_saved: frozenset[str] = frozenset(), fused_norm: bool = False) -> float:
+               stream: float | None = None, fp8_saved: frozenset[str] = frozenset(), fused_norm: bool = False,
+               clamp_copy: bool = False) -> float:
     """Bytes per token saved by blocks of the kind of `layer` with nothing recomputed (`mode` none), the attention
     core recomputed (selective) or torchtitan's per-op policy (op); cached per block kind."""
     key = (id(spec), block_signature(spec, layer), framework, e, fp8, flash, compiled, mode, tp, sp, keys, frozen,
-           stream, fp8_saved, fused_norm)
+           stream, fp8_saved, fused_norm, clamp_copy)
     hit = _PER_TOKEN.get(key)
     if hit is not None:
         return hit[0]
@@ -353,7 +364,8 @@ def _per_token(spec: ModelSpec, layer: int, framework: str, e: float, fp8: bool,
         value = op_saved_per_token(spec, layer, e=e, tp=tp, sp=sp)
     else:
         terms = layer_terms(spec, layer, framework=framework, e=e, fp8=fp8, flash=flash, compiled=compiled,
-                            frozen=frozen, stream=stream, fp8_saved=fp8_saved, fused_norm=fused_norm)
+                            frozen=frozen, stream=stream, fp8_saved=fp8_saved, fused_norm=fused_norm,
+                            clamp_copy=clamp_copy)
         if mode == "selective":
             terms = LayerTerms(terms.replicated, terms.split, 0.0)
         elif mode != "none":  # Megatron-Core's recompute_modules: each module keeps its input only
@@ -480,7 +492,8 @@ def stage_activation_terms(spec: ModelSpec, layout: Layout, stage: int, job: Tra
     lora = adapter_input_bytes(job) > 0
     key = (id(spec), per_stage, stage, layout.tp, sp, layout.cp, seq, framework, job.precision, flash, compiled,
            job.loss_chunks, job.fused_loss, job.compile_loss, job.norm_type, modules, frozen,
-           (job.lora_targets, job.lora_dropout) if lora else None, job.kbit_upcast, job.fp8_saved, job.te_fp8)
+           (job.lora_targets, job.lora_dropout) if lora else None, job.kbit_upcast, job.fp8_saved, job.te_fp8,
+           job.expert_extras_unfused)
     hit = _STAGE_TERMS.get(key)
     if hit is not None:
         return hit[0]
@@ -494,7 +507,7 @@ def stage_activation_terms(spec: ModelSpec, layout: Layout, stage: int, job: Tra
 
     def kinds(mode: str) -> tuple[tuple[float, int], ...]:
         return tuple((_per_token(spec, layer, framework, e, fp8, flash, compiled, mode, tp, sp, keys, frozen, stream,
-                                 job.fp8_saved, fused_norm)
+                                 job.fp8_saved, fused_norm, job.expert_extras_unfused is not None)
                       + (adapter_inputs_per_token(spec, layer, job, tp) if lora else 0.0), count)
                      for layer, count in blocks)
 

@@ -250,7 +250,8 @@ def forward_pass_s(spec: ModelSpec, *, profile: DeviceProfile, topo: Topology, e
                 if own_rate is not None:
                     g += max(op.flops / own_rate, op.count * moved / gemv_bw) + profile.kernel_overhead_s
                 else:
-                    g += matmul_s(profile, op.m, op.n, op.k, dtype, e, weight_bytes_per_param, batch=op.count)
+                    g += matmul_s(profile, op.m, op.n, op.k, dtype, e, weight_bytes_per_param, batch=op.count,
+                                  grouped=op.name.startswith("experts_"))
                 f += op.flops
                 b += op.count * moved
             attn_bytes = ops.attention_io_elements * (kv_bytes_per_element if decode else e)

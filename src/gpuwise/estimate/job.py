@@ -173,8 +173,9 @@ class TrainJob:
     fused permute and unpermute kernels move each routed copy once each way; without them the copies are gathered and
     summed back with PyTorch's index ops (`layer_ops.UNFUSED_PERMUTE_BYTES`), as in the PyTorch-native trainers."""
     use_transformer_engine_op_fuser: bool = False
-    """Megatron-Core --use-transformer-engine-op-fuser (TransformerConfig use_transformer_engine_op_fuser; default
-    False): the routed experts run as Transformer Engine's fused grouped-MLP ops, their biases and clamped gated
+    """Megatron-Core --use-transformer-engine-op-fuser (TransformerConfig use_transformer_engine_op_fuser, on main after
+    core_v0.17.0, e.g. 2a75ac1; default False; not with expert tensor parallelism): the routed experts run as
+    Transformer Engine's fused grouped-MLP ops, their biases and clamped gated
     activation inside the fused kernels; without it an expert bias and a clamped activation are PyTorch ops of their
     own (`layer_ops.MEGATRON_EXPERT_BIAS_BYTES`, `MEGATRON_GLU_CLAMP_BYTES`; gpt-oss)."""
     moe_pad_expert_input_to_capacity: bool = False
@@ -381,10 +382,13 @@ class TrainJob:
         return self.sdpa_runs_flash or (self.framework != "megatron" and vendor == "amd")
 
     @property
-    def expert_extras_unfused(self) -> bool:
-        """Whether an MoE layer's expert bias and clamped activation run as PyTorch ops of their own: Megatron-Core's
-        TEGroupedMLP without the op fuser (other frameworks: not modelled)."""
-        return self.framework == "megatron" and not self.use_transformer_engine_op_fuser
+    def expert_extras_unfused(self) -> str | None:
+        """The routing probabilities' dtype where an MoE layer's expert bias and clamped activation run as PyTorch ops
+        of their own (Megatron-Core's TEGroupedMLP without the op fuser): fp32 under the flex dispatcher (HybridEP and
+        DeepEP take fp32 probabilities), else bf16; None where they run fused (other frameworks: not modelled)."""
+        if self.framework != "megatron" or self.use_transformer_engine_op_fuser:
+            return None
+        return "fp32" if self.moe_token_dispatcher == "flex" else "bf16"
 
     @property
     def flash_attn_package(self) -> bool:

@@ -49,21 +49,28 @@ GPT-OSS-20B and DeepSeek-V3 shapes at 4,096 and 16,384 tokens): 22.9-26.1 bytes'
 24.3) with bf16 probabilities; with --moe-router-dtype fp32 the weighted copies are promoted to fp32 before the
 scatter-add and it costs 31.0-33.4 (moe-permute-fp32.json; gpuwise has no router dtype option and takes bf16)."""
 
-MEGATRON_EXPERT_BIAS_BYTES = (12.0, 12.0)
-"""(forward, backward) bytes per element of the routed copies' fc2 output (copies x hidden) that Megatron-Core's
-TEGroupedMLP spends on the experts' output bias outside Transformer Engine's op fuser: `_apply_bias`
-(megatron/core/transformer/moe/experts.py @core_v0.17.0) adds `b * p` to each local expert's rows in a Python loop and
-concatenates them, in the routing probabilities' dtype (bf16 unless --moe-router-dtype fp32): forward b * p written
-(2), read with the output and the sum written (6), the concatenation (4); backward the bias's and the
-probabilities' gradients, grad * p and grad * b each written and summed (6 + 6). Counted from the code, not
-measured: eager kernels often move more (the unfused permute's 1.7-1.8x, `UNFUSED_PERMUTE_BYTES`)."""
+MEGATRON_EXPERT_BIAS_BYTES = {"bf16": ((12.0, 2, 1), (16.0, 4, 2)), "fp32": ((28.0, 2, 2), (40.0, 5, 3))}
+"""By the routing probabilities' dtype, (forward, backward) of Megatron-Core's expert output bias outside Transformer
+Engine's op fuser, each (bytes per element of the routed copies' fc2 output, kernels per local expert, kernels more):
+TEGroupedMLP's `_apply_bias` (megatron/core/transformer/moe/experts.py @core_v0.17.0) splits the output by expert,
+adds `b * p` to each expert's rows in a Python loop, concatenates and casts back. With bf16 probabilities (the
+all-to-all dispatcher without --moe-router-dtype fp32): forward b * p written (2), read with the output and the sum
+written (6), the concatenation (4); backward the bias's and the probabilities' gradients, grad * p and grad * b each
+written and summed (6 + 6), and the split's gradient concatenated (4). The flex dispatcher's HybridEP and DeepEP
+take fp32 probabilities (token_dispatcher.py: 'HybridEP only supports float32 probs', the token_probs cast to float),
+so the products and the sum are fp32: forward 4 + 10 + 8 and the cast back (6); backward the cast's gradient (6), the
+output's gradient cast to bf16 per expert (6), 12 + 12 and the split's (4). Counted from the code (PyTorch's autograd
+formulas), not measured: eager kernels often move more (the unfused permute's 1.7-1.8x, `UNFUSED_PERMUTE_BYTES`)."""
 
-MEGATRON_GLU_CLAMP_BYTES = (8.0, 10.0)
-"""(forward, backward) bytes per element of the experts' fc1 output (copies x 2 x expert width) that Megatron-Core
-spends clamping a gated activation's halves before its fused kernel (`weighted_bias_quick_geglu_impl`,
-megatron/core/fusions/fused_bias_geglu.py @core_v0.17.0: `input.chunk(2, -1)`, `clamp` of each half, `torch.cat`):
-forward each half read and written (4) and the concatenation (4); backward each half's clamp gradient (read the
-gradient and the input, write: 6) and the chunk's gradient concatenated (4). Counted, not measured."""
+MEGATRON_GLU_CLAMP_BYTES = ((8.0, 3), (15.0, 9))
+"""(forward, backward) of Megatron-Core clamping a gated activation's halves before its fused kernel, each (bytes per
+element of the experts' fc1 output, copies x 2 x expert width; kernels): `weighted_bias_quick_geglu_impl`
+(megatron/core/fusions/fused_bias_geglu.py @core_v0.17.0) runs `input.chunk(2, -1)`, `clamp` of each half and
+`torch.cat`. Forward each half read and written (4) and the concatenation (4), three kernels; backward PyTorch's clamp
+gradient, `where` over a mask of `le` (the gate half, clamped above: 8 bytes) or of `ge`, `le` and `logical_and`
+(the linear half, both sides: 14), and the chunk's gradient concatenated (4): 15 per element, seven kernels and two
+scalar fills. Counted from the code and PyTorch's autograd formulas (a profile of them on the CPU shows these
+kernels), not measured on a GPU."""
 
 # Bytes per element moved by the streaming kernels of one block, forward (see the module docstring).
 STREAM_BYTES = {

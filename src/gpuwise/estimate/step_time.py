@@ -239,26 +239,29 @@ def _unfused_attention_s(profile: DeviceProfile, spec: ModelSpec, *, seq_local: 
     return fwd, bwd
 
 
-def _expert_extras_s(profile: DeviceProfile, spec: ModelSpec, ops) -> tuple[float, float]:
-    """(forward, backward) seconds of an MoE layer's expert output bias (`MEGATRON_EXPERT_BIAS_BYTES`: two kernels
-    per local expert forward, four backward, and the concatenation) and clamped gated activation
-    (`MEGATRON_GLU_CLAMP_BYTES`: two clamps and a concatenation each way) as Megatron-Core runs them outside Transformer
-    Engine's op fuser; (0, 0) for a layer without them."""
+def _expert_extras_s(profile: DeviceProfile, spec: ModelSpec, ops, probs: str) -> tuple[float, float, float]:
+    """(forward, backward, the clamp's forward) seconds of an MoE layer's expert output bias
+    (`MEGATRON_EXPERT_BIAS_BYTES`, in the routing probabilities' dtype `probs`) and clamped gated activation
+    (`MEGATRON_GLU_CLAMP_BYTES`) as Megatron-Core runs them outside Transformer Engine's op fuser; zeros for a layer
+    without them."""
     moe = spec.moe
     down = next((g for g in ops.gemms if g.name == "experts_down"), None)
     if moe is None or down is None:
-        return 0.0, 0.0
+        return 0.0, 0.0, 0.0
     rows, local = down.m * down.count, down.count
-    fwd = bwd = 0.0
-    if moe.expert_bias:
-        fwd += memory_s(profile, MEGATRON_EXPERT_BIAS_BYTES[0] * rows * down.n) \
-            + (2 * local + 1) * profile.kernel_overhead_s
-        bwd += memory_s(profile, MEGATRON_EXPERT_BIAS_BYTES[1] * rows * down.n) + 4 * local * profile.kernel_overhead_s
-    if moe.clamped_glu and spec.gated_mlp:
-        fc1_out = rows * 2 * down.k
-        fwd += memory_s(profile, MEGATRON_GLU_CLAMP_BYTES[0] * fc1_out) + 3 * profile.kernel_overhead_s
-        bwd += memory_s(profile, MEGATRON_GLU_CLAMP_BYTES[1] * fc1_out) + 3 * profile.kernel_overhead_s
-    return fwd, bwd
+    out = [0.0, 0.0]
+    clamp_f = 0.0
+    for i in (0, 1):  # forward, backward
+        if moe.expert_bias:
+            nbytes, per_expert, more = MEGATRON_EXPERT_BIAS_BYTES[probs][i]
+            out[i] += (memory_s(profile, nbytes * rows * down.n)
+                       + (per_expert * local + more) * profile.kernel_overhead_s)
+        if moe.clamped_glu and spec.gated_mlp:
+            nbytes, kernels = MEGATRON_GLU_CLAMP_BYTES[i]
+            t = memory_s(profile, nbytes * rows * 2 * down.k) + kernels * profile.kernel_overhead_s
+            out[i] += t
+            clamp_f = clamp_f or t
+    return out[0], out[1], clamp_f
 
 
 def _block_time(profile: DeviceProfile, spec: ModelSpec, layer: int, *, tokens: int, seq_local: int, cp: int,
@@ -267,7 +270,7 @@ def _block_time(profile: DeviceProfile, spec: ModelSpec, layer: int, *, tokens: 
                 whole_sequence: bool = False, sdpa_flash: bool | None = None,
                 weight_cached: bool = False, transpose_cached: bool = True,
                 fp8_kernels: str | None = None, permute_fused: bool = False, flash_attn: bool = False,
-                extras_unfused: bool = False) -> _BlockTime:
+                extras_unfused: str | None = None) -> _BlockTime:
     """`whole_sequence`: each attention kernel covers the whole context (Ulysses all-to-all CP: all tokens, 1/cp of
     the heads) rather than one rank's chunk of it. `sdpa_flash`: attention runs SDPA's FlashAttention-2 kernels
     (`TrainJob.sdpa_runs_flash`; None: every framework but Megatron). `weight_cached`: fp8 weights quantized once per
@@ -275,7 +278,8 @@ def _block_time(profile: DeviceProfile, spec: ModelSpec, layer: int, *, tokens: 
     quantizes fp8 operands, "te" or "torchao" (`TrainJob.fp8_kernels`; None: the framework's own). `permute_fused`:
     an MoE layer's permute and unpermute run as fused kernels (`TrainJob.moe_permute_fused`). `flash_attn`: the
     flash-attn package's kernels rather than SDPA's flash backend (`TrainJob.flash_attn_package`). `extras_unfused`:
-    an expert bias and a clamped activation run as PyTorch ops of their own (`TrainJob.expert_extras_unfused`)."""
+    an expert bias and a clamped activation run as PyTorch ops of their own, with routing probabilities of this dtype
+(`TrainJob.expert_extras_unfused`); None: fused or absent."""
     fp8_kernels = fp8_kernels_of(framework, fp8_kernels)
     if sdpa_flash is None:
         sdpa_flash = framework != "megatron"
@@ -297,7 +301,7 @@ def _time_block(profile: DeviceProfile, spec: ModelSpec, layer: int, tokens: int
                 attention: str, compile: bool, etp: int | None, whole_sequence: bool = False,
                 sdpa_flash: bool = False, weight_cached: bool = False,
                 transpose_cached: bool = True, fp8_kernels: str = "te", permute_fused: bool = False,
-                flash_attn: bool = False, extras_unfused: bool = False) -> _BlockTime:
+                flash_attn: bool = False, extras_unfused: str | None = None) -> _BlockTime:
     if spec.parallel_hybrid:
         raise_untimed_linear(spec)
     if spec.hybrid and recompute_plan(recompute).kind == "op":
@@ -374,13 +378,18 @@ def _time_block(profile: DeviceProfile, spec: ModelSpec, layer: int, tokens: int
             e_cast_f, e_cast_b, _ = fp8_quantize_s(profile, quantize, experts, weight_cached=weight_cached,
                                                    transpose_cached=transpose_cached)
             exp_f, exp_d = exp_f + e_cast_f, exp_d + e_cast_b
+    routed_act_f = 0.0  # the routed experts' activation forward: what Megatron's moe_act module runs again
     if ops.expert_stream_bytes:  # the experts' activation, forward and backward
         act_s = memory_s(profile, ops.expert_stream_bytes * e / 2)
         exp_f, exp_d = exp_f + act_s, exp_d + 2 * act_s
+        moe = spec.moe
+        routed = moe.top_k * moe.expert_intermediate_size
+        routed_act_f = act_s * routed / (routed + moe.shared_intermediate_size)
     extra_f = extra_b = 0.0
-    if extras_unfused:  # Megatron-Core's expert bias and activation clamp as PyTorch ops (gpt-oss)
-        extra_f, extra_b = _expert_extras_s(profile, spec, ops)
+    if extras_unfused is not None:  # Megatron-Core's expert bias and activation clamp as PyTorch ops (gpt-oss)
+        extra_f, extra_b, clamp_f = _expert_extras_s(profile, spec, ops, extras_unfused)
         exp_f, exp_d = exp_f + extra_f, exp_d + extra_b
+        routed_act_f += clamp_f
     if spec.hidden_dropout > 0:  # two residual dropouts: read + write h, write a 1-byte mask
         stream += memory_s(profile, 2 * tokens * spec.hidden_size * (2 * e + 1))
     forward = fwd_gemm + attn_f + scan_f + stream + cast_f + extra_f
@@ -394,6 +403,9 @@ def _time_block(profile: DeviceProfile, spec: ModelSpec, layer: int, tokens: int
         rec = max(0.0, forward - attn_f - fwd_gemm * op_saved_matmul_share(spec, layer))
     elif kind == "modules":  # the named submodules' share of the block's forward FLOPs
         rec = forward * module_share(spec, recompute, context, layer)
+        modules = recompute_plan(recompute).modules
+        if "moe_act" in modules and not modules & {"moe", "mlp"}:  # a streaming op: no FLOPs to share
+            rec += routed_act_f
     else:  # a whole block again (the stage scales it by the share of blocks checkpointed whole)
         rec = forward
     return _BlockTime(forward, backward, rec, attn_f, attn_b, fwd_gemm, bwd_gemm, weight_cast,

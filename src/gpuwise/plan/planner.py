@@ -355,11 +355,12 @@ def _expert_options(req: PlanRequest, tp: int, dp: int, cp: int) -> list[tuple[i
     if spec.moe is None or not spec.is_moe:
         return [(1, None)]
     titan = req.framework == "torchtitan"
+    fused = req.use_transformer_engine_op_fuser  # TE's fused grouped MLP runs without expert TP (Megatron-Core's check)
     candidates = [req.ep] if req.ep is not None else divisors(tp * dp * cp)
     out: list[tuple[int, int | None]] = []
     for e in candidates:
         # torchtitan's ParallelDims also asserts that EP spans whole CP groups (and, with expert TP 1, TP x CP groups)
-        if ep_fits(spec, e, dp, cp) and not (titan and e % cp):
+        if ep_fits(spec, e, dp, cp) and not (titan and e % cp) and not (fused and tp > 1):
             out.append((e, None))
         if tp > 1 and e > 1 and ep_fits(spec, e, tp * dp, cp) and not (titan and e % (tp * cp)):
             out.append((e, 1))

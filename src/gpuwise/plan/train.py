@@ -279,7 +279,7 @@ class TrainRequest:
     """Megatron-LM --recompute-method (with --recompute-granularity full; default uniform)."""
     recompute_modules: str | None = None
     """Megatron-Core --recompute-modules (with --recompute-granularity selective), a comma list of core_attn, mlp,
-    moe, shared_experts, mla_up_proj, layernorm (default core_attn)."""
+    moe, shared_experts, mla_up_proj, moe_act, layernorm (default core_attn)."""
     recompute_num_layers: int | None = None
     """Megatron-LM --recompute-num-layers (default 1): blocks per checkpoint (uniform) or checkpointed blocks per
     pipeline stage and virtual stage (block)."""
@@ -470,6 +470,9 @@ class TrainRequest:
                                               self.gpu.vendor)
             if getattr(self, name) and problem:
                 raise InvalidArgument(problem)
+        if self.use_transformer_engine_op_fuser and (self.etp if self.etp is not None else self.tp) > 1:
+            raise InvalidArgument("--use-transformer-engine-op-fuser: Megatron-Core's fused grouped MLP runs without "
+                                  "expert tensor parallelism (its _is_fused_impl_supported): add --etp 1 or drop it")
         if (problem := fp8_backend_problem(self.fp8_backend, self.precision, framework)) is not None:
             raise InvalidArgument(problem)
         if (problem := sdpa_backend_problem(self.sdpa_backend, self.gpu)) is not None:
