@@ -12,27 +12,16 @@ import gpuwise
 from gpuwise.catalog.devices import default_profile
 from gpuwise.catalog.gpus import get_gpu
 from gpuwise.errors import InvalidArgument
-from gpuwise.estimate import step_time as st
 from gpuwise.estimate.kernels import memory_s
 from gpuwise.estimate.layer_ops import MEGATRON_EXPERT_BIAS_BYTES, MEGATRON_GLU_CLAMP_BYTES
+
+from _block_spy import first_block  # noqa: E402
 
 KW = dict(gpu="h100-sxm", num_gpus=8, ep=8, seq=4096, global_batch=8, micro_batch=1, zero=1, framework="megatron")
 
 
 def _block(monkeypatch, model: str, **kw):
-    seen = []
-    real = st._time_block
-
-    def spy(*a, **k):
-        bt = real(*a, **k)
-        seen.append(bt)
-        return bt
-
-    st._CACHE.clear()
-    monkeypatch.setattr(st, "_time_block", spy)
-    gpuwise.train(model, **{**KW, **kw})
-    st._CACHE.clear()
-    return seen[0]
+    return first_block(monkeypatch, model, **{**KW, **kw})[1]
 
 
 @pytest.mark.parametrize("dispatcher, probs", [("alltoall", "bf16"), ("flex", "fp32")])

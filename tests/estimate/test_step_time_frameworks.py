@@ -12,24 +12,14 @@ from gpuwise.catalog.gpus import get_gpu
 from gpuwise.estimate import step_time as st
 from gpuwise.estimate.kernels import attention_s
 
+from _block_spy import first_block  # noqa: E402
+
 MODEL = "llama-3.1-8b"
 ONE = dict(num_gpus=1, seq=8192, micro_batch=1)
 
 
 def _blocks(monkeypatch, **options):
-    seen = []
-    real = st._time_block
-
-    def spy(*a, **k):
-        bt = real(*a, **k)
-        seen.append(bt)
-        return bt
-
-    st._CACHE.clear()
-    monkeypatch.setattr(st, "_time_block", spy)
-    r = gpuwise.train(MODEL, **options)
-    st._CACHE.clear()
-    return r, seen[0]
+    return first_block(monkeypatch, MODEL, **options)
 
 
 def test_pytorch_attention_runs_flashattention2_rates_on_hopper_but_not_on_ampere():
