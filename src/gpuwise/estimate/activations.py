@@ -372,8 +372,13 @@ def _per_token(spec: ModelSpec, layer: int, framework: str, e: float, fp8: bool,
             plan = recompute_plan(mode)
             drop = {k for m in plan.modules for k in MODULE_TERMS[m]}
             score = 0.0 if "core_attn" in plan.modules else terms.score_per_key
-            terms = LayerTerms({k: v for k, v in terms.replicated.items() if k not in drop},
-                               {k: v for k, v in terms.split.items() if k not in drop}, score)
+            split = {k: v for k, v in terms.split.items() if k not in drop}
+            moe = spec.moe
+            if ("moe_act" in plan.modules and "moe" not in plan.modules and "activation" in fp8_saved
+                    and moe is not None and moe.moe_layers[layer]):
+                # the checkpoint keeps its 16-bit input, the fc1 output, where the activation kept an fp8 copy
+                split["routed_experts"] += moe.top_k * ((stream or e) - 1.0) * 2 * moe.expert_intermediate_size
+            terms = LayerTerms({k: v for k, v in terms.replicated.items() if k not in drop}, split, score)
         value = terms.per_token(tp, sp, keys)
     return remember(_PER_TOKEN, key, value, spec)
 

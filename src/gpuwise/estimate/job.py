@@ -286,7 +286,9 @@ class TrainJob:
                                   "or hf with it")
         from .recompute import recompute_plan
 
-        recompute_plan(self.recompute)  # raises on an unknown mode
+        if "moe_act" in recompute_plan(self.recompute).modules and self.framework != "megatron":  # raises if unknown
+            raise InvalidArgument("--recompute-modules moe_act is Megatron-Core's (its TEGroupedMLP): it needs "
+                                  f"--framework megatron (got {self.framework})")
         if not isinstance(self.lora_dropout, (int, float)) or not 0.0 <= self.lora_dropout < 1.0:
             raise InvalidArgument(f"--lora-dropout must be a probability from 0 up to (not including) 1, "
                                   f"got {self.lora_dropout!r}")

@@ -18,8 +18,9 @@ A mode is a string (`TrainJob.recompute`):
 - `uniform:K` (Megatron `--recompute-method uniform --recompute-num-layers K`): the blocks are checkpointed in
   groups of K; each group keeps its input and recomputes K blocks at once in the backward.
 - `selective:M1+M2` (Megatron-Core `--recompute-granularity selective --recompute-modules M1 M2`): the named
-  submodules of every block keep their input only: `core_attn` (the attention core), `mlp` (the MLP, or the whole
-  MoE layer), `moe` (the MoE layer), `shared_experts`, `mla_up_proj` (MLA's query and key/value up-projections),
+  submodules of every block keep their input only: `core_attn` (the attention core), `mlp` (a dense block's MLP:
+  Megatron-Core's TransformerLayer skips it in MoE layers, `if not isinstance(self.mlp, MoELayer)` since core_v0.12),
+  `moe` (the MoE layer), `shared_experts`, `mla_up_proj` (MLA's query and key/value up-projections),
   `moe_act` (the routed experts' activation function: its output, fc2's input, and what the activation itself saves
   are dropped after fc2's forward and rebuilt from the kept fc1 output, Megatron-Core's CheckpointWithoutOutput in
   TEGroupedMLP), `layernorm` (already input-only in Megatron's fused norms). `selective` alone is
@@ -37,14 +38,13 @@ PLAIN = ("none", "selective", "full", "op")
 COUNTED = ("layer", "block", "uniform")
 MODULES = ("core_attn", "mlp", "moe", "shared_experts", "mla_up_proj", "moe_act", "layernorm")
 VALID = "none, selective, full, op, layer:N, block:K, uniform:K or selective:M1+M2 (M: " + ", ".join(MODULES) + ")"
-MODULE_TERMS = {"core_attn": ("softmax_stats",),
-                "mlp": ("mlp", "routed_experts", "expert_act", "shared_experts", "expert_inputs"),
+MODULE_TERMS = {"core_attn": ("softmax_stats",), "mlp": ("mlp",),
                 "moe": ("routed_experts", "expert_act", "shared_experts", "expert_inputs"),
                 "shared_experts": ("shared_experts",), "mla_up_proj": ("qkv",), "moe_act": ("expert_act",),
                 "layernorm": ()}
 """The saved-tensor terms (estimate/activations.layer_terms) each recomputed module no longer keeps."""
 MODULE_FLOPS = {"core_attn": ("attention_scores", "attention_values"),
-                "mlp": ("mlp", "router", "routed_experts", "shared_experts"),
+                "mlp": ("mlp",),
                 "moe": ("router", "routed_experts", "shared_experts"), "shared_experts": ("shared_experts",),
                 "mla_up_proj": ("qkv",), "moe_act": (), "layernorm": ()}
 """The forward FLOPs (estimate/flops.FlopsBreakdown keys) each recomputed module runs again (mla_up_proj: all of

@@ -208,6 +208,9 @@ class _BlockTime:
     """Of `backward`, the experts' weight gradients."""
     other_wgrad: float = 0.0
     """Of `backward`, the weight gradients of the rest of the block (attention, router, dense MLP)."""
+    recompute_expert: float = 0.0
+    """Of `recompute` under Megatron's recompute modules, what is rebuilt inside the experts' backward (their FLOP
+    share, `recompute.expert_recompute_share`, and the moe_act module's activation)."""
 
 
 _CACHE: dict = {}
@@ -395,6 +398,7 @@ def _time_block(profile: DeviceProfile, spec: ModelSpec, layer: int, tokens: int
     forward = fwd_gemm + attn_f + scan_f + stream + cast_f + extra_f
     backward = bwd_gemm + attn_b + scan_b + 2 * stream + cast_b + extra_b
     kind = recompute_plan(recompute).kind
+    rec_expert = 0.0
     if kind == "none":
         rec = 0.0
     elif kind == "selective":
@@ -403,13 +407,15 @@ def _time_block(profile: DeviceProfile, spec: ModelSpec, layer: int, tokens: int
         rec = max(0.0, forward - attn_f - fwd_gemm * op_saved_matmul_share(spec, layer))
     elif kind == "modules":  # the named submodules' share of the block's forward FLOPs
         rec = forward * module_share(spec, recompute, context, layer)
-        modules = recompute_plan(recompute).modules
-        if "moe_act" in modules and not modules & {"moe", "mlp"}:  # a streaming op: no FLOPs to share
-            rec += routed_act_f
+        rec_expert = rec * expert_recompute_share(spec, recompute, context, layer)
+        if "moe_act" in recompute_plan(recompute).modules and "moe" not in recompute_plan(recompute).modules:
+            rec += routed_act_f  # a streaming op: no FLOPs to share; rebuilt inside the experts' backward
+            rec_expert += routed_act_f
     else:  # a whole block again (the stage scales it by the share of blocks checkpointed whole)
         rec = forward
     return _BlockTime(forward, backward, rec, attn_f, attn_b, fwd_gemm, bwd_gemm, weight_cast,
-                      expert_forward=exp_f, expert_dgrad=exp_d, expert_wgrad=exp_w, other_wgrad=other_w)
+                      expert_forward=exp_f, expert_dgrad=exp_d, expert_wgrad=exp_w, other_wgrad=other_w,
+                      recompute_expert=rec_expert)
 
 
 MOE_SYNC_GAP_S = 0.62e-3
@@ -461,7 +467,7 @@ def _ep_overlap_exposed(bt: _BlockTime, a2a: float, *, recompute: float = 0.0, r
     combine(F) experts(F), attention(B) dispatch(B); the next layer's attention(F) waits for combine(F) and its
     combine(B) for attention(B) (its input gradients only, under delayed weight gradients: the attention's wgrad
     runs after, `backward_dw`). `recompute`: forward work recomputed inside the backward (Megatron's recompute
-    modules), `recompute_expert_share` of it inside the experts' backward (`recompute.expert_recompute_share`), the
+    modules), `recompute_expert_share` of it inside the experts' backward (`_BlockTime.recompute_expert`), the
     rest inside the attention's. A chain of such layers is timed on the two streams; what a layer adds beyond its
     compute is exposed, and the comm that ran beside compute slows it by `OVERLAP_SLOWDOWN`. The schedule gives the
     all-to-alls less room than the whole block's compute, which is how gpuwise priced the overlap before 2026-11-27
@@ -614,7 +620,7 @@ def step_time(spec: ModelSpec, layout: Layout, job: TrainJob, *, profile: Device
                     # forwards and cool-down backwards, which run alone
                     paired = _ep_overlap_exposed(
                         bt, a2a, recompute=0.0 if whole else bt.recompute, delay_wgrad=job.delay_wgrad_compute,
-                        recompute_expert_share=expert_recompute_share(spec, job.recompute, seq_local * cp, layer))
+                        recompute_expert_share=bt.recompute_expert / bt.recompute if bt.recompute else 0.0)
                     alone = unpaired_share(layout, stage, m)
                     parts["ep_comm"] += reps * ((1 - alone) * paired + alone * 4 * a2a
                                                 + _exposed(2 * a2a, bt.forward) * whole)

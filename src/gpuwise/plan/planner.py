@@ -362,7 +362,7 @@ def _expert_options(req: PlanRequest, tp: int, dp: int, cp: int) -> list[tuple[i
         # torchtitan's ParallelDims also asserts that EP spans whole CP groups (and, with expert TP 1, TP x CP groups)
         if ep_fits(spec, e, dp, cp) and not (titan and e % cp) and not (fused and tp > 1):
             out.append((e, None))
-        if tp > 1 and e > 1 and ep_fits(spec, e, tp * dp, cp) and not (titan and e % (tp * cp)):
+        if tp > 1 and (e > 1 or fused) and ep_fits(spec, e, tp * dp, cp) and not (titan and e % (tp * cp)):
             out.append((e, 1))
     return out
 

@@ -470,7 +470,8 @@ class TrainRequest:
                                               self.gpu.vendor)
             if getattr(self, name) and problem:
                 raise InvalidArgument(problem)
-        if self.use_transformer_engine_op_fuser and (self.etp if self.etp is not None else self.tp) > 1:
+        if (self.use_transformer_engine_op_fuser and self.model.spec.is_moe
+                and (self.etp if self.etp is not None else self.tp) > 1):
             raise InvalidArgument("--use-transformer-engine-op-fuser: Megatron-Core's fused grouped MLP runs without "
                                   "expert tensor parallelism (its _is_fused_impl_supported): add --etp 1 or drop it")
         if (problem := fp8_backend_problem(self.fp8_backend, self.precision, framework)) is not None:
