@@ -106,7 +106,7 @@ def _norm_bytes(spec: ModelSpec, dim: int, e: float, framework: str, compiled: b
 def layer_terms(spec: ModelSpec, layer: int, *, framework: str, e: float = 2.0, fp8: bool = False,
                 flash: bool = True, compiled: bool = False, frozen: frozenset[str] | None = None,
                 stream: float | None = None, fp8_saved: frozenset[str] = frozenset(),
-                fused_norm: bool = False, clamp_copy: bool = False) -> LayerTerms:
+                fused_norm: bool = False, clamp_copy: bool = False, moe_act: bool = False) -> LayerTerms:
     """What layer `layer` saves per token, by term (bytes, 16-bit activations when e = 2); `fp8`: Transformer
     Engine's fp8 saved linear inputs; `compiled`: torch.compile's partitioner (module docstring); `fused_norm`: the
     norms run as fused kernels (`_norm_bytes`), the rest eager.
@@ -152,7 +152,7 @@ def layer_terms(spec: ModelSpec, layer: int, *, framework: str, e: float = 2.0, 
             split["recurrent"] = linear_mixer_saved(spec, e, framework, lin_in if keeps("o") else 0.0)
         if ffn:
             _ffn_terms(spec, layer, rep, split, e, se, lin_in, lin_se, framework, compiled, keeps, megatron, fp8_saved,
-                       clamp_copy)
+                       clamp_copy, moe_act)
         return LayerTerms(replicated=rep, split=split)
     if spec.qk_norm == "head":
         split["qk_norm"] = (_norm_bytes(spec, q, e, framework, compiled, fused=fused_norm)
@@ -183,16 +183,19 @@ def layer_terms(spec: ModelSpec, layer: int, *, framework: str, e: float = 2.0, 
         score = a * (softmax + (1 + e if spec.attention_dropout > 0 else 0))
     if ffn:
         _ffn_terms(spec, layer, rep, split, e, se, lin_in, lin_se, framework, compiled, keeps, megatron, fp8_saved,
-                   clamp_copy)
+                   clamp_copy, moe_act)
     return LayerTerms(replicated=rep, split=split, score_per_key=score)
 
 
 def _ffn_terms(spec: ModelSpec, layer: int, rep: dict[str, float], split: dict[str, float], e: float, se: float,
                lin_in: float, lin_se: float, framework: str, compiled: bool, keeps, megatron: bool,
-               fp8_saved: frozenset[str], clamp_copy: bool = False) -> None:
+               fp8_saved: frozenset[str], clamp_copy: bool = False, moe_act: bool = False) -> None:
     """The feed-forward part's saved terms (dense MLP, or MoE router, expert inputs and experts), into `rep`/`split`.
     `clamp_copy`: Megatron-Core clamps a gated activation's halves outside its fused kernel (no op fuser, gpt-oss):
-    the clamps keep the fc1 output and the fused activation its own clamped copy, one more 2 x width per copy."""
+    the clamps keep the fc1 output and the fused activation its own clamped copy, one more 2 x width per copy.
+    `moe_act`: Megatron's moe_act recompute module (CheckpointWithoutOutput around the experts' activation): each copy
+    keeps only the checkpoint's input, the 16-bit fc1 output; fc2's input and what the activation saves itself (an fp8
+    copy under --activation-func-fp8-input-store, the clamped copy) are rebuilt."""
     h = spec.hidden_size
     act_in = 1.0 if "activation" in fp8_saved else None
     moe = spec.moe
@@ -201,13 +204,13 @@ def _ffn_terms(spec: ModelSpec, layer: int, rep: dict[str, float], split: dict[s
         # tokens permuted to top_k experts: their input copies and the experts' MLP activations
         rep["expert_inputs"] = moe.top_k * lin_in * h
         width = moe.expert_intermediate_size
-        split["routed_experts"] = moe.top_k * _mlp_terms(spec, width, se, lin_se, framework, compiled, keeps("down"),
-                                                         act_in)
-        if megatron:  # what the moe_act module drops: the activation's output (fc2's input) and its own saves
-            split["expert_act"] = moe.top_k * (lin_se * width if keeps("down") else 0.0)
-            split["routed_experts"] -= split["expert_act"]
-            if clamp_copy and moe.clamped_glu and spec.gated_mlp:
-                split["expert_act"] += moe.top_k * se * 2 * width
+        if megatron and moe_act:
+            per_copy = _mlp_terms(spec, width, se, lin_se, framework, compiled, False)
+        else:
+            per_copy = _mlp_terms(spec, width, se, lin_se, framework, compiled, keeps("down"), act_in)
+            if megatron and clamp_copy and moe.clamped_glu and spec.gated_mlp:
+                per_copy += se * 2 * width
+        split["routed_experts"] = moe.top_k * per_copy
         if moe.shared_intermediate_size:
             split["shared_experts"] = _mlp_terms(spec, moe.shared_intermediate_size, se, lin_se, framework, compiled,
                                                  keeps("down"), act_in)
@@ -363,22 +366,18 @@ def _per_token(spec: ModelSpec, layer: int, framework: str, e: float, fp8: bool,
     if mode == "op" and not spec.hybrid:  # (a hybrid is refused per-op checkpointing: estimate/step_time.py)
         value = op_saved_per_token(spec, layer, e=e, tp=tp, sp=sp)
     else:
+        modules = recompute_plan(mode).modules
         terms = layer_terms(spec, layer, framework=framework, e=e, fp8=fp8, flash=flash, compiled=compiled,
                             frozen=frozen, stream=stream, fp8_saved=fp8_saved, fused_norm=fused_norm,
-                            clamp_copy=clamp_copy)
+                            clamp_copy=clamp_copy, moe_act="moe_act" in modules)
         if mode == "selective":
             terms = LayerTerms(terms.replicated, terms.split, 0.0)
         elif mode != "none":  # Megatron-Core's recompute_modules: each module keeps its input only
             plan = recompute_plan(mode)
             drop = {k for m in plan.modules for k in MODULE_TERMS[m]}
             score = 0.0 if "core_attn" in plan.modules else terms.score_per_key
-            split = {k: v for k, v in terms.split.items() if k not in drop}
-            moe = spec.moe
-            if ("moe_act" in plan.modules and "moe" not in plan.modules and "activation" in fp8_saved
-                    and moe is not None and moe.moe_layers[layer]):
-                # the checkpoint keeps its 16-bit input, the fc1 output, where the activation kept an fp8 copy
-                split["routed_experts"] += moe.top_k * ((stream or e) - 1.0) * 2 * moe.expert_intermediate_size
-            terms = LayerTerms({k: v for k, v in terms.replicated.items() if k not in drop}, split, score)
+            terms = LayerTerms({k: v for k, v in terms.replicated.items() if k not in drop},
+                               {k: v for k, v in terms.split.items() if k not in drop}, score)
         value = terms.per_token(tp, sp, keys)
     return remember(_PER_TOKEN, key, value, spec)
 

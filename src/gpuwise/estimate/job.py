@@ -175,9 +175,9 @@ class TrainJob:
     use_transformer_engine_op_fuser: bool = False
     """Megatron-Core --use-transformer-engine-op-fuser (TransformerConfig use_transformer_engine_op_fuser, on main after
     core_v0.17.0, e.g. 2a75ac1; default False; not with expert tensor parallelism): the routed experts run as
-    Transformer Engine's fused grouped-MLP ops, their biases and clamped gated
-    activation inside the fused kernels; without it an expert bias and a clamped activation are PyTorch ops of their
-    own (`layer_ops.MEGATRON_EXPERT_BIAS_BYTES`, `MEGATRON_GLU_CLAMP_BYTES`; gpt-oss)."""
+    Transformer Engine's fused grouped-MLP ops, their biases and clamped gated activation inside the fused kernels;
+    without it an expert bias and a clamped activation are PyTorch ops of their own
+    (`layer_ops.MEGATRON_EXPERT_BIAS_BYTES`, `MEGATRON_GLU_CLAMP_BYTES`; gpt-oss)."""
     moe_pad_expert_input_to_capacity: bool = False
     """Megatron-Core --moe-pad-expert-input-to-capacity (with --moe-expert-capacity-factor): each expert's input is
     dropped or padded to its capacity, so the dispatch has static shapes and no host wait for the token counts. gpuwise

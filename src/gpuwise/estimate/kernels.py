@@ -58,9 +58,9 @@ SPLIT_K = True
 its k dimension split over the SMs that would idle (cuBLAS's and hipBLASLt's split-K / stream-K kernels), so it
 keeps every SM busy: each tile's k is cut into sms // tiles slices. One 16-bit GEMM only, what was measured: a batched
 or grouped kernel (the experts' fused MoE GEMMs, `grouped`, even with one expert active) keeps whole-k tiles, as
-Triton's fused_moe does (its programs loop over the whole k), and so
-do the quantized GEMMs of the serving engines (block-scaled fp8 in Triton or DeepGEMM, CUTLASS scaled_mm, int4
-kernels), which gpuwise has not measured at one row. gpuwise's own H200 one-row GEMMs
+Triton's fused_moe does (its programs loop over the whole k), and so do the quantized GEMMs of the serving engines
+(block-scaled fp8 in Triton or DeepGEMM, CUTLASS scaled_mm, int4 kernels), which gpuwise has not measured at one row.
+gpuwise's own H200 one-row GEMMs
 (benchmarks/results/h200-sxm/kernel-floor.json, x[1, k] @ w[k, n] in a CUDA graph past L2) run memory-bound at
 every measured shape: 8.65 us at k 4,096 x n 2,048 and 6.0 us at 2,048 x 2,048, where one wave of whole-k tiles
 priced them at 17.0 and 10.8 us (+97%, +79%); with it every shape lies within 14%. False turns the rule off (tests

@@ -39,10 +39,10 @@ COUNTED = ("layer", "block", "uniform")
 MODULES = ("core_attn", "mlp", "moe", "shared_experts", "mla_up_proj", "moe_act", "layernorm")
 VALID = "none, selective, full, op, layer:N, block:K, uniform:K or selective:M1+M2 (M: " + ", ".join(MODULES) + ")"
 MODULE_TERMS = {"core_attn": ("softmax_stats",), "mlp": ("mlp",),
-                "moe": ("routed_experts", "expert_act", "shared_experts", "expert_inputs"),
-                "shared_experts": ("shared_experts",), "mla_up_proj": ("qkv",), "moe_act": ("expert_act",),
-                "layernorm": ()}
-"""The saved-tensor terms (estimate/activations.layer_terms) each recomputed module no longer keeps."""
+                "moe": ("routed_experts", "shared_experts", "expert_inputs"),
+                "shared_experts": ("shared_experts",), "mla_up_proj": ("qkv",), "moe_act": (), "layernorm": ()}
+"""The saved-tensor terms (estimate/activations.layer_terms) each recomputed module no longer keeps (moe_act changes
+what the routed experts keep rather than dropping a term: activations._ffn_terms)."""
 MODULE_FLOPS = {"core_attn": ("attention_scores", "attention_values"),
                 "mlp": ("mlp",),
                 "moe": ("router", "routed_experts", "shared_experts"), "shared_experts": ("shared_experts",),

@@ -252,19 +252,16 @@ def _expert_extras_s(profile: DeviceProfile, spec: ModelSpec, ops, probs: str) -
     if moe is None or down is None:
         return 0.0, 0.0, 0.0
     rows, local = down.m * down.count, down.count
-    out = [0.0, 0.0]
-    clamp_f = 0.0
-    for i in (0, 1):  # forward, backward
+    bias, clamp = [0.0, 0.0], [0.0, 0.0]  # forward, backward
+    for i in (0, 1):
         if moe.expert_bias:
             nbytes, per_expert, more = MEGATRON_EXPERT_BIAS_BYTES[probs][i]
-            out[i] += (memory_s(profile, nbytes * rows * down.n)
+            bias[i] = (memory_s(profile, nbytes * rows * down.n)
                        + (per_expert * local + more) * profile.kernel_overhead_s)
         if moe.clamped_glu and spec.gated_mlp:
             nbytes, kernels = MEGATRON_GLU_CLAMP_BYTES[i]
-            t = memory_s(profile, nbytes * rows * 2 * down.k) + kernels * profile.kernel_overhead_s
-            out[i] += t
-            clamp_f = clamp_f or t
-    return out[0], out[1], clamp_f
+            clamp[i] = memory_s(profile, nbytes * rows * 2 * down.k) + kernels * profile.kernel_overhead_s
+    return bias[0] + clamp[0], bias[1] + clamp[1], clamp[0]
 
 
 def _block_time(profile: DeviceProfile, spec: ModelSpec, layer: int, *, tokens: int, seq_local: int, cp: int,
@@ -281,8 +278,8 @@ def _block_time(profile: DeviceProfile, spec: ModelSpec, layer: int, *, tokens: 
     quantizes fp8 operands, "te" or "torchao" (`TrainJob.fp8_kernels`; None: the framework's own). `permute_fused`:
     an MoE layer's permute and unpermute run as fused kernels (`TrainJob.moe_permute_fused`). `flash_attn`: the
     flash-attn package's kernels rather than SDPA's flash backend (`TrainJob.flash_attn_package`). `extras_unfused`:
-    an expert bias and a clamped activation run as PyTorch ops of their own, with routing probabilities of this dtype
-(`TrainJob.expert_extras_unfused`); None: fused or absent."""
+    an expert bias and a clamped activation run as PyTorch ops of their own, with routing probabilities of this
+    dtype (`TrainJob.expert_extras_unfused`); None: fused or absent."""
     fp8_kernels = fp8_kernels_of(framework, fp8_kernels)
     if sdpa_flash is None:
         sdpa_flash = framework != "megatron"
@@ -408,7 +405,8 @@ def _time_block(profile: DeviceProfile, spec: ModelSpec, layer: int, tokens: int
     elif kind == "modules":  # the named submodules' share of the block's forward FLOPs
         rec = forward * module_share(spec, recompute, context, layer)
         rec_expert = rec * expert_recompute_share(spec, recompute, context, layer)
-        if "moe_act" in recompute_plan(recompute).modules and "moe" not in recompute_plan(recompute).modules:
+        modules = recompute_plan(recompute).modules
+        if "moe_act" in modules and "moe" not in modules:
             rec += routed_act_f  # a streaming op: no FLOPs to share; rebuilt inside the experts' backward
             rec_expert += routed_act_f
     else:  # a whole block again (the stage scales it by the share of blocks checkpointed whole)
