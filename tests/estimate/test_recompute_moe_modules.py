@@ -47,6 +47,10 @@ def test_moe_act_under_an_fp8_activation_store_keeps_the_16_bit_fc1_output():
     store = _train("qwen3-30b-a3b", "moe_act", **kw).memory.activations_per_microbatch
     plain = _train("qwen3-30b-a3b", "moe_act", precision="fp8").memory.activations_per_microbatch
     assert store == pytest.approx(plain, rel=1e-9)
+    # without moe_act the store keeps the fp8 copy: 1 byte less per element of 2 x 768 per routed copy
+    kept = _train("qwen3-30b-a3b", "layernorm", **kw).memory.activations_per_microbatch
+    bf16 = _train("qwen3-30b-a3b", "layernorm", precision="fp8").memory.activations_per_microbatch
+    assert bf16 - kept == pytest.approx(48 * 4096 * 8 * 2 * 768 * 1, rel=1e-6)
 
 
 def test_moe_act_is_megatrons_and_the_op_fuser_takes_dense_models():

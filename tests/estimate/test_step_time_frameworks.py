@@ -280,13 +280,7 @@ def test_moe_permute_runs_fused_only_under_megatron_with_moe_permute_fusion(monk
     moe = "qwen3-30b-a3b"
 
     def block(**kw):
-        seen = []
-        real = st._time_block
-        monkeypatch.setattr(st, "_time_block", lambda *a, **k: seen.append(real(*a, **k)) or seen[-1])
-        st._CACHE.clear()
-        r = gpuwise.train(moe, **{**one, **kw})
-        st._CACHE.clear()
-        return r, seen[0]
+        return first_block(monkeypatch, moe, **{**one, **kw})
 
     r, plain = block()
     _, fused = block(moe_permute_fusion=True)
@@ -309,13 +303,6 @@ def test_torchtitan_runs_its_experts_as_one_grouped_gemm(monkeypatch):
     Engine grouped linear runs cuBLAS per expert. At few rows per expert (Qwen3-30B-A3B, 128 experts, one 4,096-token
     micro-batch on one GPU: 256 rows each) the packed kernel is far faster."""
     one = dict(gpu="h100-sxm", num_gpus=1, seq=4096, micro_batch=1, global_batch=1)
-    seen = {}
-    real = st._time_block
-    for framework in ("torchtitan", "megatron"):
-        blocks = []
-        monkeypatch.setattr(st, "_time_block", lambda *a, **k: blocks.append(real(*a, **k)) or blocks[-1])
-        st._CACHE.clear()
-        gpuwise.train("qwen3-30b-a3b", framework=framework, **one)
-        st._CACHE.clear()
-        seen[framework] = blocks[0]
+    seen = {framework: first_block(monkeypatch, "qwen3-30b-a3b", framework=framework, **one)[1]
+            for framework in ("torchtitan", "megatron")}
     assert seen["torchtitan"].gemm_forward < 0.7 * seen["megatron"].gemm_forward
