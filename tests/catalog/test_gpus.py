@@ -84,6 +84,15 @@ def user_catalog(tmp_path, monkeypatch):
     gpus._catalog.cache_clear()
 
 
+def test_grace_superchips_name_their_host(user_catalog) -> None:
+    """GB200 and GB300 run their processes on the superchip's Grace CPU; HGX boards on x86 servers (no host named);
+    a user row may name its host."""
+    assert get_gpu("gb200").host_cpu == get_gpu("gb300").host_cpu == "grace"
+    assert get_gpu("b200").host_cpu is None and get_gpu("h100").host_cpu is None
+    user_catalog(MY_GPU.replace("sm_count = 34", 'host_cpu = "grace"'))
+    assert get_gpu("lab card").host_cpu == "grace"
+
+
 def test_a_user_catalog_adds_gpus_with_the_catalog_schema(user_catalog) -> None:
     user_catalog(MY_GPU)
     g = get_gpu("lab card")
@@ -102,6 +111,7 @@ def test_a_user_catalog_adds_gpus_with_the_catalog_schema(user_catalog) -> None:
     (MY_GPU.replace("sm_count", "sm_cuont"), "unknown key(s) sm_cuont"),
     (MY_GPU.replace('"lab card"', '"RTX 4090"'), "already names rtx-4090"),
     (MY_GPU.replace('id = "lab-card-16gb"', 'id = "My GPU"'), "must be lower-case"),
+    (MY_GPU.replace("sm_count = 34", 'host_cpu = "arm"'), "host_cpu = 'arm'; valid: x86, grace"),
     ("[gpu]\nid = 1", "expected only [[gpu]] tables"),
 ])
 def test_a_malformed_user_catalog_is_one_clear_error(user_catalog, text: str, words: str) -> None:

@@ -32,6 +32,18 @@ def test_each_moe_layer_waits_once_per_micro_batch_forward(model):
     assert step.step_time_s == pytest.approx(sum(step.breakdown.values()), rel=1e-9)
 
 
+def test_a_grace_host_waits_longer_by_its_time_per_operation():
+    """The gap is host latency: on a Grace-hosted GB200 it grows by Grace's time per host operation against the x86
+    host it was measured on, which Transformer Engine issue #2053 times as one torch Linear forward's CPU time:
+    37.08 us on GB200 against 13.48 us on an H100 DGX (Xeon 8480C). An x86-hosted B200 waits as the H100 did."""
+    hopper, b200, gb200 = _step(), _step(gpu="b200"), _step(gpu="gb200")
+    assert b200.breakdown["host_sync"] == pytest.approx(hopper.breakdown["host_sync"], rel=1e-9)
+    ratio = gb200.breakdown["host_sync"] / b200.breakdown["host_sync"]
+    assert ratio == pytest.approx(37.08 / 13.48, rel=0.01)
+    notes = gpuwise.train("qwen3-30b-a3b", **{**KW, "gpu": "gb200"}).assumptions
+    assert any(f"waits {MOE_SYNC_GAP_S * ratio * 1e3:.2f} ms" in n and "Grace" in n for n in notes)
+
+
 def test_a_recomputed_forward_waits_again():
     plain, full = _step(), _step(recompute="full")
     assert full.breakdown["host_sync"] == pytest.approx(2 * plain.breakdown["host_sync"], rel=1e-9)

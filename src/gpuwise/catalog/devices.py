@@ -382,6 +382,12 @@ def network_defaults() -> dict:
     return _data()["network"]
 
 
+def host_op_time_ratio(gpu: GPU) -> float:
+    """Host time per framework operation on the CPU that drives `gpu`, relative to the x86 servers gpuwise's
+    host-latency figures were measured on (data/devices.toml [host]): 2.75 on Grace (GB200, GB300), 1 elsewhere."""
+    return float(_data()["host"]["op_time_ratio"][gpu.host_cpu or "x86"])
+
+
 ASSUMED_PCIE_GEN = 4
 """PCIe generation taken where the catalog gives none (the common one in today's servers); said where used."""
 

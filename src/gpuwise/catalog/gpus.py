@@ -55,6 +55,9 @@ class GPU:
     memory_type: str | None = None
     l2_cache_bytes: int | None = None
     sm_count: int | None = None
+    host_cpu: str | None = None
+    """The CPU the GPU's processes run on: 'grace' (GB200, GB300 superchips), 'x86' or None (an x86 server, the
+    hosts gpuwise's host-latency figures were measured on)."""
     interconnect: str | None = None
     interconnect_bytes_per_s: float | None = None
     """Per-GPU scale-up bandwidth, both directions together (NVLink total), bytes/s."""
@@ -143,6 +146,7 @@ def _gpu_from_row(row: dict) -> GPU:
         memory_type=row.get("memory_type"),
         l2_cache_bytes=int(float(l2) * 1e6) if l2 else None,
         sm_count=row.get("sm_count"),
+        host_cpu=row.get("host_cpu"),
         interconnect=row.get("interconnect"),
         interconnect_bytes_per_s=float(ic) * GB if ic else None,
         nvlink=bool(row.get("nvlink", False)),
@@ -177,8 +181,10 @@ USER_CATALOG_ENV = "GPUWISE_GPUS"
 MAX_USER_CATALOG_BYTES = 1 << 20
 _USER_KEYS = {"id", "name", "vendor", "segment", "architecture", "release_year", "form_factor", "memory_gb",
               "memory_mib_reported", "memory_type", "memory_bandwidth_gb_s", "l2_cache_mb", "sm_count",
-              "peak_tflops", "interconnect", "interconnect_gb_s", "nvlink", "pcie_gen", "pcie_lanes", "tdp_w",
-              "price_usd", "price_note", "aliases", "sources", "notes"}
+              "peak_tflops", "host_cpu", "interconnect", "interconnect_gb_s", "nvlink", "pcie_gen", "pcie_lanes",
+              "tdp_w", "price_usd", "price_note", "aliases", "sources", "notes"}
+HOST_CPUS = ("x86", "grace")
+"""The hosts gpuwise tells apart (`GPU.host_cpu`)."""
 _PEAK_KEYS = ("fp64", "fp64_tensor", "fp32", "tf32", "bf16", "fp16", "fp16_fp16acc", "fp8", "fp8_fp16acc", "int8",
               "fp4")
 _USER_NUMBERS = {"memory_gb": 16384.0, "memory_mib_reported": 16 * 2**20, "memory_bandwidth_gb_s": 1e5,
@@ -256,6 +262,8 @@ def _checked_user_row(row: dict, where: str) -> GPU:
         if key not in _PEAK_KEYS:
             raise InvalidArgument(f"{where}: peak_tflops.{key}: unknown dtype; valid: {', '.join(_PEAK_KEYS)}")
         _check_number(where, f"peak_tflops.{key}", value, 1e5)
+    if "host_cpu" in row and row["host_cpu"] not in HOST_CPUS:
+        raise InvalidArgument(f"{where}: host_cpu = {row['host_cpu']!r}; valid: {', '.join(HOST_CPUS)}")
     aliases = row.get("aliases", [])
     if not isinstance(aliases, list) or not all(isinstance(a, str) and a.strip() for a in aliases):
         raise InvalidArgument(f"{where}: 'aliases' must be a list of names")

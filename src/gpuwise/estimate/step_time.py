@@ -38,7 +38,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..catalog.attention_kernels import flash_tiles
-from ..catalog.devices import DeviceProfile, host_copy_bytes_per_s, network_defaults
+from ..catalog.devices import DeviceProfile, host_copy_bytes_per_s, host_op_time_ratio, network_defaults
+from ..catalog.gpus import GPU
 from ..memo import remember
 from ..errors import InvalidArgument
 from ..model.spec import LINEAR, SLIDING, ModelSpec
@@ -428,11 +429,13 @@ and micro-batch (an estimate from two runs, good to about +-0.1 ms); the host sa
 preprocessing, where it waits (0.670 s with EP overlap on). Source: github NVIDIA-NeMo/Megatron-Bridge
 skills/nemo-mbridge-perf-moe-comm-overlap/SKILL.md @067f987df03b8355b03192d88d70f1709fedf51a, 'HybridEP
 production-shape validation'. One job, on an x86 host and Hopper: the gap is host latency, so it is taken as the
-same on other GPUs."""
+same on other GPUs driven by x86 hosts and scaled by the host's time per operation on others (Grace, 2.75x:
+`catalog.devices.host_op_time_ratio`)."""
 
 
-def moe_sync_gap_s(spec: ModelSpec, job: TrainJob) -> float:
-    """`MOE_SYNC_GAP_S` where it applies: Megatron-Core MoE layers launched eagerly with dropless routing. With EP
+def moe_sync_gap_s(spec: ModelSpec, job: TrainJob, gpu: GPU) -> float:
+    """`MOE_SYNC_GAP_S` where it applies, on `gpu`'s host (x`host_op_time_ratio`): Megatron-Core MoE layers launched
+    eagerly with dropless routing. With EP
     overlap (--overlap-moe-expert-parallel-comm) the host waits while the other micro-batch's queued backward keeps the
     device busy (Megatron's combined 1F1B schedule); a whole-iteration CUDA graph runs the sync-free dropless path;
     experts padded to capacity (--moe-pad-expert-input-to-capacity, which graphing whole MoE layers, scope moe,
@@ -440,7 +443,7 @@ def moe_sync_gap_s(spec: ModelSpec, job: TrainJob) -> float:
     if spec.moe is None or job.framework != "megatron" or job.moe_a2a_overlap \
             or job.moe_pad_expert_input_to_capacity or "full_iteration" in job.cuda_graph_scope:
         return 0.0
-    return MOE_SYNC_GAP_S
+    return MOE_SYNC_GAP_S * host_op_time_ratio(gpu)
 
 
 def _exposed(comm: float, window: float) -> float:
@@ -576,7 +579,7 @@ def step_time(spec: ModelSpec, layout: Layout, job: TrainJob, *, profile: Device
     # whole pipeline group spans (a node boundary anywhere in it is on every micro-batch's path).
     pp_p2p = topo.collective_s("send_recv", tokens * h * e / (tp if layout.sp else 1), pp, inner["pp"]) if pp > 1 else 0.0
 
-    sync_gap = moe_sync_gap_s(spec, job)
+    sync_gap = moe_sync_gap_s(spec, job, profile.gpu)
     sdpa_flash = job.sdpa_flash_on(profile.gpu.vendor)
     stage_fb: dict[int, tuple[float, dict[str, float]]] = {}
     weight_casts: dict[int, float] = {}  # fp8 weights quantized once per step, per stage (TrainJob.fp8_weight_cache)

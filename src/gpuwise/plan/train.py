@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
-from ..catalog.devices import DeviceProfile, rental_price
+from ..catalog.devices import DeviceProfile, host_op_time_ratio, rental_price
 from ..catalog.gpus import GPU
 from ..catalog.models import LoadedModel
 from ..errors import InvalidArgument, require_positive_int, require_positive_number
@@ -26,7 +26,7 @@ from ..estimate.parallel import validate_layout
 from ..estimate.pipeline import stage_layers, torchtitan_default_ends
 from ..estimate.recompute import framework_mode, recompute_plan
 from ..estimate.layer_ops import MEGATRON_UNFUSED_PERMUTE_BYTES, PERMUTE_BYTES, UNFUSED_PERMUTE_BYTES
-from ..estimate.step_time import StepTime, fp8_quantize_kind, moe_sync_gap_s, step_time
+from ..estimate.step_time import MOE_SYNC_GAP_S, StepTime, fp8_quantize_kind, moe_sync_gap_s, step_time
 from ..estimate.train_memory import FRAGMENTATION_RISK, TrainMemory, layout_memory, required_bytes
 from ..fields import field_default
 from ..model.params import ParamCounts, param_counts
@@ -865,11 +865,13 @@ def _assumptions(req: TrainRequest, framework: str, layout: Layout, mem: TrainMe
                        "(--use-transformer-engine-op-fuser)" if req.use_transformer_engine_op_fuser else
                        "PyTorch ops of their own in Megatron-Core's TEGroupedMLP (a loop over the local experts), "
                        "their bytes counted from the code; --use-transformer-engine-op-fuser fuses them"))
-    if (gap := moe_sync_gap_s(req.model.spec, req.job)) > 0:
+    if (gap := moe_sync_gap_s(req.model.spec, req.job, req.gpu)) > 0:
         pad = "" if req.moe_token_dispatcher == "flex" else " or --moe-pad-expert-input-to-capacity"
+        host = (f"; {MOE_SYNC_GAP_S * 1e3:.2f} ms measured on an x86 host, x{host_op_time_ratio(req.gpu):g} for "
+                "Grace's time per host operation" if req.gpu.host_cpu == "grace" else "")
         out.append(f"eager Megatron-Core MoE: each MoE layer's forward waits {gap * 1e3:.2f} ms for its routed token "
-                   f"counts on the host (host_sync); --moe-a2a-overlap, --cuda-graph-scope full_iteration{pad} "
-                   "remove the wait")
+                   f"counts on the host (host_sync{host}); --moe-a2a-overlap, --cuda-graph-scope "
+                   f"full_iteration{pad} remove the wait")
     if framework == "torchtitan" and layout.pp > 1:
         per = stage_layers(layout, req.model.spec.num_layers)
         out.append(f"torchtitan pipeline: {layout.pp} ranks x {layout.vpp} stage(s) each, layers per rank "

@@ -358,7 +358,7 @@ def gpu_to_dict(g: GPU) -> dict[str, Any]:
         "id": g.id, "name": g.name, "vendor": g.vendor, "segment": g.segment, "architecture": g.architecture,
         "memory_gb": g.memory_gb, "memory_bytes": g.memory_bytes, "memory_source": g.memory_bytes_source,
         "memory_bandwidth_bytes_per_s": _num(g.memory_bandwidth_bytes_per_s),
-        "peak_flops": {k: _num(v) for k, v in g.peak_flops.items()},
+        "peak_flops": {k: _num(v) for k, v in g.peak_flops.items()}, "host_cpu": g.host_cpu,
         "interconnect": g.interconnect, "interconnect_bytes_per_s": _num(g.interconnect_bytes_per_s),
         "nvlink": g.nvlink, "tdp_w": g.tdp_w, "power_limit_w": g.power_limit_w,
         "mig_profiles": [{"name": p.name, "memory_gb": p.memory_gb} for p in g.mig_profiles],
