@@ -34,7 +34,8 @@ def test_the_blackwell_figure_is_the_measured_excess_of_flashinfers_trtllm_moe()
     """flashinfer PRs #4985 / #5301 on a B300 (bench_moe_deepseek.py: DeepSeek's MoE with 32 of 256 experts local, 2
     of them active at one token, 3 x 7,168 x 2,048 each; routing, activation quantization and finalize timed): MXFP8
     38.64 us, BF16 50.26 us, NVFP4 36.70 us. Beyond the active experts' bytes at the GEMM streaming rate each leaves
-    the figure devices.toml keeps for Blackwell, within 3 us; B300 (Blackwell Ultra) takes Blackwell's figures."""
+    the figure devices.toml keeps for Blackwell, within 3 us; B300 (Blackwell Ultra) takes Blackwell's figures but
+    for its NVFP4 GEMM rate, measured on a B300 of its own (tests/estimate/test_nvfp4_training.py)."""
     b300 = default_profile(get_gpu("b300"))
     expert = 3 * 7168 * 2048
     for us, bytes_per_weight in ((38.641, 1 + 1 / 32), (50.256, 2.0), (36.704, 0.5 + 1 / 16)):
@@ -42,7 +43,9 @@ def test_the_blackwell_figure_is_the_measured_excess_of_flashinfers_trtllm_moe()
         assert b300.fused_moe_call_s == pytest.approx(excess, abs=3e-6)
     b200 = default_profile(get_gpu("b200"))
     assert b300.fused_moe_call_s == b200.fused_moe_call_s
-    assert b300.matmul_efficiency == b200.matmul_efficiency and b300.attention_kernel == b200.attention_kernel
+    same = {k: v for k, v in b300.matmul_efficiency.items() if k != "fp4"}
+    assert same == {k: v for k, v in b200.matmul_efficiency.items() if k != "fp4"}
+    assert b300.attention_kernel == b200.attention_kernel
 
 
 def test_each_moe_layer_of_a_fused_moe_engine_pays_the_call():

@@ -103,12 +103,13 @@ def _norm_bytes(spec: ModelSpec, dim: int, e: float, framework: str, compiled: b
     return max(4, e) * dim + (0 if frozen else e) * dim + 4  # fp32 upcast of the input, normalized 16-bit, rsqrt
 
 
-def layer_terms(spec: ModelSpec, layer: int, *, framework: str, e: float = 2.0, fp8: bool = False,
+def layer_terms(spec: ModelSpec, layer: int, *, framework: str, e: float = 2.0, fp8: bool | float = False,
                 flash: bool = True, compiled: bool = False, frozen: frozenset[str] | None = None,
                 stream: float | None = None, fp8_saved: frozenset[str] = frozenset(),
                 fused_norm: bool = False, clamp_copy: bool = False, moe_act: bool = False) -> LayerTerms:
-    """What layer `layer` saves per token, by term (bytes, 16-bit activations when e = 2); `fp8`: Transformer
-    Engine's fp8 saved linear inputs; `compiled`: torch.compile's partitioner (module docstring); `fused_norm`: the
+    """What layer `layer` saves per token, by term (bytes, 16-bit activations when e = 2); `fp8`: the bytes per
+    element of quantized saved linear inputs (Transformer Engine's fp8: 1, True meaning that; NVFP4: 0.5625), false
+    where they stay 16-bit; `compiled`: torch.compile's partitioner (module docstring); `fused_norm`: the
     norms run as fused kernels (`_norm_bytes`), the rest eager.
 
     `frozen` (LoRA on a frozen base, eager PyTorch): the adapted matrices (q, k, v, o, gate, up, down) whose LoRA
@@ -122,7 +123,7 @@ def layer_terms(spec: ModelSpec, layer: int, *, framework: str, e: float = 2.0, 
     attention: Transformer Engine saves the fp8 tensors the kernel read and wrote)."""
     h = spec.hidden_size
     q, k, v, out, a = _dims(spec)
-    lin_in = 1.0 if fp8 else e  # Transformer Engine saves fp8 copies of linear inputs
+    lin_in = float(fp8) if fp8 else e  # quantized copies of linear inputs (TrainJob.saved_input_bytes; True: fp8)
     megatron = framework == "megatron"
     compiled = compiled and not megatron
     if compiled:
@@ -355,16 +356,17 @@ _PER_TOKEN: dict = {}
 def _per_token(spec: ModelSpec, layer: int, framework: str, e: float, fp8: bool, flash: bool, compiled: bool,
                mode: str, tp: int, sp: bool, keys: float, frozen: frozenset[str] | None = None,
                stream: float | None = None, fp8_saved: frozenset[str] = frozenset(), fused_norm: bool = False,
-               clamp_copy: bool = False) -> float:
+               clamp_copy: bool = False, keeps_matmuls: bool = True) -> float:
     """Bytes per token saved by blocks of the kind of `layer` with nothing recomputed (`mode` none), the attention
-    core recomputed (selective) or torchtitan's per-op policy (op); cached per block kind."""
+    core recomputed (selective) or torchtitan's per-op policy (op; `keeps_matmuls`: it keeps matmul outputs);
+    cached per block kind."""
     key = (id(spec), block_signature(spec, layer), framework, e, fp8, flash, compiled, mode, tp, sp, keys, frozen,
-           stream, fp8_saved, fused_norm, clamp_copy)
+           stream, fp8_saved, fused_norm, clamp_copy, keeps_matmuls)
     hit = _PER_TOKEN.get(key)
     if hit is not None:
         return hit[0]
     if mode == "op" and not spec.hybrid:  # (a hybrid is refused per-op checkpointing: estimate/step_time.py)
-        value = op_saved_per_token(spec, layer, e=e, tp=tp, sp=sp)
+        value = op_saved_per_token(spec, layer, e=e, tp=tp, sp=sp, keeps_matmuls=keeps_matmuls)
     else:
         modules = recompute_plan(mode).modules
         terms = layer_terms(spec, layer, framework=framework, e=e, fp8=fp8, flash=flash, compiled=compiled,
@@ -496,22 +498,23 @@ def stage_activation_terms(spec: ModelSpec, layout: Layout, stage: int, job: Tra
     lora = adapter_input_bytes(job) > 0
     key = (id(spec), per_stage, stage, layout.tp, sp, layout.cp, seq, framework, job.precision, flash, compiled,
            job.loss_chunks, job.fused_loss, job.compile_loss, job.norm_type, modules, frozen,
-           (job.lora_targets, job.lora_dropout) if lora else None, job.kbit_upcast, job.fp8_saved, job.te_fp8,
-           job.expert_extras_unfused)
+           (job.lora_targets, job.lora_dropout) if lora else None, job.kbit_upcast, job.fp8_saved, job.saved_input_bytes,
+           job.expert_extras_unfused, job.op_keeps_matmuls)
     hit = _STAGE_TERMS.get(key)
     if hit is not None:
         return hit[0]
     e = job.element_bytes
     stream = job.stream_bytes if job.kbit_upcast else None
     se = stream or e
-    fp8 = job.te_fp8
+    fp8 = job.saved_input_bytes
     tp = layout.tp
     keys = seq / layout.cp  # materialized scores: local queries against local keys
     blocks = stage_blocks(spec, per_stage, stage)
 
     def kinds(mode: str) -> tuple[tuple[float, int], ...]:
         return tuple((_per_token(spec, layer, framework, e, fp8, flash, compiled, mode, tp, sp, keys, frozen, stream,
-                                 job.fp8_saved, fused_norm, job.expert_extras_unfused is not None)
+                                 job.fp8_saved, fused_norm, job.expert_extras_unfused is not None,
+                                 job.op_keeps_matmuls)
                       + (adapter_inputs_per_token(spec, layer, job, tp) if lora else 0.0), count)
                      for layer, count in blocks)
 

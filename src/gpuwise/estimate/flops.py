@@ -181,15 +181,17 @@ def forward_flops(spec: ModelSpec, seq: int, *, convention: str = "causal", lm_h
 
 
 def step_flops(spec: ModelSpec, *, seq: int, global_batch: int, convention: str = "causal",
-               recompute: str = "none", frozen_base: bool = False, pp: int = 1) -> StepFlops:
+               recompute: str = "none", frozen_base: bool = False, pp: int = 1, keeps_matmuls: bool = True
+               ) -> StepFlops:
     """FLOPs of one training step over `global_batch` sequences of `seq` tokens (cached); `frozen_base` for
-    LoRA / QLoRA (see StepFlops.model); `pp` for recompute modes counted per pipeline stage (block:K)."""
+    LoRA / QLoRA (see StepFlops.model); `pp` for recompute modes counted per pipeline stage (block:K);
+    `keeps_matmuls`: the per-op policy keeps matmul outputs (`recompute.op_policy_keeps_matmuls`)."""
     recompute_plan(recompute)  # raises on an unknown mode
-    key = (id(spec), seq, global_batch, convention, recompute, frozen_base, pp)
+    key = (id(spec), seq, global_batch, convention, recompute, frozen_base, pp, keeps_matmuls)
     hit = _STEP_FLOPS.get(key)
     if hit is not None:
         return hit[0]
-    flops = _step_flops(spec, seq, global_batch, convention, recompute, pp)
+    flops = _step_flops(spec, seq, global_batch, convention, recompute, pp, keeps_matmuls)
     if frozen_base:
         flops = replace(flops, frozen_base=True)
     return remember(_STEP_FLOPS, key, flops, spec)
@@ -199,40 +201,43 @@ _STEP_FLOPS: dict = {}
 
 
 def _step_flops(spec: ModelSpec, seq: int, global_batch: int, convention: str, recompute: str,
-                pp: int = 1) -> StepFlops:
+                pp: int = 1, keeps_matmuls: bool = True) -> StepFlops:
     one = forward_flops(spec, seq, convention=convention)
     fwd = FlopsBreakdown(**{k: v * global_batch for k, v in one.as_dict().items()})
     # the LM head is never checkpointed; the blocks' share follows the mode (estimate/recompute.py)
     extra = recomputed_flops(spec, recompute, blocks_forward=fwd.total - fwd.lm_head,
                              attention_core=fwd.attention_core, tokens=seq * global_batch, pp=pp,
-                             parts=fwd.as_dict())
+                             parts=fwd.as_dict(), keeps_matmuls=keeps_matmuls)
     return StepFlops(forward=fwd, tokens=seq * global_batch, recompute=extra)
 
 
 def job_flops(spec: ModelSpec, job: TrainJob, *, global_batch: int, pp: int = 1) -> StepFlops:
     """The FLOPs of one optimizer step of a training job: what `gpuwise train` and the planner count for MFU/HFU."""
     return step_flops(spec, seq=job.seq, global_batch=global_batch, convention=job.flops_convention,
-                      recompute=job.recompute, frozen_base=job.frozen_base, pp=pp)
+                      recompute=job.recompute, frozen_base=job.frozen_base, pp=pp,
+                      keeps_matmuls=job.op_keeps_matmuls)
 
 
 def gemm_dtype(peaks: dict[str, float], precision: str) -> str:
     """The dtype key whose peak the training GEMMs run at (and the MFU denominator): tf32 for fp32 training, fp8
-    for fp8, fp16 for fp16, bf16 for bf16 mixed or pure (fp16 on GPUs without bf16)."""
+    for fp8, fp4 for NVFP4, fp16 for fp16, bf16 for bf16 mixed or pure (fp16 on GPUs without bf16)."""
     if precision == "fp32":
         return "tf32" if "tf32" in peaks else "fp32"
     if precision == "fp8" and "fp8" in peaks:
         return "fp8"
+    if precision == "nvfp4" and "fp4" in peaks:
+        return "fp4"
     if precision == "fp16":
         return "fp16"
     return "bf16" if "bf16" in peaks else "fp16"
 
 
-_EVERY_PEAK = dict.fromkeys(("tf32", "bf16", "fp16", "fp8"), 1.0)
+_EVERY_PEAK = dict.fromkeys(("tf32", "bf16", "fp16", "fp8", "fp4"), 1.0)
 
 
 def gemm_operand_bytes(precision: str) -> float:
     """Bytes per GEMM operand element of a training precision on a GPU with every tensor-core format: fp8 casts to
-    1 byte, fp32 reads 4 even as TF32, the 16-bit precisions 2."""
+    1 byte, NVFP4 to half of one (its block scales not counted), fp32 reads 4 even as TF32, the 16-bit precisions 2."""
     return peak_operand_bytes(gemm_dtype(_EVERY_PEAK, precision))
 
 

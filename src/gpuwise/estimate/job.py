@@ -17,13 +17,14 @@ from typing import Literal, get_args
 
 from ..errors import InvalidArgument
 from ..fields import field_default
+from .recompute import op_policy_keeps_matmuls
 
 Framework = Literal["megatron", "torchtitan", "fsdp", "torchtune", "hf", "unsloth", "deepspeed"]
 """Implementation profiles: Megatron-LM / Megatron-Core, torchtitan, PyTorch FSDP2 or DDP, torchtune, transformers
 (+ PEFT / TRL), Unsloth (transformers + PEFT with its own kernels), DeepSpeed ZeRO (docs/training-memory.md)."""
 HF_TRAINERS: tuple[str, ...] = ("hf", "unsloth")
 """Frameworks training a transformers model with PEFT under the HF Trainer (fp32 adapters, torch optimizers)."""
-Precision = Literal["fp32", "bf16", "fp16", "bf16-pure", "fp8"]
+Precision = Literal["fp32", "bf16", "fp16", "bf16-pure", "fp8", "nvfp4"]
 Optimizer = Literal["adamw", "adamw-8bit", "sgd", "adafactor", "muon", "none"]
 OptimizerImpl = Literal["fused", "foreach"]
 Recompute = str
@@ -43,6 +44,14 @@ NormType = Literal["rmsnorm", "fused_rmsnorm", "compiled_rmsnorm"]
 OffloadTarget = Literal["optimizer", "params", "activations"]
 StateDtype = Literal["fp32", "bf16", "fp16", "fp8"]
 STATE_DTYPE_BYTES: dict[str, float] = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0}
+NVFP4_ELEMENT_BYTES = 0.5 + 1 / 16
+"""An NVFP4 tensor in 1 x 16 blocks: 4-bit E2M1 values and one E4M3 scale byte per 16 (Transformer Engine's
+NVFP4BlockScaling and torchao's NVFP4 training keep activations and gradients so; the fp32 per-tensor scale is
+negligible): what each saved linear input costs."""
+NVFP4_WEIGHT_CACHE_BYTES = 2 * (0.5 + 1 / 256)
+"""Transformer Engine's cached NVFP4 weight, per element: a rowwise copy for the forward GEMM and a columnwise
+(transposed) one for the input gradient, NVFP4 GEMMs being TN-only, each 4-bit with one E4M3 scale per 16 x 16 block
+(the recipe's 2D weight scaling)."""
 
 FRAMEWORKS: tuple[str, ...] = get_args(Framework)
 PRECISIONS: tuple[str, ...] = get_args(Precision)
@@ -102,7 +111,8 @@ class TrainJob:
     """Implementation profile whose memory layout and kernels are modelled (resolved: never None here)."""
     precision: Precision = "bf16"
     """bf16/fp16: mixed precision with fp32 master weights; bf16-pure: bf16 weights and optimizer states;
-    fp8: the framework's bf16 layout with fp8 GEMMs (Transformer Engine)."""
+    fp8: the framework's bf16 layout with fp8 GEMMs (Transformer Engine); nvfp4: the same with NVFP4 GEMMs
+    (Transformer Engine's NVFP4BlockScaling recipe, torchao's NVFP4 training on Blackwell)."""
     optimizer: Optimizer = "adamw"
     """AdamW, 8-bit AdamW (bitsandbytes), SGD with momentum, Adafactor, or none (no optimizer states)."""
     seq: int = 4096
@@ -351,6 +361,33 @@ class TrainJob:
         return self.precision == "fp8" and self.fp8_kernels == "te"
 
     @property
+    def op_keeps_matmuls(self) -> bool:
+        """torchtitan's per-op checkpointing keeps matmul outputs (not NVFP4's opaque linears:
+        `recompute.op_policy_keeps_matmuls`)."""
+        return op_policy_keeps_matmuls(self.framework, self.precision)
+
+    @property
+    def quantized_gemms(self) -> bool:
+        """Block GEMMs run in a narrow format from 16-bit operands quantized on the fly: fp8 or NVFP4."""
+        return self.precision in ("fp8", "nvfp4")
+
+    @property
+    def te_quantized(self) -> bool:
+        """Transformer Engine's low-precision training (fp8 or NVFP4): quantized weights cached per step
+        (`fp8_weight_bytes` each), quantized linear inputs saved for the backward."""
+        return self.quantized_gemms and self.fp8_kernels == "te"
+
+    @property
+    def saved_input_bytes(self) -> float:
+        """Bytes per element of a linear layer's saved input where it is kept quantized, 0 where it stays 16-bit:
+        Transformer Engine's fp8 keeps the fp8 copy (1 B); NVFP4 keeps the columnwise FP4 copy its weight-gradient
+        GEMM reads, under Transformer Engine and torchao alike (`NVFP4_ELEMENT_BYTES`); torchao's float8 keeps the
+        bf16 input."""
+        if self.precision == "nvfp4":
+            return NVFP4_ELEMENT_BYTES
+        return 1.0 if self.te_fp8 else 0.0
+
+    @property
     def moe_permute_fused(self) -> bool:
         """An MoE layer's permute and unpermute run as fused kernels: Megatron-Core with --moe-permute-fusion, or
         with the flex dispatcher (HybridEP permutes inside its dispatch kernels whatever the flag; DeepEP's permute
@@ -409,7 +446,10 @@ class TrainJob:
 
     @property
     def fp8_weight_bytes(self) -> float:
-        """Bytes per element of a Transformer Engine fp8 weight copy: the weight, and its transpose on Hopper."""
+        """Bytes per element of a Transformer Engine quantized weight copy: the fp8 weight, and its transpose on
+        Hopper; NVFP4's rowwise and columnwise copies (`NVFP4_WEIGHT_CACHE_BYTES`)."""
+        if self.precision == "nvfp4":
+            return NVFP4_WEIGHT_CACHE_BYTES
         return 2.0 if self.fp8_transpose_cache else 1.0
 
     @property

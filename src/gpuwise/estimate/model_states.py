@@ -78,7 +78,7 @@ def precision_layout(framework: str, precision: str, *, te_fp8: bool | None = No
     fp16 = precision == "fp16"
     if te_fp8 is None:  # the framework's own fp8 (`TrainJob.fp8_kernels`)
         te_fp8 = fp8_kernels_of(framework) == "te"
-    fp8 = fp8_weight_bytes if precision == "fp8" and te_fp8 else 0.0
+    fp8 = fp8_weight_bytes if precision in ("fp8", "nvfp4") and te_fp8 else 0.0
     if framework == "megatron":
         # --fp8-param-gather: a block matrix is an fp8 weight and (Hopper) TE's cached fp8 transpose, in place of
         # the bf16 weight and TE's caches (`_model_states` sets their bytes); embeddings and norms stay bf16
@@ -325,7 +325,7 @@ def model_states(spec: ModelSpec, layout: Layout, stage: int, job: TrainJob) -> 
            layout.shard_size,
            layout.sharding, job.framework, job.precision, job.optimizer, job.finetune, job.lora_rank, job.lora_targets,
            job.offload, job.optimizer_in_backward, job.fp8_param_gather, job.grad_reduce_in_fp32, job.kbit_upcast,
-           job.fp8_transpose_cache, job.exp_avg_dtype, job.exp_avg_sq_dtype, job.te_fp8)
+           job.fp8_transpose_cache, job.exp_avg_dtype, job.exp_avg_sq_dtype, job.te_quantized)
     hit = _STATES_CACHE.get(key)
     if hit is not None:
         return hit[0]
@@ -337,7 +337,7 @@ _STATES_CACHE: dict = {}
 
 def _model_states(spec: ModelSpec, layout: Layout, stage: int, job: TrainJob) -> ModelStates:
     precision, optimizer, finetune, offload = job.precision, job.optimizer, job.finetune, job.offload
-    lay = precision_layout(job.framework, precision, te_fp8=job.te_fp8, fp8_param_gather=job.fp8_param_gather,
+    lay = precision_layout(job.framework, precision, te_fp8=job.te_quantized, fp8_param_gather=job.fp8_param_gather,
                            grad_reduce_in_fp32=job.grad_reduce_in_fp32, fp8_weight_bytes=job.fp8_weight_bytes)
     if job.exp_avg_dtype is not None or job.exp_avg_sq_dtype is not None:  # Megatron's precision-aware optimizer
         lay = replace(lay, state=STATE_DTYPE_BYTES[job.exp_avg_dtype] if job.exp_avg_dtype else lay.state,

@@ -176,17 +176,28 @@ def _mms(spec: ModelSpec, layer: int) -> tuple[Matmul, ...]:
     return tuple(m for m in block_matmuls(spec, layer) if not m.bias)
 
 
-def op_saved_per_token(spec: ModelSpec, layer: int, *, e: float, tp: int, sp: bool) -> float:
+def op_policy_keeps_matmuls(framework: str, precision: str) -> bool:
+    """Whether torchtitan's per-op policy keeps matmul outputs: it saves every second aten.mm / aten.linear and the
+    compute-intensive aten ops (torchtitan/distributed/activation_checkpoint.py `_get_default_save_ops`, the
+    mm_count rule), but torchao's NVFP4 linears run as one opaque custom op (`nvfp4_linear`, torchtitan's
+    components/quantization/nvfp4.py) that the list does not name: under NVFP4 no linear's output is kept and every
+    linear runs again in the backward."""
+    return not (framework == "torchtitan" and precision == "nvfp4")
+
+
+def op_saved_per_token(spec: ModelSpec, layer: int, *, e: float, tp: int, sp: bool,
+                       keeps_matmuls: bool = True) -> float:
     """Bytes per token block `layer` keeps under torchtitan's per-op policy, on one TP rank.
 
     The block input (split by sequence parallelism), the outputs of the odd-numbered matmuls (1st, 3rd, ...; a
-    row-parallel output is a full-width partial sum before its reduction), the attention output and its fp32
-    log-sum-exp per head, and with sequence parallelism the two reduce-scatter outputs.
+    row-parallel output is a full-width partial sum before its reduction; none without `keeps_matmuls`,
+    `op_policy_keeps_matmuls`), the attention output and its fp32 log-sum-exp per head, and with sequence
+    parallelism the two reduce-scatter outputs.
     """
     split = tp if sp and tp > 1 else 1
     saved = e * spec.hidden_size / split
     for i, m in enumerate(_mms(spec, layer), start=1):
-        if i % 2:
+        if i % 2 and keeps_matmuls:
             saved += e * m.out / (tp if m.tp == "column" else 1)
     v_width = spec.num_heads * (spec.mla.v_head_dim if spec.mla is not None else spec.head_dim)
     saved += (e * v_width + 4 * spec.num_heads) / tp
@@ -195,16 +206,21 @@ def op_saved_per_token(spec: ModelSpec, layer: int, *, e: float, tp: int, sp: bo
     return saved
 
 
-def op_saved_matmul_flops_per_token(spec: ModelSpec) -> float:
+def op_saved_matmul_flops_per_token(spec: ModelSpec, keeps_matmuls: bool = True) -> float:
     """Forward FLOPs per token of the matmuls whose outputs the per-op policy keeps (the odd-numbered ones of every
-    block): what its recomputation does not run again (everything else in the blocks but the attention core is)."""
+    block; none without `keeps_matmuls`): what its recomputation does not run again (everything else in the blocks
+    but the attention core is)."""
+    if not keeps_matmuls:
+        return 0.0
     return sum(2 * m.k * m.out for layer in range(spec.num_layers)
                for i, m in enumerate(_mms(spec, layer), start=1) if i % 2)
 
 
-def op_saved_matmul_share(spec: ModelSpec, layer: int) -> float:
+def op_saved_matmul_share(spec: ModelSpec, layer: int, keeps_matmuls: bool = True) -> float:
     """Share of block `layer`'s matmul FLOPs whose outputs the per-op policy keeps (routed experts, never kept,
-    counted in the whole)."""
+    counted in the whole; 0 without `keeps_matmuls`)."""
+    if not keeps_matmuls:
+        return 0.0
     total = sum(m.out * m.k for m in block_matmuls(spec, layer))
     mms = _mms(spec, layer)
     moe = spec.moe
@@ -246,10 +262,10 @@ def expert_recompute_share(spec: ModelSpec, mode: str, seq: int, layer: int) -> 
 
 
 def recomputed_flops(spec: ModelSpec, mode: str, *, blocks_forward: float, attention_core: float, tokens: float,
-                     pp: int = 1, parts: dict[str, float] | None = None) -> float:
+                     pp: int = 1, parts: dict[str, float] | None = None, keeps_matmuls: bool = True) -> float:
     """Forward FLOPs run again in the backward under `mode`, given the blocks' forward FLOPs (LM head excluded), their
     attention core's, the tokens and the forward FLOPs by operation (`parts`); block:K counts K blocks on each of `pp`
-    stages."""
+    stages; `keeps_matmuls`: the per-op policy keeps matmul outputs (`op_policy_keeps_matmuls`)."""
     plan = recompute_plan(mode)
     if plan.kind == "modules":
         keys = {k for m in plan.modules for k in MODULE_FLOPS[m]}
@@ -257,7 +273,8 @@ def recomputed_flops(spec: ModelSpec, mode: str, *, blocks_forward: float, atten
     if plan.kind == "selective":
         return attention_core
     if plan.kind == "op":
-        return max(0.0, blocks_forward - attention_core - op_saved_matmul_flops_per_token(spec) * tokens)
+        return max(0.0, blocks_forward - attention_core
+                   - op_saved_matmul_flops_per_token(spec, keeps_matmuls) * tokens)
     blocks = spec.num_layers
     whole = min(blocks, plan.n * pp) if plan.kind == "block" else plan.full_blocks(blocks)
     return blocks_forward * whole / blocks if blocks else 0.0

@@ -56,7 +56,8 @@ from .layout import Layout
 from . import muon
 from .model_states import ModelStates, stage_tensors
 from .pipeline import bubble_fraction, bubble_time_s, distinct_stages, stage_blocks, stage_layers, unpaired_share
-from .recompute import expert_recompute_share, module_share, op_saved_matmul_share, recompute_plan
+from .recompute import (expert_recompute_share, module_share, op_policy_keeps_matmuls, op_saved_matmul_share,
+                        recompute_plan)
 
 LOSS_BYTES_PER_LOGIT = 12.0
 """Cross-entropy streams each logit about three times: the forward reads 16-bit logits and writes fp32
@@ -92,6 +93,27 @@ FP8_QUANTIZE = {
     "eager": Fp8Quantize(cast=45.0, transpose=23.5, kernels=6),
 }
 """Quantization cost per fp8 kernel family (`fp8_quantize_kind`)."""
+
+NVFP4_QUANTIZE = {
+    # Transformer Engine's NVFP4BlockScaling (Megatron-Core): each activation and gradient quantized once into a
+    # rowwise and a columnwise copy (the latter through a 16 x 16 random Hadamard transform, gradients with
+    # stochastic rounding), a global amax pass first; weights in 16 x 16 blocks. Measured on a B300 by Transformer
+    # Engine's GEMM profiling tutorial (docs/examples/gemm_profiling/gemm_profiling.rst @ 1609c890: a 5B model's
+    # twelve linears at 15,872 tokens, te.Linear autocast against pre-quantized operands): 2.689 ms of quantization
+    # per layer, MXFP8's 1.823 ms, for 2,483M elements each quantized for both usages: at the B300's copy rate, 7.35
+    # bytes per element where MXFP8 takes 5.17 (the fp8 "te" family's 3 + 2 above prices MXFP8 within 1%).
+    "te": Fp8Quantize(cast=4.75, transpose=2.6, kernels=2),
+    # torchao's NVFP4 training (torchtitan's converter): Triton kernels, timed on a GB200 by torchao
+    # (benchmarks/prototype/nvfp4_training/README.md @ 004e6a2e, 2048 x 28,672): the RHT amax pass 46.0 us, the
+    # fused columnwise-RHT + rowwise quantize 117.3 us (round to nearest, activations) or 166.6 us (stochastic
+    # rounding, gradients), the weight's 2D quantize 232.2 us: 19.6, 25.5 and 27.9 bytes per element at the copy
+    # rate, priced at their activation/gradient mean, 22.5 (the weight, re-quantized in every pass, is a small share
+    # of the elements)
+    "compiled": Fp8Quantize(cast=16.0, transpose=6.5, kernels=3),
+}
+"""Quantization cost per NVFP4 kernel family: Transformer Engine's ("te") or torchao's (the torchtitan converter,
+compiled; eager is the same Triton kernels)."""
+NVFP4_QUANTIZE["eager"] = NVFP4_QUANTIZE["compiled"]
 
 
 GROUPED_MM_EFFICIENCY = 0.90
@@ -369,8 +391,8 @@ def _time_block(profile: DeviceProfile, spec: ModelSpec, layer: int, tokens: int
     stream = (memory_s(profile, ops.stream_bytes * e / 2)
               + (ops.kernels - len(ops.gemms) - mixer) * profile.kernel_overhead_s)
     cast_f = cast_b = weight_cast = 0.0
-    if dtype == "fp8":  # every weight GEMM's operands quantized (forward) and transposed (backward)
-        quantize = FP8_QUANTIZE[fp8_quantize_kind(fp8_kernels, compile)]
+    if dtype in ("fp8", "fp4"):  # every weight GEMM's operands quantized (forward) and transposed (backward)
+        quantize = (NVFP4_QUANTIZE if dtype == "fp4" else FP8_QUANTIZE)[fp8_quantize_kind(fp8_kernels, compile)]
         cast_f, cast_b, weight_cast = fp8_quantize_s(
             profile, quantize, [g for g in ops.gemms if g.weight],
             weight_cached=weight_cached, transpose_cached=transpose_cached)
@@ -402,7 +424,8 @@ def _time_block(profile: DeviceProfile, spec: ModelSpec, layer: int, tokens: int
     elif kind == "selective":
         rec = attn_f
     elif kind == "op":  # everything but the attention core and the kept matmuls runs again
-        rec = max(0.0, forward - attn_f - fwd_gemm * op_saved_matmul_share(spec, layer))
+        keeps = op_policy_keeps_matmuls(framework, "nvfp4" if dtype == "fp4" else dtype)
+        rec = max(0.0, forward - attn_f - fwd_gemm * op_saved_matmul_share(spec, layer, keeps))
     elif kind == "modules":  # the named submodules' share of the block's forward FLOPs
         rec = forward * module_share(spec, recompute, context, layer)
         rec_expert = rec * expert_recompute_share(spec, recompute, context, layer)
@@ -635,7 +658,7 @@ def step_time(spec: ModelSpec, layout: Layout, job: TrainJob, *, profile: Device
             hg = head_gemm(spec, tokens, tp)
             # fp8 recipes leave the output layer in 16 bits (torchao's float8 skips it, Transformer Engine's
             # output_layer is not an fp8 module)
-            hd = gemm_dtype(profile.gpu.peak_flops, "bf16") if dtype == "fp8" else dtype
+            hd = gemm_dtype(profile.gpu.peak_flops, "bf16") if dtype in ("fp8", "fp4") else dtype
             parts["forward"] += matmul_s(profile, hg.m, hg.n, hg.k, hd, e) \
                 + memory_s(profile, tokens * hg.n * LOSS_BYTES_PER_LOGIT / 2)
             parts["backward"] += matmul_s(profile, hg.m, hg.k, hg.n, hd, e) \

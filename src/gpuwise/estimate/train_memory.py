@@ -398,7 +398,7 @@ def layout_memory(spec: ModelSpec, layout: Layout, job: TrainJob) -> LayoutMemor
            job.lora_rank, job.lora_targets, job.offload, job.attention, job.compile, job.loss_chunks,
            job.fused_loss, job.compile_loss, job.norm_type, job.optimizer_in_backward, job.optimizer_impl,
            job.fp8_param_gather, job.grad_reduce_in_fp32, job.lora_dropout, job.kbit_upcast, job.fp8_saved, job.fp8_transpose_cache,
-           job.exp_avg_dtype, job.exp_avg_sq_dtype, job.te_fp8, job.expert_extras_unfused,
+           job.exp_avg_dtype, job.exp_avg_sq_dtype, job.te_quantized, job.saved_input_bytes, job.expert_extras_unfused,
            job.recompute if recompute_plan(job.recompute).kind == "modules" else None)
     hit = _STAGES.get(key)
     if hit is not None:

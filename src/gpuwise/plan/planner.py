@@ -48,7 +48,7 @@ from ..units import GiB
 from .cluster import cluster
 from .train import (DELAY_WGRAD_NEEDS_OVERLAP, TrainRequest, cuda_graph_scopes, fp8_backend_problem,
                     megatron_job_problem, megatron_option_problem, megatron_overlap_problem, model_problem,
-                    optimizer_problem, sdpa_backend_problem, trainer_option_problem)
+                    optimizer_problem, precision_problem, sdpa_backend_problem, trainer_option_problem)
 
 Objective = Literal["time", "cost", "memory"]
 PlanFramework = Literal["megatron", "torchtitan", "fsdp", "deepspeed"]
@@ -163,6 +163,8 @@ class PlanRequest:
         if (problem := model_problem(self.framework, self.model.spec)) is not None:
             raise InvalidArgument(f"--framework {self.framework}: {problem}")
         if (problem := fp8_backend_problem(self.fp8_backend, self.precision, self.framework)) is not None:
+            raise InvalidArgument(problem)
+        if (problem := precision_problem(self.precision, self.framework, self.gpu)) is not None:
             raise InvalidArgument(problem)
         if (problem := sdpa_backend_problem(self.sdpa_backend, self.gpu)) is not None:
             raise InvalidArgument(problem)

@@ -67,6 +67,29 @@ def fp8_backend_problem(backend: str | None, precision: str, framework: str) -> 
     return None
 
 
+NVFP4_FRAMEWORKS = {"megatron": "Transformer Engine's NVFP4BlockScaling recipe (--fp4-format e2m1)",
+                    "torchtitan": "torchao's NVFP4 training (the nvfp4 quantization converter)"}
+"""Who trains in NVFP4, and with what (`precision_problem`)."""
+
+
+def precision_problem(precision: str, framework: str, gpu: GPU, finetune: str = "full") -> str | None:
+    """Why this job cannot train at `precision` (None: it can). NVFP4 training runs Transformer Engine's recipe
+    (Megatron-Core) or torchao's (torchtitan), on data-center Blackwell (SM 10.0 / 10.3: B200, GB200, B300, GB300;
+    Transformer Engine's NVFP4 docs and torchtitan's nvfp4.md name no other), and trains whole models."""
+    if precision != "nvfp4":
+        return None
+    if framework not in NVFP4_FRAMEWORKS:
+        return (f"--precision nvfp4 is Transformer Engine's recipe under --framework megatron or torchao's under "
+                f"--framework torchtitan (got {framework})")
+    if not (gpu.segment == "datacenter" and (gpu.architecture or "").startswith("Blackwell")
+            and "fp4" in gpu.peak_flops):
+        return (f"--precision nvfp4 trains on data-center Blackwell GPUs (B200, GB200, B300, GB300: SM 10.0 / 10.3, "
+                f"what Transformer Engine and torchao support); {gpu.name} is not one")
+    if finetune != "full":
+        return f"--precision nvfp4 is modelled for full training, not --finetune {finetune}"
+    return None
+
+
 def sdpa_backend_problem(backend: str | None, gpu: GPU) -> str | None:
     """Why --sdpa-backend cannot apply on this GPU (None: it can): PyTorch's ROCm builds have no cuDNN backend."""
     if backend == "cudnn" and gpu.vendor == "amd":
@@ -476,6 +499,8 @@ class TrainRequest:
                                   "expert tensor parallelism (its _is_fused_impl_supported): add --etp 1 or drop it")
         if (problem := fp8_backend_problem(self.fp8_backend, self.precision, framework)) is not None:
             raise InvalidArgument(problem)
+        if (problem := precision_problem(self.precision, framework, self.gpu, self.finetune)) is not None:
+            raise InvalidArgument(problem)
         if (problem := sdpa_backend_problem(self.sdpa_backend, self.gpu)) is not None:
             raise InvalidArgument(problem)
         if (problem := trainer_option_problem(framework, precision=self.precision, compile=self.compile,
@@ -834,6 +859,17 @@ def _assumptions(req: TrainRequest, framework: str, layout: Layout, mem: TrainMe
         out.append("Transformer Engine fp8 weights: " + ("the fp8 weight and its transpose (Hopper's fp8 GEMMs take "
                    "K-major operands only), 2 B per block-matrix element" if req.job.fp8_transpose_cache else
                    "the fp8 weight alone (Blackwell, or no transpose cache), 1 B per block-matrix element"))
+    if req.precision == "nvfp4":
+        te = req.job.fp8_kernels == "te"
+        out.append("NVFP4: " + NVFP4_FRAMEWORKS[framework] + "; every block linear's three GEMMs (forward, input and "
+                   "weight gradients) in NVFP4, attention, the LM head, embeddings and router in bf16; each activation "
+                   "and gradient quantized to rowwise and columnwise (Hadamard-transformed) copies at "
+                   + ("7.35 B per element (Transformer Engine, measured on a B300); weights quantized once per step "
+                      "and cached, both copies, 1.01 B per block-matrix element" if te else
+                      "22.5 B per element (torchao's Triton kernels, measured on a GB200); weights re-quantized in "
+                      "every pass")
+                   + "; linear inputs saved as NVFP4 (0.56 B per element); every layer in NVFP4 (recipes that keep "
+                   "the first or last layers in bf16 run slower than this)")
     if fp8_family(req) in ("compiled", "eager"):  # torchao's float8
         out.append("torchao float8: " + ("compiled casts, an amax pass then the cast, with separate transposed copies"
                    if req.compile else "without --compile every cast is six eager kernels and every transposed fp8 "

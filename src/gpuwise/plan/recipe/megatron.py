@@ -175,7 +175,9 @@ def _megatron_args(job: _Job) -> tuple[str, str, list[str]]:
     recompute = {"none": [], "selective": ["--recompute-granularity selective"],
                  "full": ["--recompute-granularity full", "--recompute-method uniform", "--recompute-num-layers 1"]}
     precision = {"fp32": [], "bf16": ["--bf16"], "bf16-pure": ["--bf16"], "fp16": ["--fp16"],
-                 "fp8": ["--bf16", "--fp8-format hybrid", "--fp8-recipe delayed"]}[req.precision]
+                 "fp8": ["--bf16", "--fp8-format hybrid", "--fp8-recipe delayed"],
+                 # TransformerConfig fp4 / fp4_recipe (core_v0.17.0: --fp4-format e2m1, the NVFP4BlockScaling recipe)
+                 "nvfp4": ["--bf16", "--fp4-format e2m1", "--fp4-recipe nvfp4"]}[req.precision]
     if req.precision == "fp8" and req.fp8_param_gather:
         precision.append("--fp8-param-gather")
     if not req.grad_reduce_in_fp32 and "--bf16" in precision:  # Megatron reads it under --bf16 only

@@ -146,6 +146,10 @@ def _torchtitan_toml(job: _Job) -> tuple[str, str, list[str]]:
                        "recomputes every second matmul and the cheap ops); gpuwise prices Megatron's (recompute the "
                        "attention core only), so memory and recompute time differ somewhat")
 
+    if req.precision == "nvfp4":
+        differs.append(f"NVFP4: torchao's NVFP4 converter (NVFP4LinearConverter) came after {TORCHTITAN_VERSION}'s "
+                       "TOML job files (torchtitan's Python configs, e.g. llama3_8b_first_85_pct_layers_nvfp4); this "
+                       "file trains in bfloat16, slower and with more memory than the plan")
     if req.precision == "fp8":
         model["converters"] = ["quantize.linear.float8"]
         if lay.ep > 1:

@@ -31,7 +31,7 @@ const PICK_INFER = ["model", "weights", "kv_dtype", "batch", "prompt_tokens", "o
 const PICK_SERVE = ["model", "weights", "kv_dtype", "prompt_tokens", "output_tokens", "engine", "request_rate",
   "slo_ttft_ms", "slo_tpot_ms"];
 const PICK_PRECISIONS = ["bf16", "fp16", "fp8", "fp32"];
-const PLAN_PRECISIONS = ["fp32", "bf16", "fp16", "bf16-pure", "fp8"];  // gpuwise plan --precision: train's
+const PLAN_PRECISIONS = ["fp32", "bf16", "fp16", "bf16-pure", "fp8", "nvfp4"];  // gpuwise plan --precision: train's
 const PLAN_FRAMEWORKS = ["megatron", "torchtitan", "fsdp", "deepspeed"];  // gpuwise plan --framework
 const PICK_TOP = 10, PLAN_TOP = 5, RUNNABLE_TOP = 10;
 
