@@ -28,7 +28,8 @@ def _layer_gemms_s(profile, dtype: str) -> float:
                + matmul_s(profile, k, n, m, dtype, 2.0) for m, k, n in TE_BENCH_LINEARS)
 
 
-@pytest.mark.parametrize("dtype, measured_ms, tol", [("fp4", 3.764, 0.02), ("fp8", 7.161, 0.03), ("bf16", 13.102, 0.07)])
+@pytest.mark.parametrize("dtype, measured_ms, tol",
+                         [("fp4", 3.764, 0.02), ("fp8", 7.161, 0.03), ("bf16", 13.102, 0.07)])
 def test_b300_gemm_rates_reproduce_transformer_engines_profiling(dtype, measured_ms, tol):
     """Pre-quantized per-layer GEMM time (forward, input and weight gradients): NVFP4 is where Blackwell Ultra's fp4
     efficiency (0.40) was read; MXFP8 and BF16 come from other sources (MAMF) and land within 1.3% and 6%."""
@@ -115,7 +116,8 @@ def test_torchtitans_per_op_policy_keeps_no_output_of_the_opaque_nvfp4_linear():
     assert kept == pytest.approx(2.0 * spec.hidden_size + 2.0 * spec.num_heads * spec.head_dim + 4 * spec.num_heads)
     kw = dict(gpu="gb200", num_gpus=4, seq=2048, micro_batch=32, global_batch=128, fsdp="full", framework="torchtitan",
               compile=True, ac="op", fused_loss=True)
-    nv, mx = gpuwise.train("llama-3.1-8b", precision="nvfp4", **kw), gpuwise.train("llama-3.1-8b", precision="fp8", **kw)
+    nv = gpuwise.train("llama-3.1-8b", precision="nvfp4", **kw)
+    mx = gpuwise.train("llama-3.1-8b", precision="fp8", **kw)
     assert nv.memory.activations < mx.memory.activations
     flops = nv.flops
     assert flops.recompute == pytest.approx(flops.forward.total - flops.forward.lm_head - flops.forward.attention_core)

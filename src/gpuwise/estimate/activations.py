@@ -498,8 +498,8 @@ def stage_activation_terms(spec: ModelSpec, layout: Layout, stage: int, job: Tra
     lora = adapter_input_bytes(job) > 0
     key = (id(spec), per_stage, stage, layout.tp, sp, layout.cp, seq, framework, job.precision, flash, compiled,
            job.loss_chunks, job.fused_loss, job.compile_loss, job.norm_type, modules, frozen,
-           (job.lora_targets, job.lora_dropout) if lora else None, job.kbit_upcast, job.fp8_saved, job.saved_input_bytes,
-           job.expert_extras_unfused, job.op_keeps_matmuls)
+           (job.lora_targets, job.lora_dropout) if lora else None, job.kbit_upcast, job.fp8_saved,
+           job.saved_input_bytes, job.expert_extras_unfused, job.op_keeps_matmuls)
     hit = _STAGE_TERMS.get(key)
     if hit is not None:
         return hit[0]
