@@ -95,10 +95,12 @@ def test_transformer_engine_saves_nvfp4_linear_inputs_and_caches_both_weight_cop
     fp8 = layer_terms(spec, 0, framework="megatron", e=e, fp8=1.0).per_token(1, False, 0)
     fp4 = layer_terms(spec, 0, framework="megatron", e=e, fp8=NVFP4_ELEMENT_BYTES).per_token(1, False, 0)
     bf16 = layer_terms(spec, 0, framework="megatron", e=e).per_token(1, False, 0)
-    h, f = spec.hidden_size, spec.intermediate_size
-    inputs = 3 * h + f  # qkv, out-proj, fc1 (gate and up share one) and fc2 inputs per token
-    assert bf16 - fp8 == pytest.approx((e - 1.0) * inputs)
-    assert fp8 - fp4 == pytest.approx((1.0 - NVFP4_ELEMENT_BYTES) * inputs)
+    h, f, out = spec.hidden_size, spec.intermediate_size, spec.num_heads * spec.head_dim
+    # the qkv, fc1 (gate and up share one) and fc2 inputs shrink; the out-projection's quantized copy is kept beside
+    # the flash output (test_a_quantized_out_projection_input_is_kept_beside_the_flash_output)
+    inputs = 2 * h + f
+    assert bf16 - fp8 == pytest.approx((e - 1.0) * inputs - 1.0 * out)
+    assert fp8 - fp4 == pytest.approx((1.0 - NVFP4_ELEMENT_BYTES) * (inputs + out))
     job = TrainJob(framework="megatron", precision="nvfp4")
     assert job.fp8_weight_bytes == NVFP4_WEIGHT_CACHE_BYTES == pytest.approx(2 * (0.5 + 1 / 256))
     mem = {p: _train(precision=p).memory for p in ("fp8", "nvfp4")}
@@ -138,3 +140,64 @@ def test_what_nvfp4_cannot_run_is_refused(kw, match):
 def test_nvfp4_is_modelled_for_full_training():
     with pytest.raises(gpuwise.errors.InvalidArgument, match="not --finetune lora"):
         gpuwise.train("llama-3.1-8b", gpu="b200", precision="nvfp4", framework="megatron", finetune="lora")
+
+
+def test_torchtitans_routed_experts_stay_in_bf16():
+    """torchtitan's NVFP4 converter swaps nn.Linear only ('MoE experts are out of scope', PR 3914): the grouped
+    routed experts run and save in bf16 (same GEMM time, same saved expert inputs as bf16), the attention and the
+    shared linears in NVFP4."""
+    kw = dict(gpu="b200", num_gpus=8, seq=4096, global_batch=64, micro_batch=1, framework="torchtitan",
+              compile=True, fsdp="full", ep=8)
+    bf16, fp4 = (gpuwise.train("qwen3-30b-a3b", precision=p, **kw).perf.step for p in ("bf16", "nvfp4"))
+    # the experts' part of the forward (EP overlap's split) is the same GEMMs at the same rate
+    spec = load_model("qwen3-30b-a3b").spec
+    terms = {p: layer_terms(spec, 0, framework="torchtitan", e=2.0, fp8=b) for p, b in (("bf16", 0.0),
+                                                                                       ("nvfp4", NVFP4_ELEMENT_BYTES))}
+    assert terms["nvfp4"].replicated["expert_inputs"] == terms["bf16"].replicated["expert_inputs"]
+    assert terms["nvfp4"].split["routed_experts"] == terms["bf16"].split["routed_experts"]
+    assert fp4.breakdown["forward"] > 0.8 * bf16.breakdown["forward"]  # no 2-4x fp4 gain on the experts
+    assert any("routed experts in bf16" in a for a in gpuwise.train("qwen3-30b-a3b", precision="nvfp4",
+                                                                      **kw).assumptions)
+
+
+def test_torchao_keeps_each_blocks_transposed_nvfp4_weight_until_its_backward():
+    """torchao's NVFP4 linear saves its weight's transposed NVFP4 copy (a tensor FSDP does not free) for the input
+    gradient: 0.504 B per block-matrix element of the stage, unsharded, held without checkpointing and rebuilt in
+    the recompute with it."""
+    kw = dict(gpu="gb200", num_gpus=4, seq=2048, micro_batch=8, global_batch=32, fsdp="full", framework="torchtitan",
+              compile=True, fused_loss=True, precision="nvfp4")
+    none, op = (gpuwise.train("llama-3.1-8b", ac=ac, **kw).memory for ac in ("none", "op"))
+    spec = load_model("llama-3.1-8b").spec
+    h, f, q, kv = spec.hidden_size, spec.intermediate_size, spec.num_heads * spec.head_dim, \
+        spec.num_kv_heads * spec.head_dim
+    block_matrices = spec.num_layers * (h * (q + 2 * kv) + q * h + 3 * h * f)
+    assert none.states.block_casts == pytest.approx(block_matrices * (0.5 + 1 / 256), rel=1e-9)
+    assert none.torch_allocated - op.torch_allocated > none.states.block_casts
+
+
+def test_the_megatron_default_for_nvfp4_and_no_tp_overlap():
+    """Without --framework, NVFP4 trains under Megatron-Core (the web page sends none); TE's userbuffers TP overlap
+    is refused with it, as NVIDIA's recipes turn it off."""
+    r = gpuwise.train("llama-3.1-8b", gpu="b200", precision="nvfp4")
+    assert r.framework == "megatron" and "NVFP4" in r.framework_reason
+    with pytest.raises(gpuwise.errors.InvalidArgument, match="TP overlap not supported yet"):
+        gpuwise.train("llama-3.1-8b", gpu="b200", num_gpus=8, tp=2, precision="nvfp4", framework="megatron",
+                      tp_comm_overlap=True)
+    from gpuwise.serve import api
+    assert api.handle("GET", "train", "model=llama-3.1-8b&gpu=b200&precision=nvfp4")[0] == 200
+
+
+def test_torchao_refuses_linears_not_divisible_by_128():
+    with pytest.raises(gpuwise.errors.InvalidArgument, match="hidden size is 2880"):
+        gpuwise.train("gpt-oss-120b", gpu="b200", num_gpus=8, framework="torchtitan", fsdp="full", precision="nvfp4")
+
+
+def test_a_quantized_out_projection_input_is_kept_beside_the_flash_output():
+    """The flash kernel keeps its 16-bit output for its backward; an out-projection that saves a quantized copy of
+    its input (Transformer Engine's fp8, NVFP4) keeps that beside it (TE's FusedAttnFunc saves `out`)."""
+    spec = load_model("llama-3.1-8b").spec
+    out = spec.num_heads * spec.head_dim
+    for lin in (1.0, NVFP4_ELEMENT_BYTES):
+        t = layer_terms(spec, 0, framework="megatron", e=2.0, fp8=lin)
+        assert t.split["attention_output"] == pytest.approx((2.0 + lin) * out)
+    assert layer_terms(spec, 0, framework="megatron", e=2.0).split["attention_output"] == pytest.approx(2.0 * out)

@@ -129,8 +129,8 @@ def _data() -> dict:
 
 
 def _merge(into: dict, row: dict, origin: str, sources: dict[str, str]) -> None:
-    """`row`'s figures over `into`'s, each with its source: the row's `sources` table for that key, else the row's
-    `source`, else `origin`."""
+    """`row`'s figures over `into`'s, each with its source: the row's `sources` table for that key (a matmul
+    efficiency's as "matmul_efficiency.<dtype>"), else the row's `source`, else `origin`."""
     own = row.get("sources", {})
     for key, value in row.items():
         if key in ("source", "sources", "note"):
@@ -138,7 +138,8 @@ def _merge(into: dict, row: dict, origin: str, sources: dict[str, str]) -> None:
         if key == "matmul_efficiency":
             into.setdefault(key, {}).update(value)
             for dt in value:
-                sources[f"matmul_efficiency.{dt}"] = row.get("source", origin)
+                key_dt = f"matmul_efficiency.{dt}"
+                sources[key_dt] = own.get(key_dt, row.get("source", origin))
         else:
             into[key] = value
             sources[key] = own.get(key, row.get("source", origin))

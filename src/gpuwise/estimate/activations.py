@@ -132,6 +132,8 @@ def layer_terms(spec: ModelSpec, layer: int, *, framework: str, e: float = 2.0, 
     # like autograd: a frozen Megatron matrix keeps none either
     se = stream or e  # residual stream, norms, MLP
     lin_se = lin_in if stream is None else stream
+    # torchao's converters swap nn.Linear only: torchtitan's grouped routed experts keep 16-bit inputs
+    routed_16bit = framework == "torchtitan" and lin_in < e
     keeps = (lambda *names: True) if frozen is None else (lambda *names: any(n in frozen for n in names))
     rep: dict[str, float] = {}
     split: dict[str, float] = {}
@@ -153,7 +155,7 @@ def layer_terms(spec: ModelSpec, layer: int, *, framework: str, e: float = 2.0, 
             split["recurrent"] = linear_mixer_saved(spec, e, framework, lin_in if keeps("o") else 0.0)
         if ffn:
             _ffn_terms(spec, layer, rep, split, e, se, lin_in, lin_se, framework, compiled, keeps, megatron, fp8_saved,
-                       clamp_copy, moe_act)
+                       clamp_copy, moe_act, routed_16bit)
         return LayerTerms(replicated=rep, split=split)
     if spec.qk_norm == "head":
         split["qk_norm"] = (_norm_bytes(spec, q, e, framework, compiled, fused=fused_norm)
@@ -170,8 +172,10 @@ def layer_terms(spec: ModelSpec, layer: int, *, framework: str, e: float = 2.0, 
     fp8_attention = flash and "attention" in fp8_saved
     split["qkv"] = (1.0 if fp8_attention else e) * (q + k + v)
     if flash or keeps("o"):
-        # the output projection's input (flash output shares it)
-        split["attention_output"] = (1.0 if fp8_attention else lin_in) * out
+        # the output projection's input; the flash kernel keeps its output for its own backward, the same tensor
+        # unless the projection keeps a quantized copy (Transformer Engine's fp8, NVFP4): then both
+        both = flash and not fp8_attention and lin_in < e
+        split["attention_output"] = (1.0 if fp8_attention else lin_in + (e if both else 0.0)) * out
     if spec.attn_output_gate:  # Qwen3-Next: sigmoid(gate), and the gated output o_proj reads, beside the flash output
         split["output_gate"] = 2 * e * out
     score = 0.0
@@ -184,14 +188,17 @@ def layer_terms(spec: ModelSpec, layer: int, *, framework: str, e: float = 2.0, 
         score = a * (softmax + (1 + e if spec.attention_dropout > 0 else 0))
     if ffn:
         _ffn_terms(spec, layer, rep, split, e, se, lin_in, lin_se, framework, compiled, keeps, megatron, fp8_saved,
-                   clamp_copy, moe_act)
+                   clamp_copy, moe_act, routed_16bit)
     return LayerTerms(replicated=rep, split=split, score_per_key=score)
 
 
 def _ffn_terms(spec: ModelSpec, layer: int, rep: dict[str, float], split: dict[str, float], e: float, se: float,
                lin_in: float, lin_se: float, framework: str, compiled: bool, keeps, megatron: bool,
-               fp8_saved: frozenset[str], clamp_copy: bool = False, moe_act: bool = False) -> None:
+               fp8_saved: frozenset[str], clamp_copy: bool = False, moe_act: bool = False,
+               routed_16bit: bool = False) -> None:
     """The feed-forward part's saved terms (dense MLP, or MoE router, expert inputs and experts), into `rep`/`split`.
+    `routed_16bit`: the routed experts keep 16-bit inputs whatever the linears do (torchtitan's grouped experts,
+    which its NVFP4 converter leaves alone).
     `clamp_copy`: Megatron-Core clamps a gated activation's halves outside its fused kernel (no op fuser, gpt-oss):
     the clamps keep the fc1 output and the fused activation its own clamped copy, one more 2 x width per copy.
     `moe_act`: Megatron's moe_act recompute module (CheckpointWithoutOutput around the experts' activation): each copy
@@ -203,12 +210,13 @@ def _ffn_terms(spec: ModelSpec, layer: int, rep: dict[str, float], split: dict[s
     if moe is not None and moe.moe_layers[layer]:
         rep["router"] = 4 * moe.num_experts + (0 if megatron else e * moe.num_experts)
         # tokens permuted to top_k experts: their input copies and the experts' MLP activations
-        rep["expert_inputs"] = moe.top_k * lin_in * h
+        r_in, r_se = (e, se) if routed_16bit else (lin_in, lin_se)
+        rep["expert_inputs"] = moe.top_k * r_in * h
         width = moe.expert_intermediate_size
         if megatron and moe_act:
-            per_copy = _mlp_terms(spec, width, se, lin_se, framework, compiled, False)
+            per_copy = _mlp_terms(spec, width, se, r_se, framework, compiled, False)
         else:
-            per_copy = _mlp_terms(spec, width, se, lin_se, framework, compiled, keeps("down"), act_in)
+            per_copy = _mlp_terms(spec, width, se, r_se, framework, compiled, keeps("down"), act_in)
             if megatron and clamp_copy and moe.clamped_glu and spec.gated_mlp:
                 per_copy += se * 2 * width
         split["routed_experts"] = moe.top_k * per_copy

@@ -48,10 +48,12 @@ NVFP4_ELEMENT_BYTES = 0.5 + 1 / 16
 """An NVFP4 tensor in 1 x 16 blocks: 4-bit E2M1 values and one E4M3 scale byte per 16 (Transformer Engine's
 NVFP4BlockScaling and torchao's NVFP4 training keep activations and gradients so; the fp32 per-tensor scale is
 negligible): what each saved linear input costs."""
-NVFP4_WEIGHT_CACHE_BYTES = 2 * (0.5 + 1 / 256)
+NVFP4_WEIGHT_COPY_BYTES = 0.5 + 1 / 256
+"""One NVFP4 copy of a weight, per element: 4-bit values and one E4M3 scale per 16 x 16 block (the recipes' 2D
+weight scaling)."""
+NVFP4_WEIGHT_CACHE_BYTES = 2 * NVFP4_WEIGHT_COPY_BYTES
 """Transformer Engine's cached NVFP4 weight, per element: a rowwise copy for the forward GEMM and a columnwise
-(transposed) one for the input gradient, NVFP4 GEMMs being TN-only, each 4-bit with one E4M3 scale per 16 x 16 block
-(the recipe's 2D weight scaling)."""
+(transposed) one for the input gradient, NVFP4 GEMMs being TN-only."""
 
 FRAMEWORKS: tuple[str, ...] = get_args(Framework)
 PRECISIONS: tuple[str, ...] = get_args(Precision)

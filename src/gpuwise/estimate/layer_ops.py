@@ -97,6 +97,8 @@ class Gemm:
 
 EXPERT_GEMMS = frozenset({"experts_up", "experts_down", "shared_up", "shared_down", "shared_gate"})
 """An MoE layer's expert GEMMs (routed and shared): its work between the dispatch and the combine."""
+ROUTED_GEMMS = frozenset({"experts_up", "experts_down"})
+"""The routed experts' GEMMs (a framework's grouped GEMM), without the shared experts' dense ones."""
 
 
 @dataclass(frozen=True, slots=True)

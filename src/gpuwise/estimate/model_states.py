@@ -17,7 +17,8 @@ from ..memo import remember
 from ..model.params import Tensor, tensor_inventory
 from ..model.spec import ModelSpec
 from . import muon
-from .job import FRAMEWORKS, HF_TRAINERS, OPTIMIZERS, PYTORCH_NATIVE, STATE_DTYPE_BYTES, TrainJob, fp8_kernels_of
+from .job import (FRAMEWORKS, HF_TRAINERS, NVFP4_WEIGHT_COPY_BYTES, OPTIMIZERS, PYTORCH_NATIVE, STATE_DTYPE_BYTES,
+                  TrainJob, fp8_kernels_of)
 from .layout import Layout
 from .pipeline import stage_blocks, stage_layers
 
@@ -349,6 +350,7 @@ def _model_states(spec: ModelSpec, layout: Layout, stage: int, job: TrainJob) ->
     # torchao's float8 all-gather (FSDP2): the sharded fp32 weights are cast and gathered in fp8, nothing kept
     float8_gather = job.fp8_param_gather and precision == "fp8" and job.framework in PYTORCH_NATIVE \
         and finetune == "full"
+    torchao_nvfp4 = precision == "nvfp4" and job.framework == "torchtitan"  # routed experts stay bf16 there
     adapter_lay = precision_layout("hf", "bf16" if precision != "fp32" else "fp32")  # PEFT: fp32 adapters
     sh = layout.sharding_spec
     dense_n = layout.shard_size
@@ -405,6 +407,13 @@ def _model_states(spec: ModelSpec, layout: Layout, stage: int, job: TrainJob) ->
             if lay.fp8_cache and _fp8_matrix(t):
                 acc["params"] += count * lay.fp8_cache * n
                 acc["transient"] += count * lay.fp8_cache * n
+            if torchao_nvfp4 and _fp8_matrix(t) and not rt.expert and t.layer is not None:
+                # torchao's NVFP4 linear saves the weight's transposed NVFP4 copy for its input gradient, a tensor of
+                # its own that FSDP does not free: held from a block's forward to its backward unless checkpointed
+                saved = count * NVFP4_WEIGHT_COPY_BYTES * n
+                acc["params"] += saved
+                acc["transient"] += saved
+                block_casts += saved
         trainable += count * n
         if rt.expert:
             expert_trainable += count * n

@@ -48,7 +48,7 @@ from .comm import Topology
 from .flops import gemm_dtype
 from .job import TrainJob, fp8_gemm_needs_transpose, fp8_kernels_of, pipeline_keeps_unsharded
 from .kernels import RECURRENT_BACKWARD_RATIO, attention_s, matmul_s, memory_s, recurrent_scan_s
-from .layer_ops import (EXPERT_GEMMS, MEGATRON_EXPERT_BIAS_BYTES, MEGATRON_GLU_CLAMP_BYTES,
+from .layer_ops import (EXPERT_GEMMS, ROUTED_GEMMS, MEGATRON_EXPERT_BIAS_BYTES, MEGATRON_GLU_CLAMP_BYTES,
                         MEGATRON_UNFUSED_PERMUTE_BYTES, PERMUTE_BYTES, UNFUSED_PERMUTE_BYTES, attention_head_dim,
                         block_ops, block_parts, block_signature, head_gemm, keys_per_query, raise_untimed_linear,
                         recurrent_blocks, unfused_attention)
@@ -353,8 +353,11 @@ def _time_block(profile: DeviceProfile, spec: ModelSpec, layer: int, tokens: int
     fwd_gemm = bwd_gemm = 0.0
     exp_f = exp_d = exp_w = other_w = 0.0  # the experts' share (EXPERT_GEMMS), the others' weight gradients
     grouped = framework == "torchtitan"  # its experts run as torch._grouped_mm
+    # torchao's NVFP4 converter swaps nn.Linear only: torchtitan's grouped routed experts stay in 16 bits
+    routed_16bit = grouped and dtype == "fp4"
     for g in ops.gemms:
-        fwd, dgrad, wgrad = gemm_passes_s(profile, g, dtype, e, grouped=grouped)
+        g_dtype = gemm_dtype(profile.gpu.peak_flops, "bf16") if routed_16bit and g.name in ROUTED_GEMMS else dtype
+        fwd, dgrad, wgrad = gemm_passes_s(profile, g, g_dtype, e, grouped=grouped)
         wgrad = 0.0 if (frozen_base and g.weight) else wgrad
         fwd_gemm += fwd
         bwd_gemm += dgrad + wgrad
@@ -393,10 +396,10 @@ def _time_block(profile: DeviceProfile, spec: ModelSpec, layer: int, tokens: int
     cast_f = cast_b = weight_cast = 0.0
     if dtype in ("fp8", "fp4"):  # every weight GEMM's operands quantized (forward) and transposed (backward)
         quantize = (NVFP4_QUANTIZE if dtype == "fp4" else FP8_QUANTIZE)[fp8_quantize_kind(fp8_kernels, compile)]
-        cast_f, cast_b, weight_cast = fp8_quantize_s(
-            profile, quantize, [g for g in ops.gemms if g.weight],
-            weight_cached=weight_cached, transpose_cached=transpose_cached)
-        experts = [g for g in ops.gemms if g.weight and g.name in EXPERT_GEMMS]
+        quantized = [g for g in ops.gemms if g.weight and not (routed_16bit and g.name in ROUTED_GEMMS)]
+        cast_f, cast_b, weight_cast = fp8_quantize_s(profile, quantize, quantized, weight_cached=weight_cached,
+                                                     transpose_cached=transpose_cached)
+        experts = [g for g in quantized if g.name in EXPERT_GEMMS]
         if experts:
             e_cast_f, e_cast_b, _ = fp8_quantize_s(profile, quantize, experts, weight_cached=weight_cached,
                                                    transpose_cached=transpose_cached)

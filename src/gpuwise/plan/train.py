@@ -90,6 +90,29 @@ def precision_problem(precision: str, framework: str, gpu: GPU, finetune: str = 
     return None
 
 
+def nvfp4_shape_problem(spec, tp: int) -> str | None:
+    """torchao's NVFP4 kernels take local GEMM dimensions divisible by 128 only (torchtitan's nvfp4.py refuses a
+    Linear whose in or out features, after TP, are not): the first block linear that is not, or None."""
+    dims = {"hidden size": spec.hidden_size}
+    if spec.mla is None:  # (MLA's projections: their ranks are not checked)
+        dims |= {"query width / TP": spec.num_heads * spec.head_dim / tp,
+                 "key/value width / TP": spec.num_kv_heads * spec.head_dim / tp}
+    if spec.moe is None or not all(spec.moe.moe_layers):
+        dims["MLP width / TP"] = spec.intermediate_size / tp
+    if spec.moe is not None and spec.moe.shared_intermediate_size:
+        dims["shared-expert width / TP"] = spec.moe.shared_intermediate_size / tp
+    for name, value in dims.items():
+        if value % 128:
+            return (f"--precision nvfp4 under torchtitan: torchao's NVFP4 kernels need every linear's local "
+                    f"dimensions divisible by 128, and this model's {name} is {value:g}")
+    return None
+
+
+NVFP4_TP_OVERLAP = ("--tp-comm-overlap with --precision nvfp4: Transformer Engine's userbuffers overlap does not run "
+                    "NVFP4 ('TP overlap not supported yet', MLPerf Training v5.1's NVFP4 configs; Megatron-Bridge's "
+                    "performance scripts turn it off for nvfp4): drop it")
+
+
 def sdpa_backend_problem(backend: str | None, gpu: GPU) -> str | None:
     """Why --sdpa-backend cannot apply on this GPU (None: it can): PyTorch's ROCm builds have no cuDNN backend."""
     if backend == "cudnn" and gpu.vendor == "amd":
@@ -132,6 +155,8 @@ def trainer_option_problem(framework: str, *, precision: str, compile: bool, tp_
         return "--tp-comm-overlap: torchtitan runs async TP only with torch.compile; add --compile"
     if fp8_param_gather and precision != "fp8":
         return f"--fp8-param-gather gathers fp8 weights: it needs --precision fp8 (got {precision})"
+    if tp_comm_overlap and precision == "nvfp4" and framework == "megatron":
+        return NVFP4_TP_OVERLAP
     if not grad_reduce_in_fp32 and framework != "megatron":
         return "--no-grad-reduce-in-fp32 is Megatron-LM's --grad-reduce-in-bf16: it needs --framework megatron"
     return None
@@ -501,6 +526,9 @@ class TrainRequest:
             raise InvalidArgument(problem)
         if (problem := precision_problem(self.precision, framework, self.gpu, self.finetune)) is not None:
             raise InvalidArgument(problem)
+        if self.precision == "nvfp4" and framework == "torchtitan" \
+                and (problem := nvfp4_shape_problem(self.model.spec, self.tp)) is not None:
+            raise InvalidArgument(problem)
         if (problem := sdpa_backend_problem(self.sdpa_backend, self.gpu)) is not None:
             raise InvalidArgument(problem)
         if (problem := trainer_option_problem(framework, precision=self.precision, compile=self.compile,
@@ -662,6 +690,10 @@ def choose_framework(req: TrainRequest) -> tuple[str, str]:
         return req.framework, "as requested"
     if req.finetune != "full":
         return "hf", "LoRA/QLoRA fine-tuning is usually transformers + PEFT"
+    if req.precision == "nvfp4":  # the two trainers that run it (NVFP4_FRAMEWORKS)
+        if req.fsdp is not None:
+            return "torchtitan", "NVFP4 under FSDP2: torchtitan with torchao's NVFP4 converter"
+        return "megatron", "NVFP4: Megatron-Core with Transformer Engine's NVFP4BlockScaling recipe"
     if req.fsdp is not None:
         return "fsdp", "--fsdp given: PyTorch FSDP2"
     if req.zero is not None:
@@ -861,8 +893,11 @@ def _assumptions(req: TrainRequest, framework: str, layout: Layout, mem: TrainMe
                    "the fp8 weight alone (Blackwell, or no transpose cache), 1 B per block-matrix element"))
     if req.precision == "nvfp4":
         te = req.job.fp8_kernels == "te"
+        experts = "" if te or not req.model.spec.is_moe else (
+            "; routed experts in bf16 (torchtitan's converter swaps nn.Linear only, not its grouped experts)")
         out.append("NVFP4: " + NVFP4_FRAMEWORKS[framework] + "; every block linear's three GEMMs (forward, input and "
-                   "weight gradients) in NVFP4, attention, the LM head, embeddings and router in bf16; each activation "
+                   "weight gradients) in NVFP4" + experts + ", attention, the LM head and embeddings in bf16"
+                   + (", the router too" if te else "") + "; each activation "
                    "and gradient quantized to rowwise and columnwise (Hadamard-transformed) copies at "
                    + ("7.35 B per element (Transformer Engine, measured on a B300); weights quantized once per step "
                       "and cached, both copies, 1.01 B per block-matrix element" if te else
