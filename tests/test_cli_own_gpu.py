@@ -39,10 +39,15 @@ def test_gpu_memory_with_gpu_is_that_card_with_less_free() -> None:
     assert not r.fits  # 15 GiB of bf16 weights
 
 
-@pytest.mark.parametrize("size", ["0GiB", "24", "-3GB", "1e9GiB", "twelve", "17TiB", "nanGB"])
+@pytest.mark.parametrize("size", ["0GiB", "24", "-3GB", "1e9GiB", "twelve", "17TiB", "nanGB", "1KiB"])
 def test_bad_memory_sizes_are_one_line(capsys, size: str) -> None:
     code, _, err = _run(capsys, "fit", "llama-3.1-8b", "--gpu-memory", size)
     assert code == 2 and "--gpu-memory" in err and len(err.strip().splitlines()) == 1
+
+
+def test_more_free_memory_than_the_card_has_is_one_line(capsys) -> None:
+    code, _, err = _run(capsys, "fit", "llama-3.1-8b", "--gpu", "h100-sxm", "--gpu-memory", "100GiB")
+    assert code == 2 and "more than the 79.65 GiB" in err and len(err.strip().splitlines()) == 1
 
 
 def test_neither_gpu_nor_gpu_memory_is_one_line(capsys) -> None:

@@ -157,3 +157,30 @@ def test_json_output_never_holds_nan_or_infinity() -> None:
     text = dumps({"a": float("nan"), "b": [float("inf"), 1.5], "c": {"d": -float("inf")}})
     assert json.loads(text) == {"a": None, "b": [None, 1.5], "c": {"d": None}}
     assert "NaN" not in text and "Infinity" not in text
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["doctor", "llama-3.1-8b", "--gpu", "h100-sxm", "--task", "infer", "--engine", "sglang"], None),
+    (["pick", "llama-3.1-8b", "--task", "finetune", "--global-batch", "9" * 40, "--gpus", "h100-sxm"],
+     "absurdly large"),
+    (["roofline", "llama-3.1-8b", "--gpu", "h100-sxm", "--plot", "/proc/self/x.png"], "--plot: cannot write"),
+    (["gpus"], "not a readable path"),
+])
+def test_inputs_a_fuzz_run_crashed_on_are_answered_or_one_line(capsys, monkeypatch, argv, words) -> None:
+    """Found by a fuzz run of the CLI (2026-11-27): SGLang's inference doctor (no weight list of its own), a global
+    batch of 40 digits (its layout search never ended), an unwritable --plot path, a GPUWISE_GPUS longer than a
+    file name may be. Each is an answer or one line with exit 2, never a traceback or a hang."""
+    from gpuwise.catalog import gpus
+
+    if argv == ["gpus"]:
+        monkeypatch.setenv("GPUWISE_GPUS", "x" * 300)
+        gpus._catalog.cache_clear()
+    try:
+        code = main(argv)
+    finally:
+        gpus._catalog.cache_clear()
+    out, err = capsys.readouterr()
+    if words is None:
+        assert code == 0 and out and not err
+    else:
+        assert code == 2 and words in err and len(err.strip().splitlines()) == 1

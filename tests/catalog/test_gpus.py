@@ -112,6 +112,10 @@ def test_a_user_catalog_adds_gpus_with_the_catalog_schema(user_catalog) -> None:
     (MY_GPU.replace('"lab card"', '"RTX 4090"'), "already names rtx-4090"),
     (MY_GPU.replace('id = "lab-card-16gb"', 'id = "My GPU"'), "must be lower-case"),
     (MY_GPU.replace("sm_count = 34", 'host_cpu = "arm"'), "host_cpu = 'arm'; valid: x86, grace"),
+    (MY_GPU.replace('architecture = "Ada Lovelace"', "architecture = 3"), "'architecture' must be a string"),
+    (MY_GPU.replace("memory_bandwidth_gb_s = 288", "memory_bandwidth_gb_s = 1e-300"), "below 1, less than any"),
+    (MY_GPU.replace("fp32 = 22.1", "fp32 = 1e-300"), "peak_tflops.fp32 = 1e-300 is below 0.01"),
+    (MY_GPU.replace("sm_count = 34", "sm_count = 3.5"), "sm_count = 3.5 must be a whole number"),
     ("[gpu]\nid = 1", "expected only [[gpu]] tables"),
 ])
 def test_a_malformed_user_catalog_is_one_clear_error(user_catalog, text: str, words: str) -> None:

@@ -55,7 +55,8 @@ def test_inf_rate_and_closed_loop(capsys) -> None:
     (["--max-concurrency", "0"], "at least 1"),
     (["--slo-ttft-ms", "100"], "add --request-rate or --max-concurrency"),
     (["--request-rate", "2", "--engine", "hf"], "continuous batching"),
-    (["--request-rate", "2", "--dataset-path", "/no/such/file.jsonl"], "cannot read lengths file"),
+    (["--request-rate", "2", "--dataset-path", "/no/such/file.jsonl"],
+     "lengths file '/no/such/file.jsonl': no such file"),
     (["--request-rate", "2", "--prompt-tokens", "900000"], "does not fit in the KV pool"),
     (["--request-rate", "2", "--num-speculative-tokens", "3"], "--acceptance-rate"),
     (["--request-rate", "2", "--num-speculative-tokens", "3", "--acceptance-rate", "1"], "[0, 1)"),
@@ -83,11 +84,18 @@ def test_lengths_files(tmp_path) -> None:
 
     for text, name in (("[1, 2]\n", "a.jsonl"), ('{"prompt_tokens": "x", "output_tokens": 1}\n', "b.jsonl"),
                        ('{"prompt_tokens": 0, "output_tokens": 1}\n', "c.jsonl"), ("a,b\n1,2\n", "d.csv"),
-                       ("not json\n", "e.jsonl"), ("", "f.jsonl")):
+                       ("not json\n", "e.jsonl"), ("", "f.jsonl"), ("[" * 100_000 + "\n", "g.jsonl")):
         p = tmp_path / name
         p.write_text(text)
         with pytest.raises(InvalidArgument):
             read_lengths(str(p))
+    import os
+
+    fifo = tmp_path / "fifo.jsonl"
+    os.mkfifo(fifo)
+    for path in ("/dev/zero", str(fifo), str(tmp_path)):  # never read: a device, a FIFO, a directory
+        with pytest.raises(InvalidArgument):
+            read_lengths(path)
 
 
 def test_a_moe_never_decodes_slower_than_a_dense_model_of_its_total_size() -> None:

@@ -192,6 +192,15 @@ _USER_NUMBERS = {"memory_gb": 16384.0, "memory_mib_reported": 16 * 2**20, "memor
                  "tdp_w": 1e5, "price_usd": 1e8, "release_year": 2100}
 """Each number's upper bound: ten times or more what any accelerator has (16 TiB of memory, 100 TB/s, 100 PFLOP/s
 per type), so that a typo is caught and a real GPU is not."""
+_USER_MINIMA = {"memory_gb": 0.1, "memory_mib_reported": 100, "memory_bandwidth_gb_s": 1.0, "l2_cache_mb": 0.01,
+                "sm_count": 1, "interconnect_gb_s": 0.1, "pcie_gen": 1, "pcie_lanes": 1, "tdp_w": 1.0,
+                "release_year": 1990}
+"""Each number's lower bound: a tenth or less of the smallest accelerator's (100 MB, 1 GB/s, 10 GFLOP/s), so that a
+typo (1e-300) is caught instead of turning into latencies of 1e300 days."""
+_USER_INTEGERS = frozenset({"sm_count", "pcie_gen", "pcie_lanes", "release_year", "memory_mib_reported"})
+_USER_STRINGS = ("vendor", "segment", "architecture", "form_factor", "memory_type", "interconnect", "price_note",
+                 "notes")
+MIN_PEAK_TFLOPS = 0.01
 
 
 def user_catalog_path() -> Path:
@@ -208,7 +217,11 @@ def _user_gpus(index: dict[str, GPU]) -> tuple[GPU, ...]:
     catalog's schema (`[[gpu]]` rows, data/gpus.toml's keys and units), positive numbers below the bounds above, an id
     and names that no other GPU has. Any fault: one line naming the file, the row and the key."""
     path = user_catalog_path()
-    if not path.exists():
+    try:
+        exists = path.exists()
+    except OSError as exc:  # a name longer than the file system allows, a path through a non-directory
+        raise InvalidArgument(f"{USER_CATALOG_ENV}={path}: not a readable path ({exc.strerror or exc})") from None
+    if not exists:
         if os.environ.get(USER_CATALOG_ENV):
             raise InvalidArgument(f"{USER_CATALOG_ENV}={path}: no such file")
         return ()
@@ -254,14 +267,17 @@ def _checked_user_row(row: dict, where: str) -> GPU:
         raise InvalidArgument(f"{where}: 'memory_gb' (GB as marketed) is required")
     for key, bound in _USER_NUMBERS.items():
         if key in row:
-            _check_number(where, key, row[key], bound)
+            _check_number(where, key, row[key], bound, _USER_MINIMA.get(key, 0.0), key in _USER_INTEGERS)
+    for key in _USER_STRINGS:
+        if key in row and (not isinstance(row[key], str) or len(row[key]) > 2000):
+            raise InvalidArgument(f"{where}: '{key}' must be a string")
     peaks = row.get("peak_tflops", {})
     if not isinstance(peaks, dict):
         raise InvalidArgument(f"{where}: 'peak_tflops' must be a table of dtype = TFLOP/s")
     for key, value in peaks.items():
         if key not in _PEAK_KEYS:
             raise InvalidArgument(f"{where}: peak_tflops.{key}: unknown dtype; valid: {', '.join(_PEAK_KEYS)}")
-        _check_number(where, f"peak_tflops.{key}", value, 1e5)
+        _check_number(where, f"peak_tflops.{key}", value, 1e5, MIN_PEAK_TFLOPS)
     if "host_cpu" in row and row["host_cpu"] not in HOST_CPUS:
         raise InvalidArgument(f"{where}: host_cpu = {row['host_cpu']!r}; valid: {', '.join(HOST_CPUS)}")
     aliases = row.get("aliases", [])
@@ -270,9 +286,14 @@ def _checked_user_row(row: dict, where: str) -> GPU:
     return _gpu_from_row({"vendor": "", "segment": "custom", **row})
 
 
-def _check_number(where: str, key: str, value: object, bound: float) -> None:
+def _check_number(where: str, key: str, value: object, bound: float, least: float = 0.0,
+                  integer: bool = False) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= bound:
         raise InvalidArgument(f"{where}: {key} = {value!r} is not a number in (0, {bound:g}]")
+    if value < least:
+        raise InvalidArgument(f"{where}: {key} = {value!r} is below {least:g}, less than any real GPU has")
+    if integer and value != int(value):
+        raise InvalidArgument(f"{where}: {key} = {value!r} must be a whole number")
 
 
 def all_gpus() -> tuple[GPU, ...]:
@@ -334,6 +355,10 @@ MAX_GPU_MEMORY_BYTES = 16 * TiB
 288 GB per GPU): a size past it is a typo."""
 
 
+MIN_GPU_MEMORY_BYTES = GiB
+"""`--gpu-memory`'s floor: a CUDA context and runtime take about half of it before any model byte."""
+
+
 def with_memory(gpu: GPU | None, size: str) -> GPU:
     """A GPU with `size` of usable memory (`--gpu-memory 24GiB`): the catalog GPU with its capacity replaced (what is
     free on a shared card), or without one a GPU the catalog lacks, of which nothing else is known (its speed
@@ -342,6 +367,11 @@ def with_memory(gpu: GPU | None, size: str) -> GPU:
     if n_bytes is None or n_bytes > MAX_GPU_MEMORY_BYTES:
         raise InvalidArgument(f"--gpu-memory: '{size}' is not a memory size up to 16 TiB (e.g. 24GiB, 23.5GB, "
                               "16000MiB)")
+    if n_bytes < MIN_GPU_MEMORY_BYTES:  # below the CUDA context and runtime alone: every answer would be negative
+        raise InvalidArgument(f"--gpu-memory: '{size}' is less than 1 GiB; give the memory the GPU has free")
+    if gpu is not None and n_bytes > gpu.memory_bytes:
+        raise InvalidArgument(f"--gpu-memory: '{size}' is more than the {fmt_gib(gpu.memory_bytes)} a {gpu.name} "
+                              "has; give what is free on it (or leave --gpu-memory out)")
     label = fmt_gib(n_bytes)
     if gpu is None:
         return GPU(id=f"custom-{n_bytes / GiB:g}gib", name="custom GPU", vendor="", segment="custom",

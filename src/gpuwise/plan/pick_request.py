@@ -102,6 +102,9 @@ class PickRequest:
             raise InvalidArgument(f"--engine: unknown value '{self.engine}'; valid: {', '.join(ENGINE_VENDORS)}")
         require_positive_int("--max-gpus", self.max_gpus, 1 << 16)
         require_positive_int("--top", self.top, 1 << 16)
+        for name, value in (("--seq", self.seq), ("--global-batch", self.global_batch)):
+            if value is not None:  # the bounds `gpuwise train` and `plan` keep
+                require_positive_int(name, value, 1 << 24)
         if self.train_tokens is not None:
             require_positive_number("--train-tokens", self.train_tokens, 1e16)
         if self.budget_usd_per_hour is not None:

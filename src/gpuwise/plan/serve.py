@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import InvalidArgument
+from ..jsonfile import read_text_bounded
 from ..estimate import engines
 from ..estimate.infer_time import PassTime, decode_kv_bandwidth, engine_perf
 from ..estimate.kernels import attention_s
@@ -47,16 +48,10 @@ def read_lengths(path: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """Prompt and output lengths from a JSONL file ({"prompt_tokens": P, "output_tokens": O} per line) or a CSV
     file with a header naming `prompt_tokens` and `output_tokens` columns."""
     p = Path(path)
-    try:
-        size = p.stat().st_size
-    except OSError as exc:
-        raise InvalidArgument(f"cannot read lengths file '{path}': {exc.strerror or exc}") from None
-    if size > MAX_LENGTHS_FILE_BYTES:
-        raise InvalidArgument(f"lengths file '{path}' is {size:,} bytes; at most {MAX_LENGTHS_FILE_BYTES:,}")
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InvalidArgument(f"cannot read lengths file '{path}': {exc}") from None
+    if not path:
+        raise InvalidArgument("--dataset-path is empty: give a JSONL or CSV file of prompt and output lengths")
+    # a regular file only, bounded, opened non-blocking (a device, FIFO or /proc file is refused, never read)
+    text = read_text_bounded(path, MAX_LENGTHS_FILE_BYTES, what="lengths file ")
     rows: list[tuple[object, object]] = []
     if p.suffix.lower() == ".csv":
         reader = csv.DictReader(text.splitlines())
@@ -69,8 +64,8 @@ def read_lengths(path: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
                 continue
             try:
                 obj = json.loads(line)
-            except json.JSONDecodeError:
-                raise InvalidArgument(f"lengths file '{path}' line {n}: not JSON") from None
+            except (json.JSONDecodeError, RecursionError, ValueError):
+                raise InvalidArgument(f"lengths file '{path}' line {n}: not JSON (or nested too deeply)") from None
             if not isinstance(obj, dict):
                 raise InvalidArgument(f"lengths file '{path}' line {n}: expected an object with prompt_tokens and "
                                       "output_tokens")

@@ -25,6 +25,15 @@ def _pyplot(path: str):
     return out, plt
 
 
+def _save(fig, out: Path) -> None:
+    """Write the figure, its folder made if missing; a path that cannot be written is one line, not a traceback."""
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(out)
+    except OSError as exc:
+        raise InvalidArgument(f"--plot: cannot write '{out}' ({exc.strerror or exc.__class__.__name__})") from None
+
+
 def save_roofline(result: RooflineResult, path: str) -> Path:
     """A log-log roofline (datasheet and achievable) with the model's operations placed on it, written to `path`
     (.png or .svg): `gpuwise roofline --plot`."""
@@ -55,8 +64,7 @@ def save_roofline(result: RooflineResult, path: str) -> Path:
     ax.grid(True, which="both", alpha=0.25)
     ax.legend(fontsize=8, loc="lower right")
     fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out)
+    _save(fig, out)
     plt.close(fig)
     return out
 
@@ -83,6 +91,6 @@ def save_rate_sweep(result, saturation: float, points, path: str) -> Path:
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(out)
+    _save(fig, out)
     plt.close(fig)
     return out

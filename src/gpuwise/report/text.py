@@ -276,6 +276,8 @@ def render_train(r: TrainResult, fix=None) -> str:
 def _dur(s: float | None) -> str:
     if s is None:
         return "unknown"
+    if s != s:  # NaN: a statistic with no samples (no inter-token gaps when every request emits one token)
+        return "n/a"
     if s < 1e-3:
         return f"{s * 1e6:.1f} us"
     if s < 1:
