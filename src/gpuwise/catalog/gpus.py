@@ -369,7 +369,7 @@ def with_memory(gpu: GPU | None, size: str) -> GPU:
                               "16000MiB)")
     if n_bytes < MIN_GPU_MEMORY_BYTES:  # below the CUDA context and runtime alone: every answer would be negative
         raise InvalidArgument(f"--gpu-memory: '{size}' is less than 1 GiB; give the memory the GPU has free")
-    if gpu is not None and n_bytes > gpu.memory_bytes:
+    if gpu is not None and n_bytes > 1.05 * gpu.memory_bytes:  # (5%: a marketed size typed in GiB passes)
         raise InvalidArgument(f"--gpu-memory: '{size}' is more than the {fmt_gib(gpu.memory_bytes)} a {gpu.name} "
                               "has; give what is free on it (or leave --gpu-memory out)")
     label = fmt_gib(n_bytes)
