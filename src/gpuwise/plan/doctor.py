@@ -63,6 +63,9 @@ class DoctorOptions:
             raise InvalidArgument(f"--task: unknown value '{self.task}'; valid: {', '.join(get_args(Task))}")
         if self.oom_at_gib is not None:
             require_positive_number("--oom-at-gib", self.oom_at_gib, 1e6)
+            if self.oom_at_gib < 0.5:  # below a CUDA context: not what an OOM message reports
+                raise InvalidArgument(f"--oom-at-gib {self.oom_at_gib:g}: an out-of-memory error reports the GiB "
+                                      "the job held plus what it asked for, at least a CUDA context's 0.5")
 
 
 @dataclass(frozen=True)

@@ -107,6 +107,8 @@ class PickRequest:
                 require_positive_int(name, value, 1 << 24)
         if self.train_tokens is not None:
             require_positive_number("--train-tokens", self.train_tokens, 1e16)
+            if self.train_tokens < 1:
+                raise InvalidArgument(f"--train-tokens {self.train_tokens:g}: a run trains on at least one token")
         if self.budget_usd_per_hour is not None:
             require_positive_number("--budget-usd-per-hour", self.budget_usd_per_hour, 1e7)
         if not 0 <= self.headroom < 1:

@@ -443,6 +443,8 @@ class TrainRequest:
                                 ("--usd-per-gpu-hour", self.usd_per_gpu_hour, 1e4)):
             if value is not None:
                 require_positive_number(name, value, hi)
+        if self.train_tokens is not None and self.train_tokens < 1:
+            raise InvalidArgument(f"--train-tokens {self.train_tokens:g}: a run trains on at least one token")
         if self.schedule is not None and self.schedule not in get_args(Schedule):
             raise InvalidArgument(f"--schedule: unknown value '{self.schedule}'; valid: {', '.join(get_args(Schedule))}")
         if self.zero is not None and self.fsdp is not None:
