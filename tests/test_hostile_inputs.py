@@ -167,6 +167,7 @@ def test_json_output_never_holds_nan_or_infinity() -> None:
     (["gpus"], "not a readable path"),
     (["train", "llama-3.1-8b", "--gpu", "h100-sxm", "--train-tokens", "1e-300"], "at least one token"),
     (["doctor", "llama-3.1-8b", "--gpu", "h100-sxm", "--oom-at-gib", "1e-300"], "at least a CUDA context"),
+    (["infer", "llama-3.1-8b", "--gpu", "h100-sxm", "--request-rate", "5", "--dataset-path", ""], "is empty"),
 ])
 def test_inputs_a_fuzz_run_crashed_on_are_answered_or_one_line(capsys, monkeypatch, argv, words) -> None:
     """Found by a fuzz run of the CLI (2026-11-27): SGLang's inference doctor (no weight list of its own), a global

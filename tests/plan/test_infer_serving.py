@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+import gpuwise
 from gpuwise.catalog.gpus import get_gpu
 from gpuwise.catalog.models import load_model
 from gpuwise.cli import main
@@ -281,3 +282,9 @@ def test_sglangs_piecewise_cuda_graph_removes_the_prefill_launches(capsys) -> No
     assert graphed.ttft_s < eager.ttft_s and graphed.tpot_s == pytest.approx(eager.tpot_s)
     code, _, err = run(capsys, "infer", "llama-3.1-8b", "--gpu", "h100-sxm", "--enable-piecewise-cuda-graph")
     assert code == 2 and "SGLang" in err
+
+
+def test_a_request_beyond_the_models_context_is_said() -> None:
+    r = gpuwise.infer("llama-3.1-8b", gpu="h100-sxm", prompt_tokens=200_000)
+    assert any("beyond the model's maximum context (131,072" in a for a in r.assumptions)
+    assert not any("beyond the model's" in a for a in gpuwise.infer("llama-3.1-8b", gpu="h100-sxm").assumptions)

@@ -150,6 +150,8 @@ class InferRequest:
         for name, v in (("--slo-ttft-ms", self.slo_ttft_ms), ("--slo-tpot-ms", self.slo_tpot_ms)):
             if v is not None:
                 require_positive_number(name, v, 1e9)
+        if self.dataset_path is not None and not self.dataset_path.strip():
+            raise InvalidArgument("--dataset-path is empty: give a JSONL or CSV file of prompt and output lengths")
         load_only = [n for n, v in (("--dataset-path", self.dataset_path), ("--slo-ttft-ms", self.slo_ttft_ms),
                                     ("--slo-tpot-ms", self.slo_tpot_ms),
                                     ("--prefix-cache-hit-rate", self.prefix_cache_hit_rate),
@@ -459,6 +461,11 @@ def _assumptions(req: InferRequest, eng: EnginePerf, mem: FitResult, dtype: str)
         out.append(f"prompt {DEFAULT_PROMPT} + output {DEFAULT_OUTPUT} tokens: infer's default request (one short chat "
                    f"turn; `fit` defaults to a {DEFAULT_CONTEXT:,}-token context, `roofline` to {DEFAULT_SEQ:,} "
                    "tokens); pass --prompt-tokens and --output-tokens for yours")
+    max_pos = req.model.spec.max_position_embeddings
+    if max_pos is not None and req.prompt_tokens + req.output_tokens > max_pos:
+        out.append(f"prompt + output = {req.prompt_tokens + req.output_tokens:,} tokens is beyond the model's "
+                   f"maximum context ({max_pos:,}, max_position_embeddings): an engine refuses such a request "
+                   "(vLLM: --max-model-len), or the model runs past what it was trained for")
     if dtype == "fp8":
         out.append("fp8 GEMMs (W8A8): each GEMM input is quantized to fp8 by a kernel of its own first (vLLM's "
                    "Fp8LinearOp, SGLang's fp8 linears; the router stays in 16 bits)"
