@@ -68,7 +68,8 @@ def test_fp8_input_store_halves_the_swiglu_input_and_fp8_attention_its_tensors()
     assert base.split["mlp"] - act.split["mlp"] == pytest.approx(2 * i)  # gate and up outputs: 2 B -> 1 B
     assert base.split["qkv"] - dpa.split["qkv"] == pytest.approx(q + 2 * kv)
     # bf16 attention keeps its 16-bit output beside the projection's fp8 copy; fp8 attention's output is that copy
-    assert base.split["attention_output"] - dpa.split["attention_output"] == pytest.approx(2 * q)
+    assert base.split["attention_output"] == dpa.split["attention_output"] == pytest.approx(q)
+    assert base.split["flash_output"] == pytest.approx(2 * q) and "flash_output" not in dpa.split
 
 
 def test_the_stores_reach_the_memory_answer_and_its_caches():

@@ -199,5 +199,26 @@ def test_a_quantized_out_projection_input_is_kept_beside_the_flash_output():
     out = spec.num_heads * spec.head_dim
     for lin in (1.0, NVFP4_ELEMENT_BYTES):
         t = layer_terms(spec, 0, framework="megatron", e=2.0, fp8=lin)
-        assert t.split["attention_output"] == pytest.approx((2.0 + lin) * out)
-    assert layer_terms(spec, 0, framework="megatron", e=2.0).split["attention_output"] == pytest.approx(2.0 * out)
+        assert t.split["attention_output"] == pytest.approx(lin * out)
+        assert t.split["flash_output"] == pytest.approx(2.0 * out)
+    bf16 = layer_terms(spec, 0, framework="megatron", e=2.0)
+    assert bf16.split["attention_output"] == pytest.approx(2.0 * out) and "flash_output" not in bf16.split
+    # recomputing the attention core rebuilds the flash output: only the projection's copy stays
+    kw = dict(gpu="h100-sxm", num_gpus=8, framework="megatron", precision="fp8")
+    none, core = (gpuwise.train("llama-3.1-8b", recompute=r, **kw).memory.activations_per_microbatch
+                  for r in ("none", "selective"))
+    assert none > core
+    # a gated attention output (Qwen3.5, Qwen3-Next) already counts the 16-bit output in its own term
+    gated = load_model("qwen3.5-35b-a3b").spec
+    full = next(i for i, k in enumerate(gated.layer_types) if k == "full")
+    assert "flash_output" not in layer_terms(gated, full, framework="megatron", e=2.0, fp8=1.0).split
+
+
+def test_the_planner_keeps_to_torchaos_divisible_dimensions():
+    """Qwen2.5-0.5B's query width (896) splits into 448 at TP 2: torchtitan's NVFP4 refuses it, so the planner offers
+    TP 1 only and refuses an explicit TP 2."""
+    kw = dict(gpu="b200", num_gpus=8, precision="nvfp4", framework="torchtitan", seq=4096, global_batch=64)
+    plans = gpuwise.plan("qwen2.5-0.5b", top=50, **kw).plans
+    assert plans and all(p.layout.tp == 1 for p in plans)
+    with pytest.raises(gpuwise.errors.InvalidArgument, match="query width / TP is 448"):
+        gpuwise.plan("qwen2.5-0.5b", tp=2, **kw)

@@ -280,6 +280,11 @@ def _checked_user_row(row: dict, where: str) -> GPU:
         _check_number(where, f"peak_tflops.{key}", value, 1e5, MIN_PEAK_TFLOPS)
     if "host_cpu" in row and row["host_cpu"] not in HOST_CPUS:
         raise InvalidArgument(f"{where}: host_cpu = {row['host_cpu']!r}; valid: {', '.join(HOST_CPUS)}")
+    for key in ("sources", "aliases"):
+        if key in row and (not isinstance(row[key], list) or not all(isinstance(a, str) for a in row[key])):
+            raise InvalidArgument(f"{where}: '{key}' must be a list of strings")
+    if "nvlink" in row and not isinstance(row["nvlink"], bool):
+        raise InvalidArgument(f"{where}: 'nvlink' must be true or false")
     aliases = row.get("aliases", [])
     if not isinstance(aliases, list) or not all(isinstance(a, str) and a.strip() for a in aliases):
         raise InvalidArgument(f"{where}: 'aliases' must be a list of names")
@@ -369,7 +374,8 @@ def with_memory(gpu: GPU | None, size: str) -> GPU:
                               "16000MiB)")
     if n_bytes < MIN_GPU_MEMORY_BYTES:  # below the CUDA context and runtime alone: every answer would be negative
         raise InvalidArgument(f"--gpu-memory: '{size}' is less than 1 GiB; give the memory the GPU has free")
-    if gpu is not None and n_bytes > 1.05 * gpu.memory_bytes:  # (5%: a marketed size typed in GiB passes)
+    # (the marketed size read as GiB passes, and above Apple's default GPU share of unified memory)
+    if gpu is not None and n_bytes > 1.05 * max(gpu.memory_bytes, gpu.memory_gb * GiB):
         raise InvalidArgument(f"--gpu-memory: '{size}' is more than the {fmt_gib(gpu.memory_bytes)} a {gpu.name} "
                               "has; give what is free on it (or leave --gpu-memory out)")
     label = fmt_gib(n_bytes)

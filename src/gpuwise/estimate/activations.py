@@ -173,9 +173,11 @@ def layer_terms(spec: ModelSpec, layer: int, *, framework: str, e: float = 2.0, 
     split["qkv"] = (1.0 if fp8_attention else e) * (q + k + v)
     if flash or keeps("o"):
         # the output projection's input; the flash kernel keeps its output for its own backward, the same tensor
-        # unless the projection keeps a quantized copy (Transformer Engine's fp8, NVFP4): then both
-        both = flash and not fp8_attention and lin_in < e
-        split["attention_output"] = (1.0 if fp8_attention else lin_in + (e if both else 0.0)) * out
+        # unless the projection keeps a quantized copy (Transformer Engine's fp8, NVFP4): then the 16-bit output
+        # too ("flash_output", rebuilt when the attention core is recomputed; a gated output's own term counts it)
+        split["attention_output"] = (1.0 if fp8_attention else lin_in) * out
+        if flash and not fp8_attention and lin_in < e and not spec.attn_output_gate:
+            split["flash_output"] = e * out
     if spec.attn_output_gate:  # Qwen3-Next: sigmoid(gate), and the gated output o_proj reads, beside the flash output
         split["output_gate"] = 2 * e * out
     score = 0.0
@@ -380,8 +382,8 @@ def _per_token(spec: ModelSpec, layer: int, framework: str, e: float, fp8: bool,
         terms = layer_terms(spec, layer, framework=framework, e=e, fp8=fp8, flash=flash, compiled=compiled,
                             frozen=frozen, stream=stream, fp8_saved=fp8_saved, fused_norm=fused_norm,
                             clamp_copy=clamp_copy, moe_act="moe_act" in modules)
-        if mode == "selective":
-            terms = LayerTerms(terms.replicated, terms.split, 0.0)
+        if mode == "selective":  # the attention core runs again: its scores and its own 16-bit output are not kept
+            terms = LayerTerms(terms.replicated, {k: v for k, v in terms.split.items() if k != "flash_output"}, 0.0)
         elif mode != "none":  # Megatron-Core's recompute_modules: each module keeps its input only
             plan = recompute_plan(mode)
             drop = {k for m in plan.modules for k in MODULE_TERMS[m]}

@@ -38,7 +38,7 @@ PLAIN = ("none", "selective", "full", "op")
 COUNTED = ("layer", "block", "uniform")
 MODULES = ("core_attn", "mlp", "moe", "shared_experts", "mla_up_proj", "moe_act", "layernorm")
 VALID = "none, selective, full, op, layer:N, block:K, uniform:K or selective:M1+M2 (M: " + ", ".join(MODULES) + ")"
-MODULE_TERMS = {"core_attn": ("softmax_stats",), "mlp": ("mlp",),
+MODULE_TERMS = {"core_attn": ("softmax_stats", "flash_output"), "mlp": ("mlp",),
                 "moe": ("routed_experts", "shared_experts", "expert_inputs"),
                 "shared_experts": ("shared_experts",), "mla_up_proj": ("qkv",), "moe_act": (), "layernorm": ()}
 """The saved-tensor terms (estimate/activations.layer_terms) each recomputed module no longer keeps (moe_act changes

@@ -48,7 +48,8 @@ from ..units import GiB
 from .cluster import cluster
 from .train import (DELAY_WGRAD_NEEDS_OVERLAP, TrainRequest, cuda_graph_scopes, fp8_backend_problem,
                     megatron_job_problem, megatron_option_problem, megatron_overlap_problem, model_problem,
-                    optimizer_problem, precision_problem, sdpa_backend_problem, trainer_option_problem)
+                    nvfp4_shape_problem, optimizer_problem, precision_problem, sdpa_backend_problem,
+                    trainer_option_problem)
 
 Objective = Literal["time", "cost", "memory"]
 PlanFramework = Literal["megatron", "torchtitan", "fsdp", "deepspeed"]
@@ -165,6 +166,9 @@ class PlanRequest:
         if (problem := fp8_backend_problem(self.fp8_backend, self.precision, self.framework)) is not None:
             raise InvalidArgument(problem)
         if (problem := precision_problem(self.precision, self.framework, self.gpu)) is not None:
+            raise InvalidArgument(problem)
+        if self.precision == "nvfp4" and self.framework == "torchtitan" and (
+                problem := nvfp4_shape_problem(self.model.spec, self.tp or 1)) is not None:
             raise InvalidArgument(problem)
         if (problem := sdpa_backend_problem(self.sdpa_backend, self.gpu)) is not None:
             raise InvalidArgument(problem)
@@ -317,7 +321,10 @@ def _tp_options(req: PlanRequest, per_node: int) -> list[int]:
     if req.framework in DATA_PARALLEL_ONLY:
         return [1]
     limit = min(req.max_tp or req.num_gpus, req.num_gpus if req.tp_across_nodes else per_node)
-    return [t for t in valid_tp_degrees(spec, limit) if req.num_gpus % t == 0]
+    out = [t for t in valid_tp_degrees(spec, limit) if req.num_gpus % t == 0]
+    if req.precision == "nvfp4" and req.framework == "torchtitan":  # torchao's kernels: local dims % 128
+        out = [t for t in out if nvfp4_shape_problem(spec, t) is None]
+    return out
 
 
 def _cp_options(req: PlanRequest) -> list[int]:

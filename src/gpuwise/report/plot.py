@@ -31,6 +31,9 @@ def _save(fig, out: Path) -> None:
         out.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(out)
     except OSError as exc:
+        import matplotlib.pyplot as plt
+
+        plt.close(fig)
         raise InvalidArgument(f"--plot: cannot write '{out}' ({exc.strerror or exc.__class__.__name__})") from None
 
 
