@@ -222,3 +222,36 @@ def test_the_planner_keeps_to_torchaos_divisible_dimensions():
     assert plans and all(p.layout.tp == 1 for p in plans)
     with pytest.raises(gpuwise.errors.InvalidArgument, match="query width / TP is 448"):
         gpuwise.plan("qwen2.5-0.5b", tp=2, **kw)
+
+
+def test_layers_kept_in_bf16_cost_what_bf16_layers_cost():
+    """Megatron-Core's --first-last-layers-bf16 (and torchtitan's bf16-tail NVFP4 configs): each layer kept in bf16
+    runs and saves as under bf16 and keeps no quantized weight copy, so with identical blocks the forward moves by
+    k / L of the way to a bf16 job, and Transformer Engine's cache shrinks to (L - k) / L."""
+    kw = dict(gpu="b200", num_gpus=8, seq=4096, global_batch=64, micro_batch=1, zero=1, recompute="none",
+              framework="megatron")
+    layers = load_model("llama-3.1-8b").spec.num_layers
+    fp4 = gpuwise.train("llama-3.1-8b", precision="nvfp4", **kw)
+    bf16 = gpuwise.train("llama-3.1-8b", precision="bf16", **kw)
+    for start, end in ((0, 4), (2, 3)):
+        k = start + end
+        mixed = gpuwise.train("llama-3.1-8b", precision="nvfp4", num_layers_at_start_in_bf16=start,
+                              num_layers_at_end_in_bf16=end, **kw)
+        step = lambda r: r.perf.step.breakdown["forward"]  # noqa: E731
+        assert step(mixed) - step(fp4) == pytest.approx(k / layers * (step(bf16) - step(fp4)), rel=1e-6)
+        cache = lambda r: r.memory.states.transient_params  # noqa: E731
+        assert cache(mixed) == pytest.approx(cache(fp4) * (layers - k) / layers, rel=1e-9)
+        assert fp4.memory.activations < mixed.memory.activations < bf16.memory.activations
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(precision="bf16", num_layers_at_end_in_bf16=2), "apply to --precision fp8 or nvfp4"),
+    (dict(precision="fp8", framework="torchtitan", num_layers_at_end_in_bf16=2, tp=1, pp=1, vpp=1, sp=False,
+          zero=None, fsdp="full"), "not torchtitan with fp8"),
+    (dict(precision="nvfp4", num_layers_at_start_in_bf16=81), "must be a whole number from 0 to the model.s 80"),
+    (dict(precision="nvfp4", num_layers_at_start_in_bf16=60, num_layers_at_end_in_bf16=20), "leaves no layer"),
+    (dict(precision="nvfp4", num_layers_at_end_in_bf16=-1), "must be a whole number"),
+])
+def test_what_bf16_layers_cannot_do_is_one_line(kw, match):
+    with pytest.raises(gpuwise.errors.InvalidArgument, match=match):
+        _train(**kw)

@@ -509,7 +509,8 @@ def stage_activation_terms(spec: ModelSpec, layout: Layout, stage: int, job: Tra
     key = (id(spec), per_stage, stage, layout.tp, sp, layout.cp, seq, framework, job.precision, flash, compiled,
            job.loss_chunks, job.fused_loss, job.compile_loss, job.norm_type, modules, frozen,
            (job.lora_targets, job.lora_dropout) if lora else None, job.kbit_upcast, job.fp8_saved,
-           job.saved_input_bytes, job.expert_extras_unfused, job.op_keeps_matmuls)
+           job.saved_input_bytes, job.expert_extras_unfused, job.op_keeps_matmuls,
+           job.num_layers_at_start_in_bf16, job.num_layers_at_end_in_bf16)
     hit = _STAGE_TERMS.get(key)
     if hit is not None:
         return hit[0]
@@ -519,12 +520,13 @@ def stage_activation_terms(spec: ModelSpec, layout: Layout, stage: int, job: Tra
     fp8 = job.saved_input_bytes
     tp = layout.tp
     keys = seq / layout.cp  # materialized scores: local queries against local keys
-    blocks = stage_blocks(spec, per_stage, stage)
+    bf16 = job.bf16_layers(spec.num_layers)  # kept in bf16: 16-bit saved inputs, plain matmuls
+    blocks = stage_blocks(spec, per_stage, stage, bf16)
 
     def kinds(mode: str) -> tuple[tuple[float, int], ...]:
-        return tuple((_per_token(spec, layer, framework, e, fp8, flash, compiled, mode, tp, sp, keys, frozen, stream,
-                                 job.fp8_saved, fused_norm, job.expert_extras_unfused is not None,
-                                 job.op_keeps_matmuls)
+        return tuple((_per_token(spec, layer, framework, e, 0.0 if layer in bf16 else fp8, flash, compiled, mode, tp,
+                                 sp, keys, frozen, stream, job.fp8_saved, fused_norm,
+                                 job.expert_extras_unfused is not None, layer in bf16 or job.op_keeps_matmuls)
                       + (adapter_inputs_per_token(spec, layer, job, tp) if lora else 0.0), count)
                      for layer, count in blocks)
 

@@ -180,6 +180,12 @@ class TrainJob:
     delay_wgrad_compute: bool = False
     """Megatron-Core --delay-wgrad-compute (with --moe-a2a-overlap): the experts' weight gradients run after their
     dispatch backward is issued, so that all-to-all waits only for their input gradients."""
+    num_layers_at_start_in_bf16: int = 0
+    """Under fp8 or NVFP4, the first N transformer layers keep their GEMMs in bf16 (Megatron-Core
+    --first-last-layers-bf16 --num-layers-at-start-in-bf16 N; NVIDIA's NVFP4 paper keeps the first two)."""
+    num_layers_at_end_in_bf16: int = 0
+    """Under fp8 or NVFP4, the last N transformer layers keep their GEMMs in bf16 (Megatron-Core
+    --num-layers-at-end-in-bf16 N; torchtitan's bf16-tail NVFP4 configs: the last ceil(0.15 L) layers)."""
     moe_permute_fusion: bool = False
     """Megatron-Core --moe-permute-fusion (TransformerConfig moe_permute_fusion; default False): Transformer Engine's
     fused permute and unpermute kernels move each routed copy once each way; without them the copies are gathered and
@@ -367,6 +373,13 @@ class TrainJob:
         """torchtitan's per-op checkpointing keeps matmul outputs (not NVFP4's opaque linears:
         `recompute.op_policy_keeps_matmuls`)."""
         return op_policy_keeps_matmuls(self.framework, self.precision)
+
+    def bf16_layers(self, num_layers: int) -> frozenset[int]:
+        """The transformer layers whose GEMMs stay in bf16 under fp8 or NVFP4 (empty otherwise)."""
+        if not self.quantized_gemms:
+            return frozenset()
+        end = max(0, num_layers - self.num_layers_at_end_in_bf16)
+        return frozenset(range(min(self.num_layers_at_start_in_bf16, num_layers))) | frozenset(range(end, num_layers))
 
     @property
     def quantized_gemms(self) -> bool:

@@ -171,7 +171,7 @@ def _inventory_by_layer(spec: ModelSpec) -> tuple[tuple[tuple[Tensor, bool], ...
     return remember(_BY_LAYER, (id(spec),), (tuple(outside), tuple(tuple(x) for x in by_layer)), spec)
 
 
-def stage_tensors(spec: ModelSpec, layout: Layout, stage: int) -> StageTensors:
+def stage_tensors(spec: ModelSpec, layout: Layout, stage: int, bf16: frozenset[int] = frozenset()) -> StageTensors:
     """The parameters a rank of pipeline stage `stage` holds, with its share of each under TP and EP.
 
     Matrices split over TP (column/row parallel, vocabulary-parallel embeddings and LM head); norms and biases
@@ -180,17 +180,19 @@ def stage_tensors(spec: ModelSpec, layout: Layout, stage: int) -> StageTensors:
     embedding is held by both when pp > 1 (Megatron keeps a copy on the last stage).
 
     Tensors of the same role and shape in different blocks are one group with a count, so that the memory model
-    costs the number of distinct tensors, not the number of layers (results are cached per stage).
+    costs the number of distinct tensors, not the number of layers (results are cached per stage); the blocks in
+    `bf16` (kept in bf16 under a quantized recipe) are groups of their own, whose tensors' `layer` is one of them.
     """
     per_stage = stage_layers(layout, spec.num_layers)
-    key = (id(spec), layout.tp, layout.ep, layout.expert_tp, per_stage, stage)
+    key = (id(spec), layout.tp, layout.ep, layout.expert_tp, per_stage, stage, bf16)
     hit = _STAGE_CACHE.get(key)
     if hit is not None:
         return hit[0]
-    return remember(_STAGE_CACHE, key, _stage_tensors(spec, layout, stage, per_stage), spec)
+    return remember(_STAGE_CACHE, key, _stage_tensors(spec, layout, stage, per_stage, bf16), spec)
 
 
-def _stage_tensors(spec: ModelSpec, layout: Layout, stage: int, per_stage: tuple[int, ...]) -> StageTensors:
+def _stage_tensors(spec: ModelSpec, layout: Layout, stage: int, per_stage: tuple[int, ...],
+                   bf16: frozenset[int] = frozenset()) -> StageTensors:
     outside, by_layer = _inventory_by_layer(spec)
     groups: dict[tuple, list] = {}
     largest = 0.0
@@ -202,7 +204,7 @@ def _stage_tensors(spec: ModelSpec, layout: Layout, stage: int, per_stage: tuple
         if expert:
             share /= layout.ep
         n = t.numel * share
-        groups.setdefault((t.role, t.shape, t.experts, t.layer is None), [t, n, expert, 0])[3] += reps
+        groups.setdefault((t.role, t.shape, t.experts, t.layer is None, t.layer in bf16), [t, n, expert, 0])[3] += reps
         return n
 
     last = layout.pp - 1
@@ -210,7 +212,7 @@ def _stage_tensors(spec: ModelSpec, layout: Layout, stage: int, per_stage: tuple
         if stage == last if head_side else (stage == 0 or (t.role == "token_embd" and spec.tie_word_embeddings
                                                            and stage == last)):
             add(t, 1)
-    for layer, reps in stage_blocks(spec, per_stage, stage):
+    for layer, reps in stage_blocks(spec, per_stage, stage, bf16):
         largest = max(largest, sum(add(t, reps) for t in by_layer[layer]))
     out = tuple(RankTensor(t, n, expert, count) for t, n, expert, count in groups.values())
     return StageTensors(
@@ -326,7 +328,8 @@ def model_states(spec: ModelSpec, layout: Layout, stage: int, job: TrainJob) -> 
            layout.shard_size,
            layout.sharding, job.framework, job.precision, job.optimizer, job.finetune, job.lora_rank, job.lora_targets,
            job.offload, job.optimizer_in_backward, job.fp8_param_gather, job.grad_reduce_in_fp32, job.kbit_upcast,
-           job.fp8_transpose_cache, job.exp_avg_dtype, job.exp_avg_sq_dtype, job.te_quantized)
+           job.fp8_transpose_cache, job.exp_avg_dtype, job.exp_avg_sq_dtype, job.te_quantized,
+           job.num_layers_at_start_in_bf16, job.num_layers_at_end_in_bf16)
     hit = _STATES_CACHE.get(key)
     if hit is not None:
         return hit[0]
@@ -351,6 +354,7 @@ def _model_states(spec: ModelSpec, layout: Layout, stage: int, job: TrainJob) ->
     float8_gather = job.fp8_param_gather and precision == "fp8" and job.framework in PYTORCH_NATIVE \
         and finetune == "full"
     torchao_nvfp4 = precision == "nvfp4" and job.framework == "torchtitan"  # routed experts stay bf16 there
+    bf16_layers = job.bf16_layers(spec.num_layers)  # no quantized copies of their weights
     adapter_lay = precision_layout("hf", "bf16" if precision != "fp32" else "fp32")  # PEFT: fp32 adapters
     sh = layout.sharding_spec
     dense_n = layout.shard_size
@@ -358,7 +362,7 @@ def _model_states(spec: ModelSpec, layout: Layout, stage: int, job: TrainJob) ->
     # PyTorch FSDP's parameter offload (FSDP2 CPUOffloadPolicy, FSDP1 CPUOffload; torchtitan, torchtune, plain FSDP,
     # transformers through accelerate) takes the sharded gradients along; ZeRO-Infinity's and Megatron's do not
     fsdp_offload = job.framework in ("fsdp", "torchtitan", "torchtune", "hf")
-    held = stage_tensors(spec, layout, stage)
+    held = stage_tensors(spec, layout, stage, bf16_layers)
     targets = lora_targets(job.lora_targets) if finetune != "full" else frozenset()
     frozen_bits = None
     if finetune == "qlora":
@@ -404,10 +408,11 @@ def _model_states(spec: ModelSpec, layout: Layout, stage: int, job: TrainJob) ->
         else:
             parts = _tensor_states(fp8_lay if _fp8_matrix(t) else lay, optimizer, t, n, shard, sh, offload,
                                    fsdp_offload)
-            if lay.fp8_cache and _fp8_matrix(t):
+            quantized = t.layer not in bf16_layers  # (None: not a block's: embeddings, the output layer)
+            if lay.fp8_cache and _fp8_matrix(t) and quantized:
                 acc["params"] += count * lay.fp8_cache * n
                 acc["transient"] += count * lay.fp8_cache * n
-            if torchao_nvfp4 and _fp8_matrix(t) and not rt.expert and t.layer is not None:
+            if torchao_nvfp4 and _fp8_matrix(t) and not rt.expert and t.layer is not None and quantized:
                 # torchao's NVFP4 linear saves the weight's transposed NVFP4 copy for its input gradient, a tensor of
                 # its own that FSDP does not free: held from a block's forward to its backward unless checkpointed
                 saved = count * NVFP4_WEIGHT_COPY_BYTES * n

@@ -187,32 +187,35 @@ def torchtitan_default_ends(num_layers: int, pp: int, vpp: int = 1) -> tuple[int
 _STAGE_BLOCKS: dict = {}
 
 
-def stage_blocks(spec: ModelSpec, per_stage: tuple[int, ...], stage: int) -> tuple[tuple[int, int], ...]:
-    """(first layer, count) of each block kind on pipeline stage `stage`, given the layers per stage (cached)."""
-    key = (id(spec), per_stage, stage)
+def stage_blocks(spec: ModelSpec, per_stage: tuple[int, ...], stage: int,
+                 bf16: frozenset[int] = frozenset()) -> tuple[tuple[int, int], ...]:
+    """(first layer, count) of each block kind on pipeline stage `stage`, given the layers per stage (cached); the
+    layers in `bf16` (kept in bf16 under a quantized recipe, `TrainJob.bf16_layers`) are kinds of their own."""
+    key = (id(spec), per_stage, stage, bf16)
     hit = _STAGE_BLOCKS.get(key)
     if hit is not None:
         return hit[0]
     first = sum(per_stage[:stage])
     kinds: dict[tuple, list[int]] = {}
     for layer in range(first, first + per_stage[stage]):
-        kinds.setdefault(block_signature(spec, layer), [layer, 0])[1] += 1
+        kinds.setdefault((block_signature(spec, layer), layer in bf16), [layer, 0])[1] += 1
     return remember(_STAGE_BLOCKS, key, tuple((f, c) for f, c in kinds.values()), spec)
 
 
 _DISTINCT: dict = {}
 
 
-def distinct_stages(spec: ModelSpec, per_stage: tuple[int, ...]) -> tuple[int, ...]:
-    """The first stage of each class (same block kinds, same first / last role), in order."""
-    key = (id(spec), per_stage)
+def distinct_stages(spec: ModelSpec, per_stage: tuple[int, ...], bf16: frozenset[int] = frozenset()) -> tuple[int, ...]:
+    """The first stage of each class (same block kinds, same first / last role, same layers kept in `bf16`), in
+    order."""
+    key = (id(spec), per_stage, bf16)
     hit = _DISTINCT.get(key)
     if hit is not None:
         return hit[0]
     seen, out, first = set(), [], 0
     for stage, count in enumerate(per_stage):
         sig = (stage == 0, stage == len(per_stage) - 1,
-               tuple(block_signature(spec, i) for i in range(first, first + count)))
+               tuple((block_signature(spec, i), i in bf16) for i in range(first, first + count)))
         first += count
         if sig not in seen:
             seen.add(sig)

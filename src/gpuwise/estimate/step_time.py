@@ -609,14 +609,17 @@ def step_time(spec: ModelSpec, layout: Layout, job: TrainJob, *, profile: Device
     sdpa_flash = job.sdpa_flash_on(profile.gpu.vendor)
     stage_fb: dict[int, tuple[float, dict[str, float]]] = {}
     weight_casts: dict[int, float] = {}  # fp8 weights quantized once per step, per stage (TrainJob.fp8_weight_cache)
-    for stage in distinct_stages(spec, layers):  # the others repeat one of these
+    bf16_layers = job.bf16_layers(spec.num_layers)  # kept in bf16 under the quantized recipe
+    bf16_dtype = gemm_dtype(profile.gpu.peak_flops, "bf16")
+    for stage in distinct_stages(spec, layers, bf16_layers):  # the others repeat one of these
         parts = dict(forward=0.0, backward=0.0, recompute=0.0, tp_comm=0.0, cp_comm=0.0, ep_comm=0.0, pp_comm=0.0)
-        blocks = stage_blocks(spec, layers, stage)
+        blocks = stage_blocks(spec, layers, stage, bf16_layers)
         whole = plan.full_fraction(sum(c for _, c in blocks))  # blocks run again in full (their comm too)
         scale = whole if plan.kind in ("layer", "block") else 1.0
         for layer, reps in blocks:
             bt = _block_time(profile, spec, layer, tokens=tokens, seq_local=seq_local, cp=cp, tp=tp, ep=ep,
-                             dtype=dtype, e=e, recompute=recompute, frozen_base=frozen_base, framework=framework,
+                             dtype=bf16_dtype if layer in bf16_layers else dtype, e=e, recompute=recompute,
+                             frozen_base=frozen_base, framework=framework,
                              attention=attention, compile=job.compile, etp=layout.expert_tp,
                              whole_sequence=cp_type == "a2a", sdpa_flash=sdpa_flash,
                              weight_cached=job.fp8_weight_cache, fp8_kernels=job.fp8_kernels,

@@ -399,13 +399,16 @@ def layout_memory(spec: ModelSpec, layout: Layout, job: TrainJob) -> LayoutMemor
            job.fused_loss, job.compile_loss, job.norm_type, job.optimizer_in_backward, job.optimizer_impl,
            job.fp8_param_gather, job.grad_reduce_in_fp32, job.lora_dropout, job.kbit_upcast, job.fp8_saved, job.fp8_transpose_cache,
            job.exp_avg_dtype, job.exp_avg_sq_dtype, job.te_quantized, job.saved_input_bytes, job.expert_extras_unfused,
+           job.num_layers_at_start_in_bf16, job.num_layers_at_end_in_bf16,
            job.recompute if recompute_plan(job.recompute).kind == "modules" else None)
     hit = _STAGES.get(key)
     if hit is not None:
         stages = hit[0]
     else:
         stages = remember(_STAGES, key, tuple(
-            _stage(spec, layout, stage, job) for stage in distinct_stages(spec, stage_layers(layout, spec.num_layers))),
+            _stage(spec, layout, stage, job)
+            for stage in distinct_stages(spec, stage_layers(layout, spec.num_layers),
+                                         job.bf16_layers(spec.num_layers))),
             spec)
     return LayoutMemory(spec, layout, job, stages)
 

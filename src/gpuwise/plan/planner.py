@@ -46,9 +46,9 @@ from ..estimate.train_memory import layout_memory, required_bytes
 from ..model.spec import LINEAR
 from ..units import GiB
 from .cluster import cluster
-from .train import (DELAY_WGRAD_NEEDS_OVERLAP, TrainRequest, cuda_graph_scopes, fp8_backend_problem,
-                    megatron_job_problem, megatron_option_problem, megatron_overlap_problem, model_problem,
-                    nvfp4_shape_problem, optimizer_problem, precision_problem, sdpa_backend_problem,
+from .train import (DELAY_WGRAD_NEEDS_OVERLAP, TrainRequest, bf16_layers_problem, cuda_graph_scopes,
+                    fp8_backend_problem, megatron_job_problem, megatron_option_problem, megatron_overlap_problem,
+                    model_problem, nvfp4_shape_problem, optimizer_problem, precision_problem, sdpa_backend_problem,
                     trainer_option_problem)
 
 Objective = Literal["time", "cost", "memory"]
@@ -136,6 +136,8 @@ class PlanRequest:
     moe_pad_expert_input_to_capacity: bool = job_default("moe_pad_expert_input_to_capacity")
     moe_permute_fusion: bool = job_default("moe_permute_fusion")
     use_transformer_engine_op_fuser: bool = job_default("use_transformer_engine_op_fuser")
+    num_layers_at_start_in_bf16: int = job_default("num_layers_at_start_in_bf16")
+    num_layers_at_end_in_bf16: int = job_default("num_layers_at_end_in_bf16")
     cuda_graph_scope: str | None = None
     """Megatron-Core --cuda-graph-scope the plans run with (as `gpuwise train --cuda-graph-scope`)."""
     fp8_backend: Fp8Backend | None = None
@@ -166,6 +168,10 @@ class PlanRequest:
         if (problem := fp8_backend_problem(self.fp8_backend, self.precision, self.framework)) is not None:
             raise InvalidArgument(problem)
         if (problem := precision_problem(self.precision, self.framework, self.gpu)) is not None:
+            raise InvalidArgument(problem)
+        if (problem := bf16_layers_problem(self.num_layers_at_start_in_bf16, self.num_layers_at_end_in_bf16,
+                                           precision=self.precision, framework=self.framework,
+                                           num_layers=self.model.spec.num_layers)) is not None:
             raise InvalidArgument(problem)
         if self.precision == "nvfp4" and self.framework == "torchtitan" and (
                 problem := nvfp4_shape_problem(self.model.spec, self.tp or 1)) is not None:
@@ -246,6 +252,8 @@ class PlanRequest:
                         delay_wgrad_compute=self.delay_wgrad_compute,
                         moe_pad_expert_input_to_capacity=self.moe_pad_expert_input_to_capacity,
                         moe_permute_fusion=self.moe_permute_fusion, cuda_graph_scope=self._graphs,
+                        num_layers_at_start_in_bf16=self.num_layers_at_start_in_bf16,
+                        num_layers_at_end_in_bf16=self.num_layers_at_end_in_bf16,
                         use_transformer_engine_op_fuser=self.use_transformer_engine_op_fuser,
                         tp_comm_overlap=self.tp_comm_overlap, fp8_param_gather=self.fp8_param_gather,
                         grad_reduce_in_fp32=self.grad_reduce_in_fp32)
@@ -284,6 +292,8 @@ class Plan:
                          moe_a2a_overlap=req.moe_a2a_overlap, delay_wgrad_compute=req.delay_wgrad_compute,
                          moe_pad_expert_input_to_capacity=req.moe_pad_expert_input_to_capacity,
                          moe_permute_fusion=req.moe_permute_fusion, cuda_graph_scope=req.cuda_graph_scope,
+                         num_layers_at_start_in_bf16=req.num_layers_at_start_in_bf16,
+                         num_layers_at_end_in_bf16=req.num_layers_at_end_in_bf16,
                          use_transformer_engine_op_fuser=req.use_transformer_engine_op_fuser,
                          fp8_backend=req.fp8_backend, tp_comm_overlap=req.tp_comm_overlap,
                          fp8_param_gather=req.fp8_param_gather, grad_reduce_in_fp32=req.grad_reduce_in_fp32)

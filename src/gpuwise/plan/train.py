@@ -90,6 +90,26 @@ def precision_problem(precision: str, framework: str, gpu: GPU, finetune: str = 
     return None
 
 
+def bf16_layers_problem(start: int, end: int, *, precision: str, framework: str, num_layers: int) -> str | None:
+    """Why the first/last layers cannot stay in bf16 here (None: they can): Megatron-Core keeps them so under fp8 or
+    NVFP4 (--first-last-layers-bf16), torchtitan's NVFP4 converter by the layers it is given (its bf16-tail
+    configs); the counts are whole numbers and leave some layer quantized."""
+    for name, value in (("--num-layers-at-start-in-bf16", start), ("--num-layers-at-end-in-bf16", end)):
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= num_layers:
+            return f"{name} must be a whole number from 0 to the model's {num_layers} layers, got {value!r}"
+    if not (start or end):
+        return None
+    if precision not in ("fp8", "nvfp4"):
+        return f"layers kept in bf16 apply to --precision fp8 or nvfp4 (got {precision})"
+    if framework != "megatron" and not (framework == "torchtitan" and precision == "nvfp4"):
+        return ("layers kept in bf16 are Megatron-Core's --first-last-layers-bf16 (fp8, NVFP4) or torchtitan's NVFP4 "
+                f"converter's layer list; not {framework} with {precision}")
+    if start + end >= num_layers:
+        return (f"--num-layers-at-start-in-bf16 + --num-layers-at-end-in-bf16 = {start + end} leaves no layer in "
+                f"{precision}")
+    return None
+
+
 def nvfp4_shape_problem(spec, tp: int) -> str | None:
     """torchao's NVFP4 kernels take local GEMM dimensions divisible by 128 only (torchtitan's nvfp4.py refuses a
     Linear whose in or out features, after TP, are not): the first block linear that is not, or None."""
@@ -392,6 +412,8 @@ class TrainRequest:
     moe_pad_expert_input_to_capacity: bool = job_default("moe_pad_expert_input_to_capacity")
     moe_permute_fusion: bool = job_default("moe_permute_fusion")
     use_transformer_engine_op_fuser: bool = job_default("use_transformer_engine_op_fuser")
+    num_layers_at_start_in_bf16: int = job_default("num_layers_at_start_in_bf16")
+    num_layers_at_end_in_bf16: int = job_default("num_layers_at_end_in_bf16")
     cuda_graph_scope: str | None = None
     """Megatron-Core --cuda-graph-scope (now --cuda-graph-modules), comma-separated: full_iteration (--cuda-graph-impl
     full_iteration: the whole forward-backward replayed as one graph, dropless MoE without host syncs) or Transformer
@@ -502,6 +524,8 @@ class TrainRequest:
                        moe_pad_expert_input_to_capacity=self.moe_pad_expert_input_to_capacity,
                        moe_permute_fusion=self.moe_permute_fusion,
                        use_transformer_engine_op_fuser=self.use_transformer_engine_op_fuser,
+                       num_layers_at_start_in_bf16=self.num_layers_at_start_in_bf16,
+                       num_layers_at_end_in_bf16=self.num_layers_at_end_in_bf16,
                        sdpa_backend=self.sdpa_backend, attn_implementation=self.attn_implementation,
                        fp8_backend=self.fp8_backend, flops_convention=self.flops_convention,
                        compile=self.compile, loss_chunks=chunks, fused_loss=self.fused_loss,
@@ -527,6 +551,10 @@ class TrainRequest:
         if (problem := fp8_backend_problem(self.fp8_backend, self.precision, framework)) is not None:
             raise InvalidArgument(problem)
         if (problem := precision_problem(self.precision, framework, self.gpu, self.finetune)) is not None:
+            raise InvalidArgument(problem)
+        if (problem := bf16_layers_problem(self.num_layers_at_start_in_bf16, self.num_layers_at_end_in_bf16,
+                                           precision=self.precision, framework=framework,
+                                           num_layers=self.model.spec.num_layers)) is not None:
             raise InvalidArgument(problem)
         if self.precision == "nvfp4" and framework == "torchtitan" \
                 and (problem := nvfp4_shape_problem(self.model.spec, self.tp)) is not None:
@@ -905,8 +933,14 @@ def _assumptions(req: TrainRequest, framework: str, layout: Layout, mem: TrainMe
                       "and cached, both copies, 1.01 B per block-matrix element" if te else
                       "22.5 B per element (torchao's Triton kernels, measured on a GB200); weights re-quantized in "
                       "every pass")
-                   + "; linear inputs saved as NVFP4 (0.56 B per element); every layer in NVFP4 (recipes that keep "
-                   "the first or last layers in bf16 run slower than this)")
+                   + "; linear inputs saved as NVFP4 (0.56 B per element)"
+                   + ("" if req.num_layers_at_start_in_bf16 or req.num_layers_at_end_in_bf16 else
+                      "; every layer in NVFP4 (--num-layers-at-start-in-bf16 / --num-layers-at-end-in-bf16 for "
+                      "recipes that keep the first or last layers in bf16)"))
+    if req.job.quantized_gemms and (req.num_layers_at_start_in_bf16 or req.num_layers_at_end_in_bf16):
+        out.append(f"the first {req.num_layers_at_start_in_bf16} and last {req.num_layers_at_end_in_bf16} layers "
+                   f"in bf16 (GEMMs, saved inputs, no quantized weight copies), the others in {req.precision}; MFU "
+                   f"still divides by the {req.precision} peak")
     if fp8_family(req) in ("compiled", "eager"):  # torchao's float8
         out.append("torchao float8: " + ("compiled casts, an amax pass then the cast, with separate transposed copies"
                    if req.compile else "without --compile every cast is six eager kernels and every transposed fp8 "

@@ -133,6 +133,7 @@ def _train_dict(r: TrainResult) -> dict[str, Any]:
         "tokens_per_step": req.seq * req.global_batch,
         "precision": req.precision,
         "fp8_backend": req.job.fp8_kernels if req.precision in ("fp8", "nvfp4") else None,
+        "layers_in_bf16": sorted(req.job.bf16_layers(spec.num_layers)),
         "optimizer": req.optimizer,
         "optimizer_impl": req.job.torch_optimizer_impl,
         "adam_moment_dtypes": _moment_dtypes(req),

@@ -178,6 +178,9 @@ def _megatron_args(job: _Job) -> tuple[str, str, list[str]]:
                  "fp8": ["--bf16", "--fp8-format hybrid", "--fp8-recipe delayed"],
                  # TransformerConfig fp4 / fp4_recipe (core_v0.17.0: --fp4-format e2m1, the NVFP4BlockScaling recipe)
                  "nvfp4": ["--bf16", "--fp4-format e2m1", "--fp4-recipe nvfp4"]}[req.precision]
+    if req.num_layers_at_start_in_bf16 or req.num_layers_at_end_in_bf16:  # TransformerConfig first_last_layers_bf16
+        precision += ["--first-last-layers-bf16", f"--num-layers-at-start-in-bf16 {req.num_layers_at_start_in_bf16}",
+                      f"--num-layers-at-end-in-bf16 {req.num_layers_at_end_in_bf16}"]
     if req.precision == "fp8" and req.fp8_param_gather:
         precision.append("--fp8-param-gather")
     if not req.grad_reduce_in_fp32 and "--bf16" in precision:  # Megatron reads it under --bf16 only
