@@ -255,3 +255,47 @@ def test_layers_kept_in_bf16_cost_what_bf16_layers_cost():
 def test_what_bf16_layers_cannot_do_is_one_line(kw, match):
     with pytest.raises(gpuwise.errors.InvalidArgument, match=match):
         _train(**kw)
+
+
+def test_under_interleaving_the_bf16_layers_sit_on_the_ranks_that_hold_their_chunks():
+    """Llama-3.1-8B, PP 4 x VPP 4: chunk c of rank r holds layers 2(4c + r) and 2(4c + r) + 1, so the last four layers
+    are on ranks 2 and 3, two each, and the slowest rank has two bf16 layers: the step is that of the last two alone."""
+    from gpuwise.estimate.layout import Layout
+    from gpuwise.estimate.pipeline import rank_bf16_layers
+
+    lay = Layout(num_gpus=32, pp=4, vpp=4)
+    assert rank_bf16_layers(lay, 32, frozenset(range(28, 32))) == frozenset({16, 17, 24, 25})
+    assert rank_bf16_layers(Layout(num_gpus=32, pp=4), 32, frozenset({28})) == frozenset({28})
+    kw = dict(gpu="b200", num_gpus=32, seq=4096, global_batch=64, micro_batch=1, zero=1, recompute="none",
+              framework="megatron", precision="nvfp4", pp=4, vpp=4)
+    step = {e: gpuwise.train("llama-3.1-8b", num_layers_at_end_in_bf16=e, **kw).perf.step.step_time_s for e in (2, 4)}
+    assert step[4] == pytest.approx(step[2], rel=1e-9)
+
+
+def test_bf16_layers_keep_bf16_weights_and_16_bit_attention():
+    b200 = dict(gpu="b200", num_gpus=8, seq=4096, global_batch=64, micro_batch=1, zero=1, recompute="none",
+                framework="megatron", precision="fp8")
+    gather = {k: gpuwise.train("llama-3.1-8b", fp8_param_gather=True, num_layers_at_start_in_bf16=k,
+                               num_layers_at_end_in_bf16=k, **b200).memory.params for k in (0, 4)}
+    assert gather[4] > gather[0]  # 8 layers' matrices at 2 B instead of Blackwell's 1-byte fp8 weights
+    h100 = dict(b200, gpu="h100-sxm")
+    dpa = {k: gpuwise.train("llama-3.1-8b", fp8_dot_product_attention=True, num_layers_at_start_in_bf16=k,
+                            num_layers_at_end_in_bf16=k, **h100).memory.activations_per_microbatch for k in (0, 4)}
+    plain = {k: gpuwise.train("llama-3.1-8b", num_layers_at_start_in_bf16=k, num_layers_at_end_in_bf16=k,
+                              **h100).memory.activations_per_microbatch for k in (0, 4)}
+    # the bf16 layers' attention saves 16-bit tensors: the fp8-attention saving shrinks by their share
+    assert (plain[4] - dpa[4]) == pytest.approx((plain[0] - dpa[0]) * 24 / 32, rel=1e-6)
+
+
+def test_the_megatron_recipe_and_the_doctor_keep_the_bf16_layers_valid(tmp_path):
+    from gpuwise.cli import main
+
+    assert main(["plan", "llama-3.1-8b", "--gpu", "h100-sxm", "--num-gpus", "8", "--seq", "4096", "--global-batch",
+                 "64", "--framework", "megatron", "--precision", "fp8", "--num-layers-at-start-in-bf16", "1",
+                 "--num-layers-at-end-in-bf16", "1", "--emit", str(tmp_path / "r")]) == 0
+    args = (tmp_path / "r" / "megatron.args").read_text()
+    assert "--fp8-recipe tensorwise" in args and "--first-last-layers-bf16" in args  # delayed scaling refuses them
+    names = {r.name for r in gpuwise.doctor("llama-3.1-70b", gpu="h100-sxm", num_gpus=8, seq=8192, global_batch=64,
+                                            micro_batch=1, framework="megatron", precision="fp8", zero=1,
+                                            num_layers_at_start_in_bf16=2, num_layers_at_end_in_bf16=2).remedies}
+    assert "lora" in names and any(n.startswith("more-gpus") or n == "more-gpus" for n in names)

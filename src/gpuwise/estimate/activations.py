@@ -38,7 +38,7 @@ from .job import TrainJob
 from .layer_ops import block_parts, block_signature
 from .layout import Layout
 from .model_states import LORA_TARGETS, adapter_input_bytes, adapter_inputs_per_token, lora_targets
-from .pipeline import in_flight_microbatches, loss_in_flight, stage_blocks, stage_layers
+from .pipeline import in_flight_microbatches, loss_in_flight, rank_bf16_layers, stage_blocks, stage_layers
 from .recompute import MODULE_TERMS, op_saved_per_token, recompute_plan
 
 
@@ -510,7 +510,8 @@ def stage_activation_terms(spec: ModelSpec, layout: Layout, stage: int, job: Tra
            job.loss_chunks, job.fused_loss, job.compile_loss, job.norm_type, modules, frozen,
            (job.lora_targets, job.lora_dropout) if lora else None, job.kbit_upcast, job.fp8_saved,
            job.saved_input_bytes, job.expert_extras_unfused, job.op_keeps_matmuls,
-           job.num_layers_at_start_in_bf16, job.num_layers_at_end_in_bf16)
+           job.num_layers_at_start_in_bf16, job.num_layers_at_end_in_bf16,
+           layout.vpp if job.num_layers_at_start_in_bf16 or job.num_layers_at_end_in_bf16 else None)
     hit = _STAGE_TERMS.get(key)
     if hit is not None:
         return hit[0]
@@ -520,12 +521,15 @@ def stage_activation_terms(spec: ModelSpec, layout: Layout, stage: int, job: Tra
     fp8 = job.saved_input_bytes
     tp = layout.tp
     keys = seq / layout.cp  # materialized scores: local queries against local keys
-    bf16 = job.bf16_layers(spec.num_layers)  # kept in bf16: 16-bit saved inputs, plain matmuls
+    # kept in bf16 (on the ranks that hold them): 16-bit saved inputs, plain matmuls, 16-bit attention
+    bf16 = rank_bf16_layers(layout, spec.num_layers, job.bf16_layers(spec.num_layers))
+    fp8_saved_bf16 = job.fp8_saved - {"attention"}  # (the SwiGLU's fp8 input store casts in any layer)
     blocks = stage_blocks(spec, per_stage, stage, bf16)
 
     def kinds(mode: str) -> tuple[tuple[float, int], ...]:
         return tuple((_per_token(spec, layer, framework, e, 0.0 if layer in bf16 else fp8, flash, compiled, mode, tp,
-                                 sp, keys, frozen, stream, job.fp8_saved, fused_norm,
+                                 sp, keys, frozen, stream, fp8_saved_bf16 if layer in bf16 else job.fp8_saved,
+                                 fused_norm,
                                  job.expert_extras_unfused is not None, layer in bf16 or job.op_keeps_matmuls)
                       + (adapter_inputs_per_token(spec, layer, job, tp) if lora else 0.0), count)
                      for layer, count in blocks)

@@ -238,3 +238,23 @@ def virtual_stage_layers(layout: Layout, num_layers: int) -> tuple[int, ...]:
             counts[c] += 1
         chunks_of_rank.append(counts)
     return tuple(chunks_of_rank[s % layout.pp][s // layout.pp] for s in range(layout.pp * v))
+
+
+def rank_bf16_layers(layout: Layout, num_layers: int, bf16: frozenset[int]) -> frozenset[int]:
+    """The layers kept in bf16 (`TrainJob.bf16_layers`, global numbers) in `stage_blocks`' numbering, where rank r
+    holds one run of layers from sum(per_stage[:r]): under interleaving rank r holds the chunks c x pp + r
+    (`virtual_stage_layers`), so the first and last layers sit on several ranks; each rank gets as many as it really
+    holds, marked at the front of its run (its blocks alike but for that, only the count matters)."""
+    if not bf16 or layout.vpp <= 1:
+        return bf16
+    counts = [0] * layout.pp
+    g = 0
+    for s, n in enumerate(virtual_stage_layers(layout, num_layers)):
+        counts[s % layout.pp] += sum(1 for i in range(g, g + n) if i in bf16)
+        g += n
+    out: set[int] = set()
+    first = 0
+    for r, n in enumerate(stage_layers(layout, num_layers)):
+        out.update(range(first, first + counts[r]))
+        first += n
+    return frozenset(out)

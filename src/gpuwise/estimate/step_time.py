@@ -55,7 +55,8 @@ from .layer_ops import (EXPERT_GEMMS, ROUTED_GEMMS, MEGATRON_EXPERT_BIAS_BYTES, 
 from .layout import Layout
 from . import muon
 from .model_states import ModelStates, stage_tensors
-from .pipeline import bubble_fraction, bubble_time_s, distinct_stages, stage_blocks, stage_layers, unpaired_share
+from .pipeline import (bubble_fraction, bubble_time_s, distinct_stages, rank_bf16_layers, stage_blocks,
+                       stage_layers, unpaired_share)
 from .recompute import (expert_recompute_share, module_share, op_policy_keeps_matmuls, op_saved_matmul_share,
                         recompute_plan)
 
@@ -609,7 +610,8 @@ def step_time(spec: ModelSpec, layout: Layout, job: TrainJob, *, profile: Device
     sdpa_flash = job.sdpa_flash_on(profile.gpu.vendor)
     stage_fb: dict[int, tuple[float, dict[str, float]]] = {}
     weight_casts: dict[int, float] = {}  # fp8 weights quantized once per step, per stage (TrainJob.fp8_weight_cache)
-    bf16_layers = job.bf16_layers(spec.num_layers)  # kept in bf16 under the quantized recipe
+    # kept in bf16 under the quantized recipe, on the ranks that hold them
+    bf16_layers = rank_bf16_layers(layout, spec.num_layers, job.bf16_layers(spec.num_layers))
     bf16_dtype = gemm_dtype(profile.gpu.peak_flops, "bf16")
     for stage in distinct_stages(spec, layers, bf16_layers):  # the others repeat one of these
         parts = dict(forward=0.0, backward=0.0, recompute=0.0, tp_comm=0.0, cp_comm=0.0, ep_comm=0.0, pp_comm=0.0)

@@ -27,7 +27,7 @@ from .recompute import recompute_plan
 from .layout import Layout
 from . import muon
 from .model_states import ModelStates, model_states, stage_tensors
-from .pipeline import distinct_stages, in_flight_microbatches, loss_in_flight, stage_layers
+from .pipeline import distinct_stages, in_flight_microbatches, loss_in_flight, rank_bf16_layers, stage_layers
 
 # Caching-allocator allowance on top of the allocated peak: Megatron-LM's theoretical_memory_usage.py adds 5%
 # ("buffer for optimizer and miscellaneous temporaries"). GMLake (Guo et al., ASPLOS 2024) measured 15% average
@@ -400,6 +400,7 @@ def layout_memory(spec: ModelSpec, layout: Layout, job: TrainJob) -> LayoutMemor
            job.fp8_param_gather, job.grad_reduce_in_fp32, job.lora_dropout, job.kbit_upcast, job.fp8_saved, job.fp8_transpose_cache,
            job.exp_avg_dtype, job.exp_avg_sq_dtype, job.te_quantized, job.saved_input_bytes, job.expert_extras_unfused,
            job.num_layers_at_start_in_bf16, job.num_layers_at_end_in_bf16,
+           layout.vpp if job.num_layers_at_start_in_bf16 or job.num_layers_at_end_in_bf16 else None,
            job.recompute if recompute_plan(job.recompute).kind == "modules" else None)
     hit = _STAGES.get(key)
     if hit is not None:
@@ -407,8 +408,8 @@ def layout_memory(spec: ModelSpec, layout: Layout, job: TrainJob) -> LayoutMemor
     else:
         stages = remember(_STAGES, key, tuple(
             _stage(spec, layout, stage, job)
-            for stage in distinct_stages(spec, stage_layers(layout, spec.num_layers),
-                                         job.bf16_layers(spec.num_layers))),
+            for stage in distinct_stages(spec, stage_layers(layout, spec.num_layers), rank_bf16_layers(
+                layout, spec.num_layers, job.bf16_layers(spec.num_layers)))),
             spec)
     return LayoutMemory(spec, layout, job, stages)
 

@@ -24,7 +24,8 @@ from ..estimate.parallel import cp_splits
 from ..estimate.recompute import recompute_plan
 from ..estimate.train_memory import FRAGMENTATION_RISK
 from ..units import GiB, MiB
-from .train import MEGATRON_OPTIONS, TrainRequest, TrainResult, megatron_option_problem, model_problem, train
+from .train import (MEGATRON_OPTIONS, TrainRequest, TrainResult, bf16_layers_problem, megatron_option_problem,
+                    model_problem, train)
 
 RECOMPUTE_LADDER = ("none", "selective", "full")
 ZERO_LADDER = (0, 1, 2, 3)
@@ -295,6 +296,11 @@ MEGATRON_SETTINGS = {"exp_avg_dtype": None, "exp_avg_sq_dtype": None, "cuda_grap
 values: a remedy keeps them while the job stays Megatron's."""
 
 
+BF16_LAYER_OPTIONS = ("num_layers_at_start_in_bf16", "num_layers_at_end_in_bf16")
+"""Layers kept in bf16 under fp8 or NVFP4: a remedy keeps them where its job still runs a quantized recipe that takes
+them (Megatron-Core's fp8 or NVFP4, torchtitan's NVFP4)."""
+
+
 def _changed(req: TrainRequest, **options) -> TrainRequest:
     """`req` with a remedy's changes, leaving behind the Megatron options the changed job cannot take (a remedy that
     moves to another framework, leaves it to be chosen, or changes the precision)."""
@@ -302,7 +308,8 @@ def _changed(req: TrainRequest, **options) -> TrainRequest:
     # the new framework's own fp8 kernels (Transformer Engine's or torchao's): asked for one, it may refuse the other
     fp8 = {"fp8_backend": None} if req.fp8_backend is not None and "fp8_backend" not in options and (
         moved or options.get("precision", req.precision) != "fp8") else {}
-    changed = replace(req, **{k: False for k in MEGATRON_OPTIONS}, **MEGATRON_SETTINGS, **fp8,
+    bf16_layers = {k: 0 for k in BF16_LAYER_OPTIONS if k not in options}  # restored below where the new job takes them
+    changed = replace(req, **{k: False for k in MEGATRON_OPTIONS}, **MEGATRON_SETTINGS, **fp8, **bf16_layers,
                       **{k: v for k, v in options.items() if k not in MEGATRON_OPTIONS and k not in MEGATRON_SETTINGS})
     wanted = {k: getattr(req, k) for k in MEGATRON_OPTIONS} | {k: v for k, v in options.items() if k in MEGATRON_OPTIONS}
     keep: dict = {k: True for k, on in wanted.items() if on and not megatron_option_problem(
@@ -310,6 +317,11 @@ def _changed(req: TrainRequest, **options) -> TrainRequest:
     if changed.framework == "megatron":  # the moment dtypes are AdamW's
         keep |= {k: v for k, unset in MEGATRON_SETTINGS.items() if (v := options.get(k, getattr(req, k))) != unset
                  and (changed.optimizer == "adamw" or not k.startswith("exp_avg"))}
+    start, end = (getattr(req, k) for k in BF16_LAYER_OPTIONS)
+    if bf16_layers and (start or end) and bf16_layers_problem(
+            start, end, precision=changed.precision, framework=changed.framework,
+            num_layers=changed.model.spec.num_layers) is None:  # the changed job still keeps those layers in bf16
+        keep |= dict(zip(BF16_LAYER_OPTIONS, (start, end)))
     if moved and changed.precision == "fp8" and changed.framework == "torchtitan" and "compile" not in options:
         keep["compile"] = True  # torchtitan's float8 runs compiled (eager torchao casts cost more than fp8 saves)
     return replace(changed, **keep) if keep else changed

@@ -179,6 +179,8 @@ def _megatron_args(job: _Job) -> tuple[str, str, list[str]]:
                  # TransformerConfig fp4 / fp4_recipe (core_v0.17.0: --fp4-format e2m1, the NVFP4BlockScaling recipe)
                  "nvfp4": ["--bf16", "--fp4-format e2m1", "--fp4-recipe nvfp4"]}[req.precision]
     if req.num_layers_at_start_in_bf16 or req.num_layers_at_end_in_bf16:  # TransformerConfig first_last_layers_bf16
+        if req.precision == "fp8":  # get_fp8_context: "Delayed scaling does not support first / last layer in BF16"
+            precision[precision.index("--fp8-recipe delayed")] = "--fp8-recipe tensorwise"
         precision += ["--first-last-layers-bf16", f"--num-layers-at-start-in-bf16 {req.num_layers_at_start_in_bf16}",
                       f"--num-layers-at-end-in-bf16 {req.num_layers_at_end_in_bf16}"]
     if req.precision == "fp8" and req.fp8_param_gather:
