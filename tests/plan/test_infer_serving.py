@@ -288,3 +288,9 @@ def test_a_request_beyond_the_models_context_is_said() -> None:
     r = gpuwise.infer("llama-3.1-8b", gpu="h100-sxm", prompt_tokens=200_000)
     assert any("beyond the model's maximum context (131,072" in a for a in r.assumptions)
     assert not any("beyond the model's" in a for a in gpuwise.infer("llama-3.1-8b", gpu="h100-sxm").assumptions)
+
+
+def test_a_training_sequence_beyond_the_models_context_is_said() -> None:
+    r = gpuwise.train("llama-3.1-8b", gpu="h100-sxm", num_gpus=8, seq=262144, micro_batch=1, global_batch=8, cp=8,
+                      framework="megatron", recompute="full")
+    assert any("beyond the model's maximum context (131,072" in a for a in r.assumptions)

@@ -996,6 +996,10 @@ def _assumptions(req: TrainRequest, framework: str, layout: Layout, mem: TrainMe
         out.append(f"cross-entropy over {req.job.loss_chunks} chunks: one chunk's fp32 temporaries at a time")
     if layout.sp and layout.tp == 1:
         out.append("--sp without tensor parallelism has no effect")
+    max_pos = req.model.spec.max_position_embeddings
+    if max_pos is not None and req.seq > max_pos:
+        out.append(f"--seq {req.seq:,} is beyond the model's maximum context ({max_pos:,}, max_position_embeddings): "
+                   "training there extends the context (RoPE scaling in the config); the cost is priced as asked")
     peaks = req.gpu.peak_flops
     if req.precision in ("bf16", "bf16-pure") and "bf16" not in peaks:
         out.append(f"{req.gpu.name} has no bf16 tensor cores: bf16 runs emulated (slow); fp16 is the usual choice")
