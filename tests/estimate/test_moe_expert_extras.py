@@ -46,18 +46,6 @@ def test_the_unfused_bias_and_clamp_cost_their_counted_bytes_and_kernels(monkeyp
     assert 0.8e-3 < sum(want) < 4e-3  # 2.8 GB (bf16 probabilities) to 4.1 GB per layer and micro-batch at H100's rate
 
 
-def test_the_counted_bytes_and_kernels_are_the_sums_their_docstrings_give():
-    """A hand count of the ops in `_apply_bias` and the clamp (PyTorch's autograd formulas), kept next to the code:
-    bf16 probabilities: forward b*p (2), t + b*p (2 + 2 + 2), cat (4); backward grad*p and grad*b each written and
-    summed (3 x 2 each), the split's gradient cat (4). fp32: forward 4, 2 + 4 + 4, cat 8, cast back 6; backward the
-    cast's gradient 6, the output's gradient cast per expert 6, 3 x 4 twice, the split's cat 4. Clamp: forward the
-    two halves (2 + 2) and the cat (4); backward le + where (8) and ge + le + and + where (14) averaged over the
-    halves, and the chunk's cat (4)."""
-    assert MEGATRON_EXPERT_BIAS_BYTES["bf16"] == ((2 + 6 + 4, 2, 1), (6 + 6 + 4, 4, 2))
-    assert MEGATRON_EXPERT_BIAS_BYTES["fp32"] == ((4 + 10 + 8 + 6, 2, 2), (6 + 6 + 12 + 12 + 4, 5, 3))
-    assert MEGATRON_GLU_CLAMP_BYTES == ((4 + 4, 3), ((8 + 14) / 2 + 4, 7 + 2))
-
-
 def test_experts_without_bias_or_clamp_and_other_frameworks_pay_nothing(monkeypatch):
     assert _block(monkeypatch, "qwen3-30b-a3b").forward == _block(
         monkeypatch, "qwen3-30b-a3b", use_transformer_engine_op_fuser=True).forward

@@ -1,8 +1,9 @@
 """The host wait of an eager dropless MoE layer (issue 18): Megatron-Core copies each MoE layer's routed token
 counts to the host in every forward, and the device idles while the host catches up (`MOE_SYNC_GAP_S`, measured on
 Megatron-Bridge's Qwen3-30B-A3B H100 profile). EP overlap and a whole-iteration CUDA graph remove it."""
-
 from __future__ import annotations
+
+import re
 
 import pytest
 
@@ -41,7 +42,8 @@ def test_a_grace_host_waits_longer_by_its_time_per_operation():
     ratio = gb200.breakdown["host_sync"] / b200.breakdown["host_sync"]
     assert ratio == pytest.approx(37.08 / 13.48, rel=0.01)
     notes = gpuwise.train("qwen3-30b-a3b", **{**KW, "gpu": "gb200"}).assumptions
-    assert any(f"waits {MOE_SYNC_GAP_S * ratio * 1e3:.2f} ms" in n and "Grace" in n for n in notes)
+    # 0.62 ms measured on x86 (MOE_SYNC_GAP_S) x 37.08 / 13.48 = 1.71 ms
+    assert any(re.search(r"waits 1\.7\d ms", n) and "Grace" in n for n in notes)
 
 
 def test_a_recomputed_forward_waits_again():

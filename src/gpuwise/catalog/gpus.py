@@ -179,6 +179,8 @@ def _catalog() -> tuple[tuple[GPU, ...], dict[str, GPU], dict[str, str]]:
 
 USER_CATALOG_ENV = "GPUWISE_GPUS"
 MAX_USER_CATALOG_BYTES = 1 << 20
+MAX_USER_STRING_CHARS = 2000
+"""Longest text a user-catalog field takes (a name, a note): a bound against a hostile file, not a measured figure."""
 _USER_KEYS = {"id", "name", "vendor", "segment", "architecture", "release_year", "form_factor", "memory_gb",
               "memory_mib_reported", "memory_type", "memory_bandwidth_gb_s", "l2_cache_mb", "sm_count",
               "peak_tflops", "host_cpu", "interconnect", "interconnect_gb_s", "nvlink", "pcie_gen", "pcie_lanes",
@@ -269,7 +271,7 @@ def _checked_user_row(row: dict, where: str) -> GPU:
         if key in row:
             _check_number(where, key, row[key], bound, _USER_MINIMA.get(key, 0.0), key in _USER_INTEGERS)
     for key in _USER_STRINGS:
-        if key in row and (not isinstance(row[key], str) or len(row[key]) > 2000):
+        if key in row and (not isinstance(row[key], str) or len(row[key]) > MAX_USER_STRING_CHARS):
             raise InvalidArgument(f"{where}: '{key}' must be a string")
     peaks = row.get("peak_tflops", {})
     if not isinstance(peaks, dict):
@@ -280,9 +282,8 @@ def _checked_user_row(row: dict, where: str) -> GPU:
         _check_number(where, f"peak_tflops.{key}", value, 1e5, MIN_PEAK_TFLOPS)
     if "host_cpu" in row and row["host_cpu"] not in HOST_CPUS:
         raise InvalidArgument(f"{where}: host_cpu = {row['host_cpu']!r}; valid: {', '.join(HOST_CPUS)}")
-    for key in ("sources", "aliases"):
-        if key in row and (not isinstance(row[key], list) or not all(isinstance(a, str) for a in row[key])):
-            raise InvalidArgument(f"{where}: '{key}' must be a list of strings")
+    if "sources" in row and (not isinstance(row["sources"], list) or not all(isinstance(a, str) for a in row["sources"])):
+        raise InvalidArgument(f"{where}: 'sources' must be a list of strings")
     if "nvlink" in row and not isinstance(row["nvlink"], bool):
         raise InvalidArgument(f"{where}: 'nvlink' must be true or false")
     aliases = row.get("aliases", [])
@@ -362,6 +363,10 @@ MAX_GPU_MEMORY_BYTES = 16 * TiB
 
 MIN_GPU_MEMORY_BYTES = GiB
 """`--gpu-memory`'s floor: a CUDA context and runtime take about half of it before any model byte."""
+GPU_MEMORY_SLACK = 1.05
+"""How far `--gpu-memory` may pass the catalog's memory (the larger of its bytes and its marketed GB read as GiB,
+which a user may type, and which on Apple silicon is the whole unified memory above the GPU's default share): 5%,
+a rounding margin, so only a size the GPU cannot have is refused."""
 
 
 def with_memory(gpu: GPU | None, size: str) -> GPU:
@@ -374,8 +379,7 @@ def with_memory(gpu: GPU | None, size: str) -> GPU:
                               "16000MiB)")
     if n_bytes < MIN_GPU_MEMORY_BYTES:  # below the CUDA context and runtime alone: every answer would be negative
         raise InvalidArgument(f"--gpu-memory: '{size}' is less than 1 GiB; give the memory the GPU has free")
-    # (the marketed size read as GiB passes, and above Apple's default GPU share of unified memory)
-    if gpu is not None and n_bytes > 1.05 * max(gpu.memory_bytes, gpu.memory_gb * GiB):
+    if gpu is not None and n_bytes > GPU_MEMORY_SLACK * max(gpu.memory_bytes, gpu.memory_gb * GiB):
         raise InvalidArgument(f"--gpu-memory: '{size}' is more than the {fmt_gib(gpu.memory_bytes)} a {gpu.name} "
                               "has; give what is free on it (or leave --gpu-memory out)")
     label = fmt_gib(n_bytes)

@@ -28,8 +28,8 @@ from ..units import GB
 from .comm import Topology
 from .engines import SERVING_ENGINES as ENGINES
 from .kernels import attention_s, matmul_s, memory_s, recurrent_scan_s
-from .layer_ops import (attention_head_dim, block_ops, block_parts, block_signature, head_gemm, keys_per_query,
-                        recurrent_blocks)
+from .layer_ops import (ROUTED_GEMMS, attention_head_dim, block_ops, block_parts, block_signature, head_gemm,
+                        keys_per_query, recurrent_blocks)
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,7 +251,7 @@ def forward_pass_s(spec: ModelSpec, *, profile: DeviceProfile, topo: Topology, e
                     g += max(op.flops / own_rate, op.count * moved / gemv_bw) + profile.kernel_overhead_s
                 else:
                     g += matmul_s(profile, op.m, op.n, op.k, dtype, e, weight_bytes_per_param, batch=op.count,
-                                  grouped=op.name.startswith("experts_"))
+                                  grouped=op.name in ROUTED_GEMMS)
                 f += op.flops
                 b += op.count * moved
             attn_bytes = ops.attention_io_elements * (kv_bytes_per_element if decode else e)

@@ -17,6 +17,7 @@ from typing import Literal, get_args
 
 from ..errors import InvalidArgument
 from ..fields import field_default
+from ..quant.formats import MICROSCALING, MICROSCALING_SCALE_BITS
 from .recompute import op_policy_keeps_matmuls
 
 Framework = Literal["megatron", "torchtitan", "fsdp", "torchtune", "hf", "unsloth", "deepspeed"]
@@ -43,8 +44,10 @@ FlopsConvention = Literal["causal", "full"]
 NormType = Literal["rmsnorm", "fused_rmsnorm", "compiled_rmsnorm"]
 OffloadTarget = Literal["optimizer", "params", "activations"]
 StateDtype = Literal["fp32", "bf16", "fp16", "fp8"]
+QUANTIZED_PRECISIONS = ("fp8", "nvfp4")
+"""Training precisions whose block GEMMs run in a narrow format from 16-bit operands quantized on the fly."""
 STATE_DTYPE_BYTES: dict[str, float] = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0}
-NVFP4_ELEMENT_BYTES = 0.5 + 1 / 16
+NVFP4_ELEMENT_BYTES = (MICROSCALING["nvfp4"][0] + MICROSCALING_SCALE_BITS["nvfp4"] / MICROSCALING["nvfp4"][1]) / 8
 """An NVFP4 tensor in 1 x 16 blocks: 4-bit E2M1 values and one E4M3 scale byte per 16 (Transformer Engine's
 NVFP4BlockScaling and torchao's NVFP4 training keep activations and gradients so; the fp32 per-tensor scale is
 negligible): what each saved linear input costs."""
@@ -384,7 +387,7 @@ class TrainJob:
     @property
     def quantized_gemms(self) -> bool:
         """Block GEMMs run in a narrow format from 16-bit operands quantized on the fly: fp8 or NVFP4."""
-        return self.precision in ("fp8", "nvfp4")
+        return self.precision in QUANTIZED_PRECISIONS
 
     @property
     def te_quantized(self) -> bool:

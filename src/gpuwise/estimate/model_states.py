@@ -17,8 +17,8 @@ from ..memo import remember
 from ..model.params import Tensor, tensor_inventory
 from ..model.spec import ModelSpec
 from . import muon
-from .job import (FRAMEWORKS, HF_TRAINERS, NVFP4_WEIGHT_COPY_BYTES, OPTIMIZERS, PYTORCH_NATIVE, STATE_DTYPE_BYTES,
-                  TrainJob, fp8_kernels_of)
+from .job import (FRAMEWORKS, HF_TRAINERS, NVFP4_WEIGHT_COPY_BYTES, OPTIMIZERS, PYTORCH_NATIVE, QUANTIZED_PRECISIONS,
+                  STATE_DTYPE_BYTES, TrainJob, fp8_kernels_of)
 from .layout import Layout
 from .pipeline import rank_bf16_layers, stage_blocks, stage_layers
 
@@ -79,7 +79,7 @@ def precision_layout(framework: str, precision: str, *, te_fp8: bool | None = No
     fp16 = precision == "fp16"
     if te_fp8 is None:  # the framework's own fp8 (`TrainJob.fp8_kernels`)
         te_fp8 = fp8_kernels_of(framework) == "te"
-    fp8 = fp8_weight_bytes if precision in ("fp8", "nvfp4") and te_fp8 else 0.0
+    fp8 = fp8_weight_bytes if precision in QUANTIZED_PRECISIONS and te_fp8 else 0.0
     if framework == "megatron":
         # --fp8-param-gather: a block matrix is an fp8 weight and (Hopper) TE's cached fp8 transpose, in place of
         # the bf16 weight and TE's caches (`_model_states` sets their bytes); embeddings and norms stay bf16

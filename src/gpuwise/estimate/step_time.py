@@ -113,7 +113,10 @@ NVFP4_QUANTIZE = {
     "compiled": Fp8Quantize(cast=16.0, transpose=6.5, kernels=3),
 }
 """Quantization cost per NVFP4 kernel family: Transformer Engine's ("te") or torchao's (the torchtitan converter,
-compiled; eager is the same Triton kernels)."""
+compiled; eager is the same Triton kernels). Only each family's sum (7.35, 22.5 bytes per element) is measured;
+its split into the rowwise (cast) and columnwise (transpose) copies is ours, the rowwise about two thirds as in
+the fp8 families. Every activation, gradient and weight pays both (`fp8_quantize_s`), so the split moves time
+between the forward and the backward (and recomputed forwards), not the sum."""
 NVFP4_QUANTIZE["eager"] = NVFP4_QUANTIZE["compiled"]
 
 

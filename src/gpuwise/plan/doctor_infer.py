@@ -23,6 +23,7 @@ WEIGHTS = {"llamacpp": ("Q8_0", "Q6_K", "Q5_K_M", "Q4_K_M", "Q3_K_M", "Q2_K"),
            "hf": ("bf16", "int8", "nf4"), "vllm": ("bf16", "fp8", "int8", "awq"), "trtllm": ("bf16", "fp8", "int8",
                                                                                             "awq")}
 KV = {"llamacpp": ("q8_0", "q4_0"), "hf": (), "vllm": ("fp8",), "trtllm": ("fp8",)}
+WEIGHTS["sglang"], KV["sglang"] = WEIGHTS["vllm"], KV["vllm"]  # SGLang serves the formats vLLM does
 
 
 @dataclass(frozen=True)
@@ -91,7 +92,7 @@ def doctor_infer(req: FitRequest, *, oom_at_gib: float | None = None) -> InferDo
 
     ranked = sorted(found, key=rank)
     combo = None
-    for w, kv in itertools.product((None,) + _smaller_weights(req, base), (None,) + KV.get(req.engine, KV["vllm"])):
+    for w, kv in itertools.product((None,) + _smaller_weights(req, base), (None,) + KV[req.engine]):
         changes = {k: v for k, v in (("weights", w), ("kv_dtype", kv)) if v is not None}
         if not changes:
             continue
@@ -136,7 +137,7 @@ def _more_gpus_combination(req: FitRequest, base, remedy) -> Remedy | None:
 def _smaller_weights(req: FitRequest, base) -> tuple[str, ...]:
     """The engine's weight formats that take less memory than the current one."""
     out = []
-    for name in WEIGHTS.get(req.engine, WEIGHTS["vllm"]):  # SGLang serves the formats vLLM does
+    for name in WEIGHTS[req.engine]:
         if name.lower() == base.weights.name.lower():
             continue
         try:
@@ -151,7 +152,7 @@ def _smaller_weights(req: FitRequest, base) -> tuple[str, ...]:
 def _single_changes(req: FitRequest, base, remedy):
     for w in _smaller_weights(req, base):
         yield remedy("weights", f"weights {base.weights.name} -> {w}", note="quantization: check quality", weights=w)
-    for kv in KV.get(req.engine, KV["vllm"]):
+    for kv in KV[req.engine]:
         yield remedy("kv-cache", f"KV cache {base.kv.name} -> {kv}", kv_dtype=kv)
     context = req.context
     for _ in range(3):

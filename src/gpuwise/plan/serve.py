@@ -64,7 +64,7 @@ def read_lengths(path: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
                 continue
             try:
                 obj = json.loads(line)
-            except (json.JSONDecodeError, RecursionError, ValueError):
+            except (RecursionError, ValueError):  # json.JSONDecodeError is a ValueError
                 raise InvalidArgument(f"lengths file '{path}' line {n}: not JSON (or nested too deeply)") from None
             if not isinstance(obj, dict):
                 raise InvalidArgument(f"lengths file '{path}' line {n}: expected an object with prompt_tokens and "

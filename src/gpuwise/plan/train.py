@@ -18,15 +18,15 @@ from ..estimate.comm import Topology
 from ..estimate.flops import StepFlops, gemm_dtype, job_flops, utilization
 from ..estimate.job import (FSDP2_OFFLOAD_ALL, PYTORCH_NATIVE, AttnImplementation, Attention, CpCommType,
                             CudaGraphScope, Finetune, FlopsConvention, Fp8Backend, Framework, MoeDispatcher, NormType,
-                            OffloadTarget, Optimizer, OptimizerImpl, Precision, Recompute, SdpaBackend, StateDtype,
-                            TrainJob, fp8_transpose_cached, job_default)
+                            OffloadTarget, Optimizer, OptimizerImpl, Precision, QUANTIZED_PRECISIONS, Recompute,
+                            SdpaBackend, StateDtype, TrainJob, NVFP4_ELEMENT_BYTES, NVFP4_WEIGHT_CACHE_BYTES, fp8_transpose_cached, job_default)
 from ..estimate.layout import PARAM_OFFLOAD_SHARDINGS, Layout, Schedule, divisors
 from ..estimate.model_states import adapter_input_bytes, lora_targets
 from ..estimate.parallel import validate_layout
 from ..estimate.pipeline import stage_layers, torchtitan_default_ends
 from ..estimate.recompute import framework_mode, recompute_plan
 from ..estimate.layer_ops import MEGATRON_UNFUSED_PERMUTE_BYTES, PERMUTE_BYTES, UNFUSED_PERMUTE_BYTES
-from ..estimate.step_time import MOE_SYNC_GAP_S, StepTime, fp8_quantize_kind, moe_sync_gap_s, step_time
+from ..estimate.step_time import MOE_SYNC_GAP_S, NVFP4_QUANTIZE, StepTime, fp8_quantize_kind, moe_sync_gap_s, step_time
 from ..estimate.train_memory import FRAGMENTATION_RISK, TrainMemory, layout_memory, required_bytes
 from ..fields import field_default
 from ..model.params import ParamCounts, param_counts
@@ -99,7 +99,7 @@ def bf16_layers_problem(start: int, end: int, *, precision: str, framework: str,
             return f"{name} must be a whole number from 0 to the model's {num_layers} layers, got {value!r}"
     if not (start or end):
         return None
-    if precision not in ("fp8", "nvfp4"):
+    if precision not in QUANTIZED_PRECISIONS:
         return f"layers kept in bf16 apply to --precision fp8 or nvfp4 (got {precision})"
     if framework != "megatron" and not (framework == "torchtitan" and precision == "nvfp4"):
         return ("layers kept in bf16 are Megatron-Core's --first-last-layers-bf16 (fp8, NVFP4) or torchtitan's NVFP4 "
@@ -866,6 +866,12 @@ def train_confidence(req: TrainRequest, layout: Layout) -> SpeedConfidence:
                             fp8_kernels=fp8_family(req), mixer=recurrent_kind(spec))
 
 
+def _nvfp4_bytes(kind: str) -> float:
+    """Bytes moved per element quantizing an activation or gradient to both NVFP4 copies (`NVFP4_QUANTIZE`)."""
+    q = NVFP4_QUANTIZE[kind]
+    return q.cast + q.transpose
+
+
 def _assumptions(req: TrainRequest, framework: str, layout: Layout, mem: TrainMemory) -> tuple[str, ...]:
     out = [f"framework profile '{framework}'; peak at the {mem.moment.replace('-', ' ')} on pipeline stage "
            f"{mem.stage} of {layout.pp} (rank 0 of that stage's data-parallel group; all its ranks are alike)"]
@@ -929,11 +935,12 @@ def _assumptions(req: TrainRequest, framework: str, layout: Layout, mem: TrainMe
                    "weight gradients) in NVFP4" + experts + ", attention, the LM head and embeddings in bf16"
                    + (", the router too" if te else "") + "; each activation "
                    "and gradient quantized to rowwise and columnwise (Hadamard-transformed) copies at "
-                   + ("7.35 B per element (Transformer Engine, measured on a B300); weights quantized once per step "
-                      "and cached, both copies, 1.01 B per block-matrix element" if te else
-                      "22.5 B per element (torchao's Triton kernels, measured on a GB200); weights re-quantized in "
-                      "every pass")
-                   + "; linear inputs saved as NVFP4 (0.56 B per element)"
+                   + (f"{_nvfp4_bytes('te'):.2f} B per element (Transformer Engine, measured on a B300); weights "
+                      f"quantized once per step and cached, both copies, {NVFP4_WEIGHT_CACHE_BYTES:.2f} B per "
+                      "block-matrix element" if te else
+                      f"{_nvfp4_bytes('compiled'):.1f} B per element (torchao's Triton kernels, measured on a GB200); "
+                      "weights re-quantized in every pass")
+                   + f"; linear inputs saved as NVFP4 ({NVFP4_ELEMENT_BYTES:.2f} B per element)"
                    + ("" if req.num_layers_at_start_in_bf16 or req.num_layers_at_end_in_bf16 else
                       "; every layer in NVFP4 (--num-layers-at-start-in-bf16 / --num-layers-at-end-in-bf16 for "
                       "recipes that keep the first or last layers in bf16)"))
