@@ -282,7 +282,8 @@ def _checked_user_row(row: dict, where: str) -> GPU:
         _check_number(where, f"peak_tflops.{key}", value, 1e5, MIN_PEAK_TFLOPS)
     if "host_cpu" in row and row["host_cpu"] not in HOST_CPUS:
         raise InvalidArgument(f"{where}: host_cpu = {row['host_cpu']!r}; valid: {', '.join(HOST_CPUS)}")
-    if "sources" in row and (not isinstance(row["sources"], list) or not all(isinstance(a, str) for a in row["sources"])):
+    sources = row.get("sources", [])
+    if not isinstance(sources, list) or not all(isinstance(a, str) for a in sources):
         raise InvalidArgument(f"{where}: 'sources' must be a list of strings")
     if "nvlink" in row and not isinstance(row["nvlink"], bool):
         raise InvalidArgument(f"{where}: 'nvlink' must be true or false")
