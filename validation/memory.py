@@ -29,8 +29,9 @@ HELD_OUT_MEDIAN_TARGET = 0.08
 """Issue 17: the held-out part's median |error|, with no wrong verdict."""
 KNOWN_WRONG_VERDICTS = {
     "CodeLlama-34B QLoRA plain HF (no FA2), A100 40GB, Unsloth Dec-2023 benchmark -> OOM":
-        "went OOM, predicted to fit (36.7 GiB reserved of 40); its flash-attention sibling is predicted 6% low and the "
-        "source prints neither batch nor sequence",
+        "went OOM, predicted to fit (34.2 GiB reserved of 40 on 2026-11-28); its flash-attention sibling (calibration) "
+        "is predicted 14% low, the source prints neither batch nor sequence, and its own time column says the run "
+        "finished",
 }
 """Held-out rows whose verdict is wrong today, each with why: the test fails when one is added or fixed, so that this
 list is always the truth (issue 17 is not done while it is not empty)."""

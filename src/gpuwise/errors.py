@@ -37,6 +37,14 @@ class UnknownFormatError(GpuwiseError):
     """A dtype or quantization format name that gpuwise does not know."""
 
 
+MAX_TOKENS = 1 << 24
+"""Upper bound of every token count the user types (--seq, --global-batch, --max-num-batched-tokens, ...): 16M
+tokens, beyond any model's context and any batch run today; larger is a typo, not a job."""
+
+MAX_TRAIN_TOKENS = 1e16
+"""Upper bound of --train-tokens: 10 quadrillion, ~250x today's largest pretraining runs."""
+
+
 def require_positive_int(flag: str, value: object, maximum: int) -> None:
     """InvalidArgument unless `value` is a whole number in [1, maximum] (`flag` names it as the CLI does)."""
     if isinstance(value, bool) or not isinstance(value, int):
@@ -51,6 +59,13 @@ def require_positive_number(flag: str, value: object, maximum: float) -> None:
     """InvalidArgument unless `value` is a real number in (0, maximum]."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= maximum:
         raise InvalidArgument(f"{flag} must be a positive number up to {maximum:g}, got {value!r}")
+
+
+def require_train_tokens(value: object) -> None:
+    """InvalidArgument unless --train-tokens is a number of tokens in [1, MAX_TRAIN_TOKENS]."""
+    require_positive_number("--train-tokens", value, MAX_TRAIN_TOKENS)
+    if value < 1:  # type: ignore[operator]  # a real number, checked above
+        raise InvalidArgument(f"--train-tokens {value:g}: a run trains on at least one token")
 
 
 def suggest(name: str, candidates: list[str], n: int = 3) -> str:

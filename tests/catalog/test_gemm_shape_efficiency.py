@@ -115,26 +115,17 @@ def test_a_decode_step_of_a_consumer_card_keeps_its_own_streaming_figure() -> No
 
 
 def _one_row_errors(gpu_id: str, split_k: bool) -> list[float]:
-    import gpuwise.estimate.kernels as kernels
-
-    old = kernels.SPLIT_K
-    kernels.SPLIT_K = split_k
-    kernels.matmul_s.cache_clear()
-    try:
-        profile = default_profile(get_gpu(gpu_id))
-        with open(DECODE) as fh:
-            return [abs(matmul_s(profile, 1, int(r["n"]), int(r["k"]), "bf16", 2.0) / (float(r["latency_ms"]) * 1e-3)
-                        - 1) for r in csv.DictReader(fh) if r["gpu"] == gpu_id]
-    finally:
-        kernels.SPLIT_K = old
-        kernels.matmul_s.cache_clear()
+    profile = default_profile(get_gpu(gpu_id))
+    with open(DECODE) as fh:
+        return [abs(matmul_s(profile, 1, int(r["n"]), int(r["k"]), "bf16", 2.0, split_k=split_k)
+                    / (float(r["latency_ms"]) * 1e-3) - 1) for r in csv.DictReader(fh) if r["gpu"] == gpu_id]
 
 
 @pytest.mark.parametrize("gpu_id", ["h100-sxm", "h200-sxm", "b200", "gb200", "b300", "a100-sxm-80gb"])
 def test_one_row_gemms_split_k_over_idle_sms_as_cublas_does(gpu_id: str) -> None:
     """NVIDIA's one-row cuBLAS sweeps (validation/kernels/gemm_bf16_decode.csv, 252 shapes per board, 224 on the
-    A100): with k split over the SMs a narrow GEMM's single partial wave leaves idle (`kernels.SPLIT_K`), 90% of the
-    shapes lie within 33% of their measured time; with whole-k tiles the narrow shapes come out up to 4.5x slow."""
+    A100): with k split over the SMs a narrow GEMM's single partial wave leaves idle (`kernels.SPLIT_K_RULE`), 90% of
+    the shapes lie within 33% of their measured time; with whole-k tiles the narrow shapes come out up to 4.5x slow."""
     with_split, without = _one_row_errors(gpu_id, True), _one_row_errors(gpu_id, False)
     p90, p90_without = (sorted(e)[int(0.9 * len(e))] for e in (with_split, without))
     assert len(with_split) >= 200 and p90 < 0.33 and max(with_split) < 0.85

@@ -25,10 +25,12 @@ def memory_s(profile: DeviceProfile, nbytes: float) -> float:
 
 @lru_cache(maxsize=1 << 16)
 def matmul_s(profile: DeviceProfile, m: int, n: int, k: int, dtype: str, operand_bytes: float,
-             weight_bytes: float | None = None, batch: int = 1, grouped: bool = False) -> float:
+             weight_bytes: float | None = None, batch: int = 1, grouped: bool = False, split_k: bool = True
+             ) -> float:
     """Time of one GEMM (or one batched GEMM of `batch` independent products, one kernel); `operand_bytes` per
     element of A, C (and B unless `weight_bytes`, for quantized B). `grouped`: a grouped kernel's GEMM (a serving
-    engine's fused MoE), which keeps whole-k tiles even when one expert is active (no `SPLIT_K`)."""
+    engine's fused MoE), which keeps whole-k tiles even when one expert is active (no split-k). `split_k`: the
+    split-k rule below (`SPLIT_K_RULE`); False prices whole-k tiles everywhere (the tests compare both)."""
     flops_rate = profile.matmul_flops(dtype)
     if m <= 0 or n <= 0 or k <= 0:
         return 0.0
@@ -39,33 +41,32 @@ def matmul_s(profile: DeviceProfile, m: int, n: int, k: int, dtype: str, operand
         return mem + profile.gemm_fixed_s
     sms = profile.gpu.sm_count or 1
     best = math.inf
-    split_k = SPLIT_K and batch == 1 and not grouped and dtype in ("bf16", "fp16") and b_bytes >= 2  # cuBLAS, 16-bit
+    split_k = split_k and batch == 1 and not grouped and dtype in ("bf16", "fp16") and b_bytes >= 2  # cuBLAS, 16-bit
     # cuBLAS picks among tile shapes; take the one with the least padded work (the big tile and two smaller).
     tm, tn = profile.tile
     for a, b in ((tm, tn), (tm, tn // 2), (tm // 2, tn // 2)):
         tiles = batch * math.ceil(m / a) * math.ceil(n / b)
         waves = math.ceil(tiles / sms)
         depth = k
-        if tiles < sms and split_k:  # one partial wave: the library splits k over the idle SMs (SPLIT_K)
+        if tiles < sms and split_k:  # one partial wave: the library splits k over the idle SMs (SPLIT_K_RULE)
             depth = math.ceil(k / (sms // tiles))
         best = min(best, waves * sms * a * b * depth)
     compute = 2.0 * best / flops_rate
     return max(compute, mem) + profile.gemm_fixed_s
 
 
-SPLIT_K = True
-"""A GEMM whose output tiles fill less than one wave (a decode step's few rows against a narrow weight) runs with
-its k dimension split over the SMs that would idle (cuBLAS's and hipBLASLt's split-K / stream-K kernels), so it
-keeps every SM busy: each tile's k is cut into sms // tiles slices. One 16-bit GEMM only, what was measured: a batched
-or grouped kernel (the experts' fused MoE GEMMs, `grouped`, even with one expert active) keeps whole-k tiles, as
-Triton's fused_moe does (its programs loop over the whole k), and so do the quantized GEMMs of the serving engines
-(block-scaled fp8 in Triton or DeepGEMM, CUTLASS scaled_mm, int4 kernels), which gpuwise has not measured at one row.
-gpuwise's own H200 one-row GEMMs
-(benchmarks/results/h200-sxm/kernel-floor.json, x[1, k] @ w[k, n] in a CUDA graph past L2) run memory-bound at
-every measured shape: 8.65 us at k 4,096 x n 2,048 and 6.0 us at 2,048 x 2,048, where one wave of whole-k tiles
-priced them at 17.0 and 10.8 us (+97%, +79%); with it every shape lies within 14%. False turns the rule off (tests
-compare both; clear `matmul_s`'s cache and `gpuwise.memo.clear_all()` after changing it: the step and pass caches are
-not keyed on it)."""
+SPLIT_K_RULE = "cuBLAS and hipBLASLt split k over the SMs a one-wave GEMM leaves idle"
+"""`matmul_s(split_k=True)`, the default. A GEMM whose output tiles fill less than one wave (a decode step's few rows
+against a narrow weight) runs with its k dimension split over the SMs that would idle (cuBLAS's and hipBLASLt's
+split-K / stream-K kernels), so it keeps every SM busy: each tile's k is cut into sms // tiles slices. One 16-bit
+GEMM only, what was measured: a batched or grouped kernel (the experts' fused MoE GEMMs, `grouped`, even with one
+expert active) keeps whole-k tiles, as Triton's fused_moe does (its programs loop over the whole k), and so do the
+quantized GEMMs of the serving engines (block-scaled fp8 in Triton or DeepGEMM, CUTLASS scaled_mm, int4 kernels),
+which gpuwise has not measured at one row. gpuwise's own H200 one-row GEMMs
+(benchmarks/results/h200-sxm/kernel-floor.json, x[1, k] @ w[k, n] in a CUDA graph past L2) run memory-bound at every
+measured shape: 8.65 us at k 4,096 x n 2,048 and 6.0 us at 2,048 x 2,048, where one wave of whole-k tiles priced
+them at 17.0 and 10.8 us (+97%, +79%); with it every shape lies within 14%. `split_k=False` turns the rule off for
+one call (the tests compare both); it is part of `matmul_s`'s cache key, so nothing else needs clearing."""
 
 
 RECURRENT_SCAN_FLOPS = {"gated_deltanet": 32.8e12, "mamba2": 49.5e12}

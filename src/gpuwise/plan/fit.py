@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from ..catalog.gpus import GPU
 from ..catalog.models import LoadedModel
 from ..dtypes import DType, get_dtype, kv_dtype, torch_dtype_to_name
-from ..errors import InvalidArgument, require_positive_int
+from ..errors import MAX_TOKENS, InvalidArgument, require_positive_int
 from ..estimate import engines
 from ..estimate.engines import DEFAULT_CONTEXT, Engine  # noqa: F401 (DEFAULT_CONTEXT: the context help)
 from ..estimate.inference_memory import InferenceMemory, VLLMOptions, inference_memory
@@ -21,11 +21,19 @@ from ..model.params import ParamCounts, param_counts
 from ..quant.formats import WeightFormat, default_weight_format, get_weight_format, to_gguf
 from ..units import GiB
 
-MAX_CONTEXT_SEARCH = 1 << 24  # 16M tokens: beyond any model's context today
+MAX_CONTEXT_SEARCH = MAX_TOKENS  # beyond any model's context today
 MAX_BATCH_SEARCH = 1 << 20
 TP_SIZES = (1, 2, 4, 8, 16, 32, 64)
 MAX_GPUS_SEARCH = 64
 
+
+
+def require_scheduler_limits(max_num_seqs: int | None, max_num_batched_tokens: int | None) -> None:
+    """The engines' scheduler knobs (vLLM's --max-num-seqs and --max-num-batched-tokens), as `fit` and `infer` take
+    them: whole numbers from 1 up to `MAX_TOKENS`, or None for the engine's default."""
+    for name, v in (("--max-num-seqs", max_num_seqs), ("--max-num-batched-tokens", max_num_batched_tokens)):
+        if v is not None:
+            require_positive_int(name, v, MAX_TOKENS)
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FitRequest:
@@ -82,9 +90,7 @@ class FitRequest:
             raise InvalidArgument(f"unknown engine '{self.engine}'; use one of: {', '.join(engines.SERVING_ENGINES)}")
         if self.gpu_memory_utilization is not None and not 0 < self.gpu_memory_utilization <= 1:
             raise InvalidArgument(f"--gpu-memory-utilization must be in (0, 1], got {self.gpu_memory_utilization}")
-        for name, v in (("--max-num-seqs", self.max_num_seqs), ("--max-num-batched-tokens", self.max_num_batched_tokens)):
-            if v is not None:
-                require_positive_int(name, v, 1 << 24)
+        require_scheduler_limits(self.max_num_seqs, self.max_num_batched_tokens)
         if self.vllm_version is not None:
             try:
                 version = engines.vllm_version(self.vllm_version)

@@ -25,7 +25,7 @@ from ..estimate.kv_cache import kv_bytes_per_token, state_bytes_per_sequence
 from ..fields import field_default
 from ..quant.formats import matrix_bytes_per_param
 from . import serve
-from .fit import FitRequest, FitResult, fit
+from .fit import FitRequest, FitResult, fit, require_scheduler_limits
 from .serve import ServingAnswer
 from ..estimate.serving import StepCost
 
@@ -144,14 +144,12 @@ class InferRequest:
         if self.max_concurrency is not None:
             require_positive_int("--max-concurrency", self.max_concurrency, 1 << 20)
         require_positive_int("--num-prompts", self.num_prompts, MAX_PROMPTS)
-        for name, v in (("--max-num-seqs", self.max_num_seqs), ("--max-num-batched-tokens", self.max_num_batched_tokens)):
-            if v is not None:
-                require_positive_int(name, v, 1 << 24)
+        require_scheduler_limits(self.max_num_seqs, self.max_num_batched_tokens)
         for name, v in (("--slo-ttft-ms", self.slo_ttft_ms), ("--slo-tpot-ms", self.slo_tpot_ms)):
             if v is not None:
                 require_positive_number(name, v, 1e9)
-        if self.dataset_path is not None and not self.dataset_path.strip():
-            raise InvalidArgument("--dataset-path is empty: give a JSONL or CSV file of prompt and output lengths")
+        if self.dataset_path is not None:
+            serve.require_lengths_path(self.dataset_path)
         load_only = [n for n, v in (("--dataset-path", self.dataset_path), ("--slo-ttft-ms", self.slo_ttft_ms),
                                     ("--slo-tpot-ms", self.slo_tpot_ms),
                                     ("--prefix-cache-hit-rate", self.prefix_cache_hit_rate),

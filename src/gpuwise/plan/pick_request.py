@@ -7,7 +7,7 @@ from typing import Literal, get_args
 
 from ..catalog.gpus import GPU
 from ..catalog.models import LoadedModel
-from ..errors import InvalidArgument, require_positive_int, require_positive_number
+from ..errors import MAX_TOKENS, InvalidArgument, require_positive_int, require_positive_number, require_train_tokens
 from ..estimate.engines import Engine
 from ..estimate.job import Finetune, job_default
 from ..fields import field_default
@@ -104,11 +104,9 @@ class PickRequest:
         require_positive_int("--top", self.top, 1 << 16)
         for name, value in (("--seq", self.seq), ("--global-batch", self.global_batch)):
             if value is not None:  # the bounds `gpuwise train` and `plan` keep
-                require_positive_int(name, value, 1 << 24)
+                require_positive_int(name, value, MAX_TOKENS)
         if self.train_tokens is not None:
-            require_positive_number("--train-tokens", self.train_tokens, 1e16)
-            if self.train_tokens < 1:
-                raise InvalidArgument(f"--train-tokens {self.train_tokens:g}: a run trains on at least one token")
+            require_train_tokens(self.train_tokens)
         if self.budget_usd_per_hour is not None:
             require_positive_number("--budget-usd-per-hour", self.budget_usd_per_hour, 1e7)
         if not 0 <= self.headroom < 1:

@@ -29,7 +29,7 @@ from typing import Literal, get_args
 from ..catalog.devices import DeviceProfile
 from ..catalog.gpus import GPU
 from ..catalog.models import LoadedModel
-from ..errors import InvalidArgument, require_positive_int, require_positive_number
+from ..errors import MAX_TOKENS, InvalidArgument, require_positive_int, require_positive_number
 from ..estimate.comm import Topology
 from ..estimate.flops import gemm_dtype, job_flops, utilization
 from ..estimate.job import (FSDP2_OFFLOAD_ALL, OFFLOADABLE_OPTIMIZERS, RECOMPUTE, AttnImplementation, Fp8Backend,
@@ -148,7 +148,7 @@ class PlanRequest:
 
     def __post_init__(self) -> None:
         for name in ("num_gpus", "seq", "global_batch", "top"):
-            require_positive_int("--" + name.replace("_", "-"), getattr(self, name), 1 << 24)
+            require_positive_int("--" + name.replace("_", "-"), getattr(self, name), MAX_TOKENS)
         for name in ("tp", "pp", "cp", "ep", "max_tp"):
             if getattr(self, name) is not None:
                 require_positive_int("--" + name.replace("_", "-"), getattr(self, name), 1 << 16)

@@ -8,7 +8,7 @@ from ..catalog.devices import device_profile
 from ..catalog.gpus import GPU
 from ..catalog.models import LoadedModel
 from ..dtypes import peak_operand_bytes
-from ..errors import InvalidArgument, require_positive_int
+from ..errors import MAX_TOKENS, InvalidArgument, require_positive_int
 from ..estimate.roofline import PHASES, Phase, Roofline
 from ..estimate.roofline import roofline as _roofline
 
@@ -36,7 +36,7 @@ class RooflineRequest:
 
     def __post_init__(self) -> None:
         require_positive_int("--batch", self.batch, 1 << 20)
-        require_positive_int("--seq", self.seq, 1 << 24)
+        require_positive_int("--seq", self.seq, MAX_TOKENS)
         if self.phase not in PHASES:
             raise InvalidArgument(f"--phase must be one of {', '.join(PHASES)}, got '{self.phase}'")
         if self.gpu.memory_bandwidth_bytes_per_s is None:

@@ -21,7 +21,7 @@ from ..catalog.devices import speed_figures_missing
 from ..estimate import engines
 from ..catalog.gpus import GPU, get_gpu, with_memory
 from ..catalog.models import LoadedModel, catalog_entries, load_model, search_models
-from ..errors import GpuwiseError, InvalidArgument, require_positive_int
+from ..errors import MAX_TOKENS, GpuwiseError, InvalidArgument, require_positive_int
 from ..model.params import param_counts
 from ..quant.formats import WeightFormat, default_weight_format, get_weight_format
 from ..units import parse_size
@@ -183,7 +183,7 @@ def runnable(fits: str, *, engine: str = "llamacpp", context: int | None = None,
     if engine not in FORMATS:
         raise InvalidArgument(f"--engine: unknown value '{engine}'; valid: {', '.join(FORMATS)}")
     context = DEFAULT_CONTEXT if context is None else context
-    require_positive_int("--context", context, 1 << 24)
+    require_positive_int("--context", context, MAX_TOKENS)
     require_positive_int("--top", top, 1 << 16)
     gpu, n = parse_gpus(fits)
     if gpu_memory is not None:  # the same GPUs with only this much free each

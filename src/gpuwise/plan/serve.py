@@ -44,12 +44,17 @@ class LoadSpec:
     """The HTTP server in front of the engine (None offline)."""
 
 
+def require_lengths_path(path: str) -> None:
+    """InvalidArgument for an empty or blank --dataset-path (checked before anything is loaded)."""
+    if not path.strip():
+        raise InvalidArgument("--dataset-path is empty: give a JSONL or CSV file of prompt and output lengths")
+
+
 def read_lengths(path: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """Prompt and output lengths from a JSONL file ({"prompt_tokens": P, "output_tokens": O} per line) or a CSV
     file with a header naming `prompt_tokens` and `output_tokens` columns."""
+    require_lengths_path(path)
     p = Path(path)
-    if not path:
-        raise InvalidArgument("--dataset-path is empty: give a JSONL or CSV file of prompt and output lengths")
     # a regular file only, bounded, opened non-blocking (a device, FIFO or /proc file is refused, never read)
     text = read_text_bounded(path, MAX_LENGTHS_FILE_BYTES, what="lengths file ")
     rows: list[tuple[object, object]] = []

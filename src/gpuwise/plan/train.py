@@ -13,7 +13,7 @@ from typing import Literal, get_args
 from ..catalog.devices import DeviceProfile, host_op_time_ratio, rental_price
 from ..catalog.gpus import GPU
 from ..catalog.models import LoadedModel
-from ..errors import InvalidArgument, require_positive_int, require_positive_number
+from ..errors import MAX_TOKENS, InvalidArgument, require_positive_int, require_positive_number, require_train_tokens
 from ..estimate.comm import Topology
 from ..estimate.flops import StepFlops, gemm_dtype, job_flops, utilization
 from ..estimate.job import (FSDP2_OFFLOAD_ALL, PYTORCH_NATIVE, AttnImplementation, Attention, CpCommType,
@@ -45,8 +45,8 @@ not used by replication; torchtitan/config/job_config.py) and torchtune's distri
 `training.shard_model` (fully_shard per layer). `--zero 0` asks either for plain replication. One data-parallel rank
 (one GPU, or all GPUs in model parallelism) shards nothing: torchtitan applies FSDP only over more than one."""
 # Upper bounds far beyond any real job, so that absurd input gets an error rather than a long search.
-LIMITS = {"num_gpus": 1 << 20, "seq": 1 << 24, "micro_batch": 1 << 24, "tp": 1 << 16, "pp": 1 << 16, "vpp": 1 << 10,
-          "cp": 1 << 16, "ep": 1 << 16, "lora_rank": 1 << 16, "global_batch": 1 << 24}
+LIMITS = {"num_gpus": 1 << 20, "seq": MAX_TOKENS, "micro_batch": 1 << 24, "tp": 1 << 16, "pp": 1 << 16, "vpp": 1 << 10,
+          "cp": 1 << 16, "ep": 1 << 16, "lora_rank": 1 << 16, "global_batch": MAX_TOKENS}
 """Checked in this order: the global batch's default needs the degrees before it."""
 
 
@@ -462,12 +462,11 @@ class TrainRequest:
         if self.gpus_per_node is not None:
             require_positive_int("--gpus-per-node", self.gpus_per_node, 1 << 10)
         for name, value, hi in (("--inter-node-gbps", self.inter_node_gbps, 1e5),
-                                ("--train-tokens", self.train_tokens, 1e16),
                                 ("--usd-per-gpu-hour", self.usd_per_gpu_hour, 1e4)):
             if value is not None:
                 require_positive_number(name, value, hi)
-        if self.train_tokens is not None and self.train_tokens < 1:
-            raise InvalidArgument(f"--train-tokens {self.train_tokens:g}: a run trains on at least one token")
+        if self.train_tokens is not None:
+            require_train_tokens(self.train_tokens)
         if self.schedule is not None and self.schedule not in get_args(Schedule):
             raise InvalidArgument(f"--schedule: unknown value '{self.schedule}'; valid: {', '.join(get_args(Schedule))}")
         if self.zero is not None and self.fsdp is not None:
