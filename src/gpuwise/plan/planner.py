@@ -46,10 +46,8 @@ from ..estimate.train_memory import layout_memory, required_bytes
 from ..model.spec import LINEAR
 from ..units import GiB
 from .cluster import cluster
-from .train import (DELAY_WGRAD_NEEDS_OVERLAP, TrainRequest, bf16_layers_problem, cuda_graph_scopes,
-                    fp8_backend_problem, megatron_job_problem, megatron_option_problem, megatron_overlap_problem,
-                    model_problem, nvfp4_shape_problem, optimizer_problem, precision_problem, sdpa_backend_problem,
-                    trainer_option_problem)
+from .train import (DELAY_WGRAD_NEEDS_OVERLAP, TrainRequest, cuda_graph_scopes, megatron_option_problem,
+                    megatron_overlap_problem, nvfp4_shape_problem, recipe_problem)
 
 Objective = Literal["time", "cost", "memory"]
 PlanFramework = Literal["megatron", "torchtitan", "fsdp", "deepspeed"]
@@ -161,23 +159,6 @@ class PlanRequest:
             raise InvalidArgument("--compile is torch.compile of a PyTorch-native trainer "
                                   f"({', '.join(COMPILING_FRAMEWORKS)}); {self.framework} plans are priced with its "
                                   "own fused kernels")
-        if (problem := optimizer_problem(self.framework, self.optimizer)) is not None:
-            raise InvalidArgument(problem)
-        if (problem := model_problem(self.framework, self.model.spec)) is not None:
-            raise InvalidArgument(f"--framework {self.framework}: {problem}")
-        if (problem := fp8_backend_problem(self.fp8_backend, self.precision, self.framework)) is not None:
-            raise InvalidArgument(problem)
-        if (problem := precision_problem(self.precision, self.framework, self.gpu)) is not None:
-            raise InvalidArgument(problem)
-        if (problem := bf16_layers_problem(self.num_layers_at_start_in_bf16, self.num_layers_at_end_in_bf16,
-                                           precision=self.precision, framework=self.framework,
-                                           num_layers=self.model.spec.num_layers)) is not None:
-            raise InvalidArgument(problem)
-        if self.precision == "nvfp4" and self.framework == "torchtitan" and (
-                problem := nvfp4_shape_problem(self.model.spec, self.tp or 1)) is not None:
-            raise InvalidArgument(problem)
-        if (problem := sdpa_backend_problem(self.sdpa_backend, self.gpu)) is not None:
-            raise InvalidArgument(problem)
         spec = self.model.spec
         object.__setattr__(self, "_graphs", cuda_graph_scopes(self.cuda_graph_scope, framework=self.framework,
                                                               spec=spec, padded=self.moe_pad_expert_input_to_capacity))
@@ -185,15 +166,16 @@ class PlanRequest:
             if getattr(self, name) and (problem := megatron_option_problem(name, self.framework, self.precision,
                                                                             False)):
                 raise InvalidArgument(problem)
-        if (problem := megatron_job_problem(
-                self.framework, spec=spec, optimizer=self.optimizer, moe_a2a_overlap=self.moe_a2a_overlap,
+        if (problem := recipe_problem(
+                self.framework, spec=spec, gpu=self.gpu, precision=self.precision, tp=self.tp or 1,
+                fp8_backend=self.fp8_backend,
+                bf16_layers=(self.num_layers_at_start_in_bf16, self.num_layers_at_end_in_bf16),
+                sdpa_backend=self.sdpa_backend, optimizer=self.optimizer, compile=self.compile,
+                tp_comm_overlap=self.tp_comm_overlap, fp8_param_gather=self.fp8_param_gather,
+                grad_reduce_in_fp32=self.grad_reduce_in_fp32, moe_a2a_overlap=self.moe_a2a_overlap,
                 moe_token_dispatcher=self.moe_token_dispatcher, pad=self.moe_pad_expert_input_to_capacity,
                 moment_dtypes=(self.exp_avg_dtype, self.exp_avg_sq_dtype),
                 permute_fusion=self.moe_permute_fusion)) is not None:
-            raise InvalidArgument(problem)
-        if (problem := trainer_option_problem(self.framework, precision=self.precision, compile=self.compile,
-                                           tp_comm_overlap=self.tp_comm_overlap, fp8_param_gather=self.fp8_param_gather,
-                                           grad_reduce_in_fp32=self.grad_reduce_in_fp32)) is not None:
             raise InvalidArgument(problem)
         if self.moe_a2a_overlap and self.ep == 1:
             raise InvalidArgument("--moe-a2a-overlap needs expert parallelism: --ep > 1")

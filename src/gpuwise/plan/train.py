@@ -299,6 +299,33 @@ def optimizer_problem(framework: str, optimizer: str) -> str | None:
     return None
 
 
+def recipe_problem(framework: str, *, spec, gpu: GPU, precision: str, finetune: str = "full", tp: int = 1,
+                   fp8_backend: str | None, bf16_layers: tuple[int, int], sdpa_backend: str | None, optimizer: str,
+                   compile: bool, tp_comm_overlap: bool, fp8_param_gather: bool, grad_reduce_in_fp32: bool,
+                   moe_a2a_overlap: bool, moe_token_dispatcher: str, pad: bool, moment_dtypes: tuple,
+                   permute_fusion: bool) -> str | None:
+    """The first reason, in one line, why `framework` cannot run this recipe, or None: the checks `gpuwise train`
+    and `gpuwise plan` share (precision and its kernels, layers kept in bf16, the attention backend, trainer
+    options, optimizer, model layers, Megatron-Core's MoE options), in that order."""
+    checks = (
+        lambda: fp8_backend_problem(fp8_backend, precision, framework),
+        lambda: precision_problem(precision, framework, gpu, finetune),
+        lambda: bf16_layers_problem(*bf16_layers, precision=precision, framework=framework,
+                                    num_layers=spec.num_layers),
+        lambda: nvfp4_shape_problem(spec, tp) if precision == "nvfp4" and framework == "torchtitan" else None,
+        lambda: sdpa_backend_problem(sdpa_backend, gpu),
+        lambda: trainer_option_problem(framework, precision=precision, compile=compile,
+                                       tp_comm_overlap=tp_comm_overlap, fp8_param_gather=fp8_param_gather,
+                                       grad_reduce_in_fp32=grad_reduce_in_fp32),
+        lambda: optimizer_problem(framework, optimizer),
+        lambda: (f"--framework {framework}: {p}" if (p := model_problem(framework, spec)) else None),
+        lambda: megatron_job_problem(framework, spec=spec, optimizer=optimizer, moe_a2a_overlap=moe_a2a_overlap,
+                                     moe_token_dispatcher=moe_token_dispatcher, pad=pad,
+                                     moment_dtypes=moment_dtypes, permute_fusion=permute_fusion),
+    )
+    return next((p for check in checks if (p := check()) is not None), None)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TrainRequest:
     """A training job on a cluster: the options of `gpuwise train`, one field each (the CLI is built from them: a
@@ -548,30 +575,13 @@ class TrainRequest:
                 and (self.etp if self.etp is not None else self.tp) > 1):
             raise InvalidArgument("--use-transformer-engine-op-fuser: Megatron-Core's fused grouped MLP runs without "
                                   "expert tensor parallelism (its _is_fused_impl_supported): add --etp 1 or drop it")
-        if (problem := fp8_backend_problem(self.fp8_backend, self.precision, framework)) is not None:
-            raise InvalidArgument(problem)
-        if (problem := precision_problem(self.precision, framework, self.gpu, self.finetune)) is not None:
-            raise InvalidArgument(problem)
-        if (problem := bf16_layers_problem(self.num_layers_at_start_in_bf16, self.num_layers_at_end_in_bf16,
-                                           precision=self.precision, framework=framework,
-                                           num_layers=self.model.spec.num_layers)) is not None:
-            raise InvalidArgument(problem)
-        if self.precision == "nvfp4" and framework == "torchtitan" \
-                and (problem := nvfp4_shape_problem(self.model.spec, self.tp)) is not None:
-            raise InvalidArgument(problem)
-        if (problem := sdpa_backend_problem(self.sdpa_backend, self.gpu)) is not None:
-            raise InvalidArgument(problem)
-        if (problem := trainer_option_problem(framework, precision=self.precision, compile=self.compile,
-                                              tp_comm_overlap=self.tp_comm_overlap,
-                                              fp8_param_gather=self.fp8_param_gather,
-                                              grad_reduce_in_fp32=self.grad_reduce_in_fp32)) is not None:
-            raise InvalidArgument(problem)
-        if (problem := optimizer_problem(framework, self.optimizer)) is not None:
-            raise InvalidArgument(problem)
-        if (problem := model_problem(framework, self.model.spec)) is not None:
-            raise InvalidArgument(f"--framework {framework}: {problem}")
-        if (problem := megatron_job_problem(
-                framework, spec=self.model.spec, optimizer=self.optimizer, moe_a2a_overlap=self.moe_a2a_overlap,
+        if (problem := recipe_problem(
+                framework, spec=self.model.spec, gpu=self.gpu, precision=self.precision, finetune=self.finetune,
+                tp=self.tp, fp8_backend=self.fp8_backend,
+                bf16_layers=(self.num_layers_at_start_in_bf16, self.num_layers_at_end_in_bf16),
+                sdpa_backend=self.sdpa_backend, optimizer=self.optimizer, compile=self.compile,
+                tp_comm_overlap=self.tp_comm_overlap, fp8_param_gather=self.fp8_param_gather,
+                grad_reduce_in_fp32=self.grad_reduce_in_fp32, moe_a2a_overlap=self.moe_a2a_overlap,
                 moe_token_dispatcher=self.moe_token_dispatcher, pad=self.moe_pad_expert_input_to_capacity,
                 moment_dtypes=(self.exp_avg_dtype, self.exp_avg_sq_dtype),
                 permute_fusion=self.moe_permute_fusion)) is not None:
