@@ -34,11 +34,12 @@ from dataclasses import dataclass
 from ..memo import remember
 from ..model.spec import LINEAR, NONE, ModelSpec
 from .kernels import GDN_CHUNK
-from .job import TrainJob
+from .job import TrainJob, routed_experts_16bit
 from .layer_ops import block_parts, block_signature
 from .layout import Layout
 from .model_states import LORA_TARGETS, adapter_input_bytes, adapter_inputs_per_token, lora_targets
-from .pipeline import in_flight_microbatches, loss_in_flight, rank_bf16_layers, stage_blocks, stage_layers
+from .pipeline import (bf16_layers_key, in_flight_microbatches, job_bf16_layers, loss_in_flight, stage_blocks,
+                       stage_layers)
 from .recompute import MODULE_TERMS, op_saved_per_token, recompute_plan
 
 
@@ -132,8 +133,7 @@ def layer_terms(spec: ModelSpec, layer: int, *, framework: str, e: float = 2.0, 
     # like autograd: a frozen Megatron matrix keeps none either
     se = stream or e  # residual stream, norms, MLP
     lin_se = lin_in if stream is None else stream
-    # torchao's converters swap nn.Linear only: torchtitan's grouped routed experts keep 16-bit inputs
-    routed_16bit = framework == "torchtitan" and lin_in < e
+    routed_16bit = routed_experts_16bit(framework, lin_in < e)
     keeps = (lambda *names: True) if frozen is None else (lambda *names: any(n in frozen for n in names))
     rep: dict[str, float] = {}
     split: dict[str, float] = {}
@@ -510,8 +510,7 @@ def stage_activation_terms(spec: ModelSpec, layout: Layout, stage: int, job: Tra
            job.loss_chunks, job.fused_loss, job.compile_loss, job.norm_type, modules, frozen,
            (job.lora_targets, job.lora_dropout) if lora else None, job.kbit_upcast, job.fp8_saved,
            job.saved_input_bytes, job.expert_extras_unfused, job.op_keeps_matmuls,
-           job.num_layers_at_start_in_bf16, job.num_layers_at_end_in_bf16,
-           layout.vpp if job.num_layers_at_start_in_bf16 or job.num_layers_at_end_in_bf16 else None)
+           bf16_layers_key(layout, job))
     hit = _STAGE_TERMS.get(key)
     if hit is not None:
         return hit[0]
@@ -522,7 +521,7 @@ def stage_activation_terms(spec: ModelSpec, layout: Layout, stage: int, job: Tra
     tp = layout.tp
     keys = seq / layout.cp  # materialized scores: local queries against local keys
     # kept in bf16 (on the ranks that hold them): 16-bit saved inputs, plain matmuls, 16-bit attention
-    bf16 = rank_bf16_layers(layout, spec.num_layers, job.bf16_layers(spec.num_layers))
+    bf16 = job_bf16_layers(layout, spec.num_layers, job)
     fp8_saved_bf16 = job.fp8_saved - {"attention"}  # (the SwiGLU's fp8 input store casts in any layer)
     blocks = stage_blocks(spec, per_stage, stage, bf16)
 

@@ -94,6 +94,15 @@ Fp8Backend = Literal["te", "torchao"]
 FP8_BACKENDS: tuple[str, ...] = get_args(Fp8Backend)
 
 
+def routed_experts_16bit(framework: str, quantized: bool) -> bool:
+    """Whether an MoE's routed experts keep 16-bit GEMMs, inputs and weights under a quantized recipe (`quantized`:
+    fp8 or NVFP4 GEMMs elsewhere): torchtitan's float8, MXFP8 and NVFP4 converters swap its Linear modules only
+    (torchtitan components/quantization/float8.py Float8LinearConverter.convert traverses Linear.Config), and its
+    grouped experts are quantized only by a converter of their own (Float8GroupedExpertsConverter, opt-in), which
+    gpuwise does not model. Transformer Engine under Megatron-Core quantizes the experts' GEMMs too."""
+    return framework == "torchtitan" and quantized
+
+
 def fp8_kernels_of(framework: str, backend: str | None = None) -> str:
     """Whose kernels run a job's fp8: `backend` when given, else the framework's own (Transformer Engine for
     `TE_FP8`, torchao's float8 for the PyTorch-native trainers)."""

@@ -20,7 +20,7 @@ from . import muon
 from .job import (FRAMEWORKS, HF_TRAINERS, NVFP4_WEIGHT_COPY_BYTES, OPTIMIZERS, PYTORCH_NATIVE, QUANTIZED_PRECISIONS,
                   STATE_DTYPE_BYTES, TrainJob, fp8_kernels_of)
 from .layout import Layout
-from .pipeline import rank_bf16_layers, stage_blocks, stage_layers
+from .pipeline import bf16_layers_key, job_bf16_layers, stage_blocks, stage_layers
 
 LORA_TARGETS = {"q": ("attn_q", "attn_q_a", "attn_q_b"), "k": ("attn_k", "attn_kv_a_mqa"), "v": ("attn_v", "attn_kv_b"),
                 "o": ("attn_output",), "gate": ("ffn_gate", "ffn_gate_shexp"), "up": ("ffn_up", "ffn_up_shexp"),
@@ -329,8 +329,7 @@ def model_states(spec: ModelSpec, layout: Layout, stage: int, job: TrainJob) -> 
            layout.sharding, job.framework, job.precision, job.optimizer, job.finetune, job.lora_rank, job.lora_targets,
            job.offload, job.optimizer_in_backward, job.fp8_param_gather, job.grad_reduce_in_fp32, job.kbit_upcast,
            job.fp8_transpose_cache, job.exp_avg_dtype, job.exp_avg_sq_dtype, job.te_quantized,
-           job.num_layers_at_start_in_bf16, job.num_layers_at_end_in_bf16,
-           layout.vpp if job.num_layers_at_start_in_bf16 or job.num_layers_at_end_in_bf16 else None)
+           bf16_layers_key(layout, job))
     hit = _STATES_CACHE.get(key)
     if hit is not None:
         return hit[0]
@@ -356,7 +355,7 @@ def _model_states(spec: ModelSpec, layout: Layout, stage: int, job: TrainJob) ->
         and finetune == "full"
     torchao_nvfp4 = precision == "nvfp4" and job.framework == "torchtitan"  # routed experts stay bf16 there
     # no quantized copies of their weights (on the ranks that hold them)
-    bf16_layers = rank_bf16_layers(layout, spec.num_layers, job.bf16_layers(spec.num_layers))
+    bf16_layers = job_bf16_layers(layout, spec.num_layers, job)
     adapter_lay = precision_layout("hf", "bf16" if precision != "fp32" else "fp32")  # PEFT: fp32 adapters
     sh = layout.sharding_spec
     dense_n = layout.shard_size

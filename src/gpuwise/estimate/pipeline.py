@@ -240,6 +240,17 @@ def virtual_stage_layers(layout: Layout, num_layers: int) -> tuple[int, ...]:
     return tuple(chunks_of_rank[s % layout.pp][s // layout.pp] for s in range(layout.pp * v))
 
 
+def job_bf16_layers(layout: Layout, num_layers: int, job) -> frozenset[int]:
+    """The layers `job` keeps in bf16 (`TrainJob.bf16_layers`) on the ranks that hold them (`rank_bf16_layers`)."""
+    return rank_bf16_layers(layout, num_layers, job.bf16_layers(num_layers))
+
+
+def bf16_layers_key(layout: Layout, job) -> tuple:
+    """What `job_bf16_layers` depends on beyond the model and the stage split, for the memo keys that hold it."""
+    start, end = job.num_layers_at_start_in_bf16, job.num_layers_at_end_in_bf16
+    return start, end, layout.vpp if start or end else None
+
+
 def rank_bf16_layers(layout: Layout, num_layers: int, bf16: frozenset[int]) -> frozenset[int]:
     """The layers kept in bf16 (`TrainJob.bf16_layers`, global numbers) in `stage_blocks`' numbering, where rank r
     holds one run of layers from sum(per_stage[:r]): under interleaving rank r holds the chunks c x pp + r

@@ -46,7 +46,7 @@ from ..model.spec import LINEAR, SLIDING, ModelSpec
 from ..units import GB
 from .comm import Topology
 from .flops import gemm_dtype
-from .job import TrainJob, fp8_gemm_needs_transpose, fp8_kernels_of, pipeline_keeps_unsharded
+from .job import TrainJob, fp8_gemm_needs_transpose, fp8_kernels_of, pipeline_keeps_unsharded, routed_experts_16bit
 from .kernels import RECURRENT_BACKWARD_RATIO, attention_s, matmul_s, memory_s, recurrent_scan_s
 from .layer_ops import (EXPERT_GEMMS, ROUTED_GEMMS, MEGATRON_EXPERT_BIAS_BYTES, MEGATRON_GLU_CLAMP_BYTES,
                         MEGATRON_UNFUSED_PERMUTE_BYTES, PERMUTE_BYTES, UNFUSED_PERMUTE_BYTES, attention_head_dim,
@@ -55,7 +55,7 @@ from .layer_ops import (EXPERT_GEMMS, ROUTED_GEMMS, MEGATRON_EXPERT_BIAS_BYTES, 
 from .layout import Layout
 from . import muon
 from .model_states import ModelStates, stage_tensors
-from .pipeline import (bubble_fraction, bubble_time_s, distinct_stages, rank_bf16_layers, stage_blocks,
+from .pipeline import (bubble_fraction, bubble_time_s, distinct_stages, job_bf16_layers, stage_blocks,
                        stage_layers, unpaired_share)
 from .recompute import (expert_recompute_share, module_share, op_policy_keeps_matmuls, op_saved_matmul_share,
                         recompute_plan)
@@ -357,8 +357,7 @@ def _time_block(profile: DeviceProfile, spec: ModelSpec, layer: int, tokens: int
     fwd_gemm = bwd_gemm = 0.0
     exp_f = exp_d = exp_w = other_w = 0.0  # the experts' share (EXPERT_GEMMS), the others' weight gradients
     grouped = framework == "torchtitan"  # its experts run as torch._grouped_mm
-    # torchao's NVFP4 converter swaps nn.Linear only: torchtitan's grouped routed experts stay in 16 bits
-    routed_16bit = grouped and dtype == "fp4"
+    routed_16bit = routed_experts_16bit(framework, dtype in ("fp8", "fp4"))
     for g in ops.gemms:
         g_dtype = gemm_dtype(profile.gpu.peak_flops, "bf16") if routed_16bit and g.name in ROUTED_GEMMS else dtype
         fwd, dgrad, wgrad = gemm_passes_s(profile, g, g_dtype, e, grouped=grouped)
@@ -614,7 +613,7 @@ def step_time(spec: ModelSpec, layout: Layout, job: TrainJob, *, profile: Device
     stage_fb: dict[int, tuple[float, dict[str, float]]] = {}
     weight_casts: dict[int, float] = {}  # fp8 weights quantized once per step, per stage (TrainJob.fp8_weight_cache)
     # kept in bf16 under the quantized recipe, on the ranks that hold them
-    bf16_layers = rank_bf16_layers(layout, spec.num_layers, job.bf16_layers(spec.num_layers))
+    bf16_layers = job_bf16_layers(layout, spec.num_layers, job)
     bf16_dtype = gemm_dtype(profile.gpu.peak_flops, "bf16")
     for stage in distinct_stages(spec, layers, bf16_layers):  # the others repeat one of these
         parts = dict(forward=0.0, backward=0.0, recompute=0.0, tp_comm=0.0, cp_comm=0.0, ep_comm=0.0, pp_comm=0.0)

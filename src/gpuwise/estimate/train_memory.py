@@ -27,7 +27,8 @@ from .recompute import recompute_plan
 from .layout import Layout
 from . import muon
 from .model_states import ModelStates, model_states, stage_tensors
-from .pipeline import distinct_stages, in_flight_microbatches, loss_in_flight, rank_bf16_layers, stage_layers
+from .pipeline import (bf16_layers_key, distinct_stages, in_flight_microbatches, job_bf16_layers, loss_in_flight,
+                       stage_layers)
 
 # Caching-allocator allowance on top of the allocated peak: Megatron-LM's theoretical_memory_usage.py adds 5%
 # ("buffer for optimizer and miscellaneous temporaries"). GMLake (Guo et al., ASPLOS 2024) measured 15% average
@@ -399,8 +400,7 @@ def layout_memory(spec: ModelSpec, layout: Layout, job: TrainJob) -> LayoutMemor
            job.fused_loss, job.compile_loss, job.norm_type, job.optimizer_in_backward, job.optimizer_impl,
            job.fp8_param_gather, job.grad_reduce_in_fp32, job.lora_dropout, job.kbit_upcast, job.fp8_saved, job.fp8_transpose_cache,
            job.exp_avg_dtype, job.exp_avg_sq_dtype, job.te_quantized, job.saved_input_bytes, job.expert_extras_unfused,
-           job.num_layers_at_start_in_bf16, job.num_layers_at_end_in_bf16,
-           layout.vpp if job.num_layers_at_start_in_bf16 or job.num_layers_at_end_in_bf16 else None,
+           bf16_layers_key(layout, job),
            job.recompute if recompute_plan(job.recompute).kind == "modules" else None)
     hit = _STAGES.get(key)
     if hit is not None:
@@ -408,8 +408,8 @@ def layout_memory(spec: ModelSpec, layout: Layout, job: TrainJob) -> LayoutMemor
     else:
         stages = remember(_STAGES, key, tuple(
             _stage(spec, layout, stage, job)
-            for stage in distinct_stages(spec, stage_layers(layout, spec.num_layers), rank_bf16_layers(
-                layout, spec.num_layers, job.bf16_layers(spec.num_layers)))),
+            for stage in distinct_stages(spec, stage_layers(layout, spec.num_layers), job_bf16_layers(
+                layout, spec.num_layers, job))),
             spec)
     return LayoutMemory(spec, layout, job, stages)
 

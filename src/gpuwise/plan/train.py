@@ -20,7 +20,7 @@ from ..estimate.job import (FSDP2_OFFLOAD_ALL, PYTORCH_NATIVE, AttnImplementatio
                             CudaGraphScope, Finetune, FlopsConvention, Fp8Backend, Framework, MoeDispatcher, NormType,
                             OffloadTarget, Optimizer, OptimizerImpl, Precision, QUANTIZED_PRECISIONS, Recompute,
                             SdpaBackend, StateDtype, TrainJob, NVFP4_ELEMENT_BYTES, NVFP4_WEIGHT_CACHE_BYTES,
-                            fp8_transpose_cached, job_default)
+                            fp8_transpose_cached, job_default, routed_experts_16bit)
 from ..estimate.layout import PARAM_OFFLOAD_SHARDINGS, Layout, Schedule, divisors
 from ..estimate.model_states import adapter_input_bytes, lora_targets
 from ..estimate.parallel import validate_layout
@@ -937,6 +937,9 @@ def _assumptions(req: TrainRequest, framework: str, layout: Layout, mem: TrainMe
         out.append("Transformer Engine fp8 weights: " + ("the fp8 weight and its transpose (Hopper's fp8 GEMMs take "
                    "K-major operands only), 2 B per block-matrix element" if req.job.fp8_transpose_cache else
                    "the fp8 weight alone (Blackwell, or no transpose cache), 1 B per block-matrix element"))
+    if req.precision == "fp8" and req.model.spec.is_moe and routed_experts_16bit(framework, True):
+        out.append("fp8: routed experts in bf16 (torchtitan's float8 and MXFP8 converters swap Linear modules only; its "
+                   "grouped experts' own converter, Float8GroupedExpertsConverter, is opt-in and not modelled)")
     if req.precision == "nvfp4":
         te = req.job.fp8_kernels == "te"
         experts = "" if te or not req.model.spec.is_moe else (
