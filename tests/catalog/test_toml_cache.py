@@ -3,6 +3,7 @@ the cache folder cannot be written."""
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -24,19 +25,32 @@ def _parsed(name: str) -> dict:
     return tomllib.loads((_toml.DATA_DIR / name).read_text(encoding="utf-8"))
 
 
+def _no_parsing(monkeypatch):
+    """From here on the TOML parser fails: what `load_toml` returns can only come from the cache."""
+    def boom(*a, **k):
+        raise AssertionError("parsed the TOML instead of reading the cache")
+
+    monkeypatch.setattr(_toml.tomllib, "loads", boom)
+
+
 @pytest.mark.parametrize("name", SHIPPED)
-def test_a_cached_file_reads_back_exactly_as_parsed(cache, name):
-    first, second = load_toml(name), load_toml(name)
-    assert first == second == _parsed(name)
+def test_a_cached_file_reads_back_exactly_as_parsed(cache, name, monkeypatch):
+    assert load_toml(name) == _parsed(name)
     assert len(list(cache.glob("*.json"))) == 1
+    want = _parsed(name)
+    _no_parsing(monkeypatch)
+    assert load_toml(name) == want
 
 
-def test_a_damaged_entry_is_parsed_again_and_replaced(cache):
+def test_a_damaged_entry_is_parsed_again_and_replaced(cache, monkeypatch):
     load_toml("rental.toml")
     (entry,) = cache.glob("rental.toml.*.json")
     entry.write_text('{"half": ')
-    assert load_toml("rental.toml") == _parsed("rental.toml")
-    assert load_toml("rental.toml") == _parsed("rental.toml")
+    want = _parsed("rental.toml")
+    assert load_toml("rental.toml") == want
+    assert json.loads(entry.read_text()) == want  # rewritten whole
+    _no_parsing(monkeypatch)
+    assert load_toml("rental.toml") == want
 
 
 def test_an_edited_file_is_never_read_from_its_old_entry(cache, tmp_path, monkeypatch):
@@ -45,9 +59,14 @@ def test_an_edited_file_is_never_read_from_its_old_entry(cache, tmp_path, monkey
     (data / "x.toml").write_text("a = 1\n")
     monkeypatch.setattr(_toml, "DATA_DIR", data)
     assert load_toml("x.toml") == {"a": 1}
+    (entry,) = cache.glob("x.toml.*.json")
+    assert json.loads(entry.read_text()) == {"a": 1}
     (data / "x.toml").write_text("a = 2\n")
     assert load_toml("x.toml") == {"a": 2}
-    assert len(list(cache.glob("x.toml.*.json"))) == 1  # the old version's entry is pruned
+    (new,) = cache.glob("x.toml.*.json")  # the old version's entry is pruned
+    assert new != entry and json.loads(new.read_text()) == {"a": 2}
+    _no_parsing(monkeypatch)
+    assert load_toml("x.toml") == {"a": 2}
 
 
 def test_a_date_is_not_cached_but_still_read(cache, tmp_path, monkeypatch):

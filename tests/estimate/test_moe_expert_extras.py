@@ -28,6 +28,17 @@ def _block(monkeypatch, model: str, **kw):
 def test_the_unfused_bias_and_clamp_cost_their_counted_bytes_and_kernels(monkeypatch, dispatcher, probs):
     """gpt-oss-120b on 8 H100, EP 8: 16 local experts, 4,096 tokens x top-4 routed copies per rank, hidden and expert
     width 2,880; HybridEP and DeepEP (the flex dispatcher) carry fp32 routing probabilities, the all-to-all bf16."""
+    # the bytes per element, summed here op by op from Megatron-Core's code and PyTorch's autograd formulas:
+    # bf16 probabilities, forward b * p (2), the sum (6), the concatenation (4); backward grad * p and grad * b each
+    # written and summed (6 + 6), the split's gradient (4). fp32: forward 4 + 10 + 8 and the cast back (6); backward
+    # the cast's gradient (6), the per-expert cast (6), 12 + 12, the split's (4)
+    by_op = {"bf16": ((2 + 6 + 4, 2, 1), (6 + 6 + 4, 4, 2)),
+             "fp32": ((4 + 10 + 8 + 6, 2, 2), (6 + 6 + 12 + 12 + 4, 5, 3))}
+    assert MEGATRON_EXPERT_BIAS_BYTES[probs] == by_op[probs]
+    # the clamp: forward each half read and written (4) and the concatenation (4) in three kernels; backward the
+    # gate half's le/where (8) and the linear half's ge/le/and/where (14), averaged, and the chunk's gradient (4):
+    # seven kernels and two scalar fills
+    assert MEGATRON_GLU_CLAMP_BYTES == ((4 + 4, 3), ((8 + 14) / 2 + 4, 7 + 2))
     unfused = _block(monkeypatch, "gpt-oss-120b", moe_token_dispatcher=dispatcher)
     fused = _block(monkeypatch, "gpt-oss-120b", moe_token_dispatcher=dispatcher, use_transformer_engine_op_fuser=True)
     h100 = default_profile(get_gpu("h100-sxm"))
@@ -49,6 +60,11 @@ def test_the_unfused_bias_and_clamp_cost_their_counted_bytes_and_kernels(monkeyp
 def test_experts_without_bias_or_clamp_and_other_frameworks_pay_nothing(monkeypatch):
     assert _block(monkeypatch, "qwen3-30b-a3b").forward == _block(
         monkeypatch, "qwen3-30b-a3b", use_transformer_engine_op_fuser=True).forward
+    # only Megatron-Core's TEGroupedMLP is charged; other frameworks are not (not modelled there)
+    from gpuwise.estimate.job import TrainJob
+    assert TrainJob(framework="torchtitan").expert_extras_unfused is None
+    assert TrainJob(framework="megatron").expert_extras_unfused == "bf16"
+    assert TrainJob(framework="megatron", moe_token_dispatcher="flex").expert_extras_unfused == "fp32"
     with pytest.raises(InvalidArgument, match="needs --framework megatron"):
         gpuwise.train("gpt-oss-120b", **{**KW, "framework": "torchtitan"}, use_transformer_engine_op_fuser=True)
 
