@@ -33,9 +33,11 @@ HEADROOM_NOTE = FRAGMENTATION_RISK  # GMLake (ASPLOS 2024): 15% average fragment
 SAME_TIME = 0.02
 """Step times within 2% of each other count as a tie: far below the speed model's own error (14-19% median on the
 held-out runs, docs/validation.md), so the tie goes to the more common remedy rather than to noise."""
-COMMONNESS = ("micro_batch", "recompute", "fsdp", "zero", "optimizer", "fp8_transpose_cache", "offload")
+COMMONNESS = ("micro_batch", "recompute", "fsdp", "zero", "grad_reduce_in_fp32", "optimizer", "fp8_transpose_cache",
+              "offload")
 """Same-job knobs from the most to the least used: gradient accumulation and activation checkpointing are on in the
-default recipes of torchtitan, Megatron-LM, PEFT/TRL and torchtune; FSDP/ZeRO sharding next; an 8-bit optimizer
+default recipes of torchtitan, Megatron-LM, PEFT/TRL and torchtune; FSDP/ZeRO sharding next; Megatron's gradients
+in bf16 (Megatron-Bridge's and NeMo's performance recipes, MLPerf's NeMo runs); an 8-bit optimizer
 (bitsandbytes) is a fine-tuning habit rarely seen in pre-training recipes; dropping Transformer Engine's fp8
 transpose cache is a memory flag of AMD's and NVIDIA's own recipes for large models; CPU offload is the last
 resort."""
@@ -72,7 +74,7 @@ class DoctorOptions:
 @dataclass(frozen=True)
 class Remedy:
     name: str
-    """Short id: micro-batch, recompute, precision, optimizer, sharding, offload, lora, qlora, context,
+    """Short id: micro-batch, recompute, precision, optimizer, gradients, fp8-cache, sharding, offload, lora, qlora, context,
     more-gpus, bigger-gpu, combination."""
     change: str
     """What changes, in words."""
@@ -227,6 +229,9 @@ def _single_changes(req: TrainRequest, base: TrainResult, remedy):
         label = variant.pop("_label")
         yield remedy("optimizer", label, **variant, **({"note": "changes numerics: validate loss curves"}
                                                        if "exp_avg_dtype" in variant else {}))
+    if _bf16_gradients_apply(req):
+        yield remedy("gradients", BF16_GRADIENTS_LABEL, grad_reduce_in_fp32=False,
+                     note="changes numerics: validate loss curves")
     fp8_cache = _fp8_transpose_drop(req)
     if fp8_cache is not None:
         yield remedy("fp8-cache", fp8_cache.pop("_label"), **fp8_cache)
@@ -256,6 +261,18 @@ def _single_changes(req: TrainRequest, base: TrainResult, remedy):
                 break
     yield from _more_gpus(req, base, remedy)
     yield from _bigger_gpu(req, remedy)
+
+
+BF16_GRADIENTS_LABEL = ("gradients in bf16 (Megatron-Core grad_reduce_in_fp32=False, as NeMo's performance recipes "
+                        "and MLPerf's NeMo runs set)")
+"""The doctor's remedy for Megatron's fp32 gradient buffer (`TrainJob.grad_reduce_in_fp32`): 2 bytes per trained
+parameter instead of 4."""
+
+
+def _bf16_gradients_apply(req: TrainRequest) -> bool:
+    """Megatron keeps fp32 gradient buffers by default under 16-bit and fp8 training; bf16 ones are an option."""
+    return req.framework == "megatron" and req.grad_reduce_in_fp32 and req.finetune == "full" \
+        and req.precision != "fp32"
 
 
 def _fp8_transpose_drop(req: TrainRequest) -> dict | None:
@@ -461,9 +478,10 @@ def _knob_search(req: TrainRequest, base: TrainResult, remedy, hardware: dict, c
         offloads.append(req.offload + ("optimizer",))
     drop = _fp8_transpose_drop(req)
     fp8_caches = [dict()] + ([{k: v for k, v in drop.items() if k != "_label"}] if drop else [])
+    grads = [dict()] + ([{"grad_reduce_in_fp32": False}] if _bf16_gradients_apply(req) else [])
     found = []
-    for mb, rc, sh, opt, off, fc in itertools.product(reversed(mbs), rcs, shardings, optimizers, offloads,
-                                                      fp8_caches):
+    for mb, rc, sh, opt, off, fc, gr in itertools.product(reversed(mbs), rcs, shardings, optimizers, offloads,
+                                                          fp8_caches, grads):
         changes = {k: v for k, v in dict(micro_batch=mb, recompute=rc, offload=off).items()
                    if (req.job.recompute if k == "recompute" else getattr(req, k)) != v}
         changes.update(opt)  # bitsandbytes' 8-bit AdamW has no torch.optim impl: the variant clears it
@@ -471,6 +489,7 @@ def _knob_search(req: TrainRequest, base: TrainResult, remedy, hardware: dict, c
             del changes["optimizer_impl"]
         changes.update(sh)
         changes.update(fc)
+        changes.update(gr)
         if not changes and not hardware:
             continue
         r = remedy("combination", _describe(original, {**hardware, **changes}), changes_job, **{**hardware, **changes})
@@ -501,6 +520,8 @@ def _describe(req: TrainRequest, changes: dict) -> str:
             words.append(f"AdamW moments in {v}" if both else f"exp-avg-dtype {v}")
         elif k == "offload":
             words.append("offload " + (", ".join(v) or "none"))
+        elif k == "grad_reduce_in_fp32":
+            words.append("gradients in " + ("fp32" if v else "bf16"))
         elif k in ("zero", "fsdp", "framework"):
             if v is not None:
                 words.append(f"{k} {v}")
