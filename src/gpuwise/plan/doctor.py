@@ -74,8 +74,8 @@ class DoctorOptions:
 @dataclass(frozen=True)
 class Remedy:
     name: str
-    """Short id: micro-batch, recompute, precision, optimizer, gradients, fp8-cache, sharding, offload, lora, qlora, context,
-    more-gpus, bigger-gpu, combination."""
+    """Short id: micro-batch, recompute, precision, optimizer, gradients, fp8-cache, sharding, offload, lora, qlora,
+    context, more-gpus, bigger-gpu, combination."""
     change: str
     """What changes, in words."""
     options: dict
