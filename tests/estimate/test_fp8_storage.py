@@ -62,9 +62,9 @@ def test_fp8_input_store_halves_the_swiglu_input_and_fp8_attention_its_tensors()
     spec = load_model("llama-3.1-8b").spec
     i = spec.intermediate_size
     q, kv = spec.num_heads * spec.head_dim, spec.num_kv_heads * spec.head_dim
-    base = layer_terms(spec, 0, framework="megatron", fp8=True)
-    act = layer_terms(spec, 0, framework="megatron", fp8=True, fp8_saved=frozenset({"activation"}))
-    dpa = layer_terms(spec, 0, framework="megatron", fp8=True, fp8_saved=frozenset({"attention"}))
+    base = layer_terms(spec, 0, framework="megatron", saved_input_bytes=1.0)
+    act = layer_terms(spec, 0, framework="megatron", saved_input_bytes=1.0, fp8_saved=frozenset({"activation"}))
+    dpa = layer_terms(spec, 0, framework="megatron", saved_input_bytes=1.0, fp8_saved=frozenset({"attention"}))
     assert base.split["mlp"] - act.split["mlp"] == pytest.approx(2 * i)  # gate and up outputs: 2 B -> 1 B
     assert base.split["qkv"] - dpa.split["qkv"] == pytest.approx(q + 2 * kv)
     # bf16 attention keeps its 16-bit output beside the projection's fp8 copy; fp8 attention's output is that copy

@@ -92,8 +92,8 @@ def test_transformer_engine_saves_nvfp4_linear_inputs_and_caches_both_weight_cop
     each block matrix carries the rowwise and columnwise NVFP4 copies (1.0078 B) beside its bf16 weight."""
     spec = load_model("llama-3-70b").spec
     e = 2.0
-    fp8 = layer_terms(spec, 0, framework="megatron", e=e, fp8=1.0).per_token(1, False, 0)
-    fp4 = layer_terms(spec, 0, framework="megatron", e=e, fp8=NVFP4_ELEMENT_BYTES).per_token(1, False, 0)
+    fp8 = layer_terms(spec, 0, framework="megatron", e=e, saved_input_bytes=1.0).per_token(1, False, 0)
+    fp4 = layer_terms(spec, 0, framework="megatron", e=e, saved_input_bytes=NVFP4_ELEMENT_BYTES).per_token(1, False, 0)
     bf16 = layer_terms(spec, 0, framework="megatron", e=e).per_token(1, False, 0)
     h, f, out = spec.hidden_size, spec.intermediate_size, spec.num_heads * spec.head_dim
     # the qkv, fc1 (gate and up share one) and fc2 inputs shrink; the out-projection's quantized copy is kept beside
@@ -160,7 +160,7 @@ def test_torchtitans_routed_experts_stay_in_bf16(monkeypatch):
     assert blocks["nvfp4"].gemm_forward < blocks["bf16"].gemm_forward
     bf16, fp4 = (gpuwise.train("qwen3-30b-a3b", precision=p, **kw).perf.step for p in ("bf16", "nvfp4"))
     spec = load_model("qwen3-30b-a3b").spec
-    terms = {p: layer_terms(spec, 0, framework="torchtitan", e=2.0, fp8=b) for p, b in (("bf16", 0.0),
+    terms = {p: layer_terms(spec, 0, framework="torchtitan", e=2.0, saved_input_bytes=b) for p, b in (("bf16", 0.0),
                                                                                        ("nvfp4", NVFP4_ELEMENT_BYTES))}
     assert terms["nvfp4"].replicated["expert_inputs"] == terms["bf16"].replicated["expert_inputs"]
     assert terms["nvfp4"].split["routed_experts"] == terms["bf16"].split["routed_experts"]
@@ -209,7 +209,7 @@ def test_a_quantized_out_projection_input_is_kept_beside_the_flash_output():
     spec = load_model("llama-3.1-8b").spec
     out = spec.num_heads * spec.head_dim
     for lin in (1.0, NVFP4_ELEMENT_BYTES):
-        t = layer_terms(spec, 0, framework="megatron", e=2.0, fp8=lin)
+        t = layer_terms(spec, 0, framework="megatron", e=2.0, saved_input_bytes=lin)
         assert t.split["attention_output"] == pytest.approx(lin * out)
         assert t.split["flash_output"] == pytest.approx(2.0 * out)
     bf16 = layer_terms(spec, 0, framework="megatron", e=2.0)
@@ -226,7 +226,7 @@ def test_a_quantized_out_projection_input_is_kept_beside_the_flash_output():
     # a gated attention output (Qwen3.5, Qwen3-Next) already counts the 16-bit output in its own term
     gated = load_model("qwen3.5-35b-a3b").spec
     full = next(i for i, k in enumerate(gated.layer_types) if k == "full")
-    assert "flash_output" not in layer_terms(gated, full, framework="megatron", e=2.0, fp8=1.0).split
+    assert "flash_output" not in layer_terms(gated, full, framework="megatron", e=2.0, saved_input_bytes=1.0).split
 
 
 def test_the_planner_keeps_to_torchaos_divisible_dimensions():

@@ -104,14 +104,14 @@ def _norm_bytes(spec: ModelSpec, dim: int, e: float, framework: str, compiled: b
     return max(4, e) * dim + (0 if frozen else e) * dim + 4  # fp32 upcast of the input, normalized 16-bit, rsqrt
 
 
-def layer_terms(spec: ModelSpec, layer: int, *, framework: str, e: float = 2.0, fp8: bool | float = False,
+def layer_terms(spec: ModelSpec, layer: int, *, framework: str, e: float = 2.0, saved_input_bytes: float = 0.0,
                 flash: bool = True, compiled: bool = False, frozen: frozenset[str] | None = None,
                 stream: float | None = None, fp8_saved: frozenset[str] = frozenset(),
                 fused_norm: bool = False, clamp_copy: bool = False, moe_act: bool = False) -> LayerTerms:
-    """What layer `layer` saves per token, by term (bytes, 16-bit activations when e = 2); `fp8`: the bytes per
-    element of quantized saved linear inputs (Transformer Engine's fp8: 1, True meaning that; NVFP4: 0.5625), false
-    where they stay 16-bit; `compiled`: torch.compile's partitioner (module docstring); `fused_norm`: the
-    norms run as fused kernels (`_norm_bytes`), the rest eager.
+    """What layer `layer` saves per token, by term (bytes, 16-bit activations when e = 2); `saved_input_bytes`: the
+    bytes per element of quantized saved linear inputs (Transformer Engine's fp8: 1; NVFP4: 0.5625;
+    `TrainJob.saved_input_bytes`), 0 where they stay 16-bit; `compiled`: torch.compile's partitioner (module
+    docstring); `fused_norm`: the norms run as fused kernels (`_norm_bytes`), the rest eager.
 
     `frozen` (LoRA on a frozen base, eager PyTorch): the adapted matrices (q, k, v, o, gate, up, down) whose LoRA
     branch reads their very input (lora_dropout 0). autograd keeps a matmul's input only for its weight's
@@ -124,7 +124,7 @@ def layer_terms(spec: ModelSpec, layer: int, *, framework: str, e: float = 2.0, 
     attention: Transformer Engine saves the fp8 tensors the kernel read and wrote)."""
     h = spec.hidden_size
     q, k, v, out, a = _dims(spec)
-    lin_in = float(fp8) if fp8 else e  # quantized copies of linear inputs (TrainJob.saved_input_bytes; True: fp8)
+    lin_in = saved_input_bytes or e  # quantized copies of linear inputs (TrainJob.saved_input_bytes)
     megatron = framework == "megatron"
     compiled = compiled and not megatron
     if compiled:
@@ -363,15 +363,15 @@ def logits_bytes_per_element(framework: str, e: float, chunks: int = 1, fused: b
 _PER_TOKEN: dict = {}
 
 
-def _per_token(spec: ModelSpec, layer: int, framework: str, e: float, fp8: bool, flash: bool, compiled: bool,
-               mode: str, tp: int, sp: bool, keys: float, frozen: frozenset[str] | None = None,
+def _per_token(spec: ModelSpec, layer: int, framework: str, e: float, saved_input_bytes: float, flash: bool,
+               compiled: bool, mode: str, tp: int, sp: bool, keys: float, frozen: frozenset[str] | None = None,
                stream: float | None = None, fp8_saved: frozenset[str] = frozenset(), fused_norm: bool = False,
                clamp_copy: bool = False, keeps_matmuls: bool = True) -> float:
     """Bytes per token saved by blocks of the kind of `layer` with nothing recomputed (`mode` none), the attention
     core recomputed (selective) or torchtitan's per-op policy (op; `keeps_matmuls`: it keeps matmul outputs);
     cached per block kind."""
-    key = (id(spec), block_signature(spec, layer), framework, e, fp8, flash, compiled, mode, tp, sp, keys, frozen,
-           stream, fp8_saved, fused_norm, clamp_copy, keeps_matmuls)
+    key = (id(spec), block_signature(spec, layer), framework, e, saved_input_bytes, flash, compiled, mode, tp, sp,
+           keys, frozen, stream, fp8_saved, fused_norm, clamp_copy, keeps_matmuls)
     hit = _PER_TOKEN.get(key)
     if hit is not None:
         return hit[0]
@@ -379,7 +379,8 @@ def _per_token(spec: ModelSpec, layer: int, framework: str, e: float, fp8: bool,
         value = op_saved_per_token(spec, layer, e=e, tp=tp, sp=sp, keeps_matmuls=keeps_matmuls)
     else:
         modules = recompute_plan(mode).modules
-        terms = layer_terms(spec, layer, framework=framework, e=e, fp8=fp8, flash=flash, compiled=compiled,
+        terms = layer_terms(spec, layer, framework=framework, e=e, saved_input_bytes=saved_input_bytes, flash=flash,
+                            compiled=compiled,
                             frozen=frozen, stream=stream, fp8_saved=fp8_saved, fused_norm=fused_norm,
                             clamp_copy=clamp_copy, moe_act="moe_act" in modules)
         if mode == "selective":  # the attention core runs again: its scores and its own 16-bit output are not kept
@@ -517,7 +518,7 @@ def stage_activation_terms(spec: ModelSpec, layout: Layout, stage: int, job: Tra
     e = job.element_bytes
     stream = job.stream_bytes if job.kbit_upcast else None
     se = stream or e
-    fp8 = job.saved_input_bytes
+    saved_in = job.saved_input_bytes
     tp = layout.tp
     keys = seq / layout.cp  # materialized scores: local queries against local keys
     # kept in bf16 (on the ranks that hold them): 16-bit saved inputs, plain matmuls, 16-bit attention
@@ -526,9 +527,9 @@ def stage_activation_terms(spec: ModelSpec, layout: Layout, stage: int, job: Tra
     blocks = stage_blocks(spec, per_stage, stage, bf16)
 
     def kinds(mode: str) -> tuple[tuple[float, int], ...]:
-        return tuple((_per_token(spec, layer, framework, e, 0.0 if layer in bf16 else fp8, flash, compiled, mode, tp,
-                                 sp, keys, frozen, stream, fp8_saved_bf16 if layer in bf16 else job.fp8_saved,
-                                 fused_norm,
+        return tuple((_per_token(spec, layer, framework, e, 0.0 if layer in bf16 else saved_in, flash, compiled,
+                                 mode, tp, sp, keys, frozen, stream,
+                                 fp8_saved_bf16 if layer in bf16 else job.fp8_saved, fused_norm,
                                  job.expert_extras_unfused is not None, layer in bf16 or job.op_keeps_matmuls)
                       + (adapter_inputs_per_token(spec, layer, job, tp) if lora else 0.0), count)
                      for layer, count in blocks)
