@@ -4,14 +4,19 @@ Python's TOML parser is pure Python: the shipped catalogs (gpus.toml alone is ~1
 of a `gpuwise train` run. Each file's parse is therefore kept as JSON (C-parsed, ~1 ms) in the user's cache folder
 ($XDG_CACHE_HOME/gpuwise/catalog, ~/.cache by default), named by a hash of the TOML's bytes, so an edited or upgraded
 file never reads a stale copy. The cache is an optimisation only: an unwritable folder, a missing or damaged entry,
-or a value JSON cannot hold (a TOML date) means the TOML is parsed as before.
+or a value JSON cannot hold (a TOML date) means the TOML is parsed as before. An entry is read only as a bounded
+regular file (never a FIFO or device) from a folder of the current user's that others cannot write to, written
+through a fresh exclusive temporary file and an atomic rename, and at most `MAX_ENTRIES_PER_FILE` versions of each
+data file are kept.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import stat
 import sys
+import time
 from pathlib import Path
 
 try:  # hashlib's own import loads OpenSSL (~10 ms); its BLAKE2 lives in a small module of its own
@@ -51,7 +56,7 @@ def load_toml(name: str) -> dict:
     if folder is not None:
         digest = blake2b(raw, digest_size=12).hexdigest()
         entry = folder / f"{name.replace('/', '_')}.{digest}.v{CACHE_FORMAT}.json"
-        cached = _read_entry(entry)
+        cached = _read_entry(entry) if _own_folder(folder) else None
         if cached is not None:
             return cached
     data = tomllib.loads(raw.decode("utf-8"))
@@ -61,13 +66,44 @@ def load_toml(name: str) -> dict:
 
 
 def _read_entry(entry: Path) -> dict | None:
+    """The cached parse, or None: absent, not a regular file (a FIFO, a device or a symlink to one is never opened
+    for a blocking read), over the size bound, damaged or not a table."""
     try:
-        if entry.stat().st_size > MAX_CACHE_ENTRY_BYTES:
+        fd = os.open(entry, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_CACHE_ENTRY_BYTES:
             return None
-        data = json.loads(entry.read_bytes())
-    except (OSError, ValueError):  # absent, unreadable or damaged: parse the TOML
+        with os.fdopen(fd, "rb") as fh:
+            fd = -1
+            raw = fh.read(MAX_CACHE_ENTRY_BYTES + 1)
+    except OSError:
+        return None
+    finally:
+        if fd >= 0:
+            os.close(fd)
+    if len(raw) > MAX_CACHE_ENTRY_BYTES:
+        return None
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError):  # damaged, or nested past the parser's depth: parse the TOML
         return None
     return data if isinstance(data, dict) else None
+
+
+def _own_folder(folder: Path) -> bool:
+    """Whether `folder` is a directory of the current user that others cannot write to (POSIX; elsewhere any
+    directory): entries in a shared or foreign folder could be someone else's, so they are neither read nor written."""
+    try:
+        info = os.stat(folder)
+    except OSError:
+        return False
+    if not stat.S_ISDIR(info.st_mode):
+        return False
+    getuid = getattr(os, "getuid", None)
+    return getuid is None or (info.st_uid == getuid() and not info.st_mode & stat.S_IWOTH)
 
 
 def _write_entry(entry: Path, data: dict) -> None:
@@ -75,22 +111,50 @@ def _write_entry(entry: Path, data: dict) -> None:
         text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
     except (TypeError, ValueError):  # a TOML date or time: not cached
         return
-    tmp = entry.with_name(f"{entry.name}.{os.getpid()}.tmp")
+    import tempfile
+
+    folder = entry.parent
     try:
-        entry.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, entry)  # atomic: a concurrent run reads the old entry or the new one, never half of one
-    except OSError:  # a read-only or full disk: the cache is only an optimisation
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError:  # a read-only disk, a file where the folder should be: the cache is only an optimisation
+        return
+    if not _own_folder(folder):
+        return
+    try:  # a fresh, exclusive temporary file (no symlink followed), then an atomic rename over the entry
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=entry.name + ".", suffix=".tmp")
+    except OSError:
+        return
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, entry)
+    except OSError:
         try:
-            tmp.unlink()
+            os.unlink(tmp)
         except OSError:
             pass
         return
-    # the same data file's parses from other versions of it: "<name>.<digest>.v<format>.json"
-    stem = entry.name.rsplit(".", 3)[0]
-    for old in entry.parent.glob(f"{stem}.*.json"):
-        if old.name != entry.name and old.name.rsplit(".", 3)[0] == stem:
-            try:
+    _prune(folder, entry)
+
+
+MAX_ENTRIES_PER_FILE = 4
+"""Parses of one data file kept at once (several installed versions of gpuwise may share the cache); older ones and
+temporary files left over an hour by a killed run are removed."""
+
+
+def _prune(folder: Path, entry: Path) -> None:
+    stem = entry.name.rsplit(".", 3)[0]  # "<name>.<digest>.v<format>.json"
+    try:
+        now = time.time()
+        same = []
+        for old in folder.glob(f"{stem}.*"):
+            if old.name.endswith(".json") and old.name.rsplit(".", 3)[0] == stem:
+                same.append((old.stat().st_mtime, old))
+            elif old.name.endswith(".tmp") and now - old.stat().st_mtime > 3600:  # left by a killed run
                 old.unlink()
-            except OSError:
-                pass
+        same.sort(reverse=True)
+        for _, old in same[MAX_ENTRIES_PER_FILE:]:
+            if old != entry:
+                old.unlink()
+    except OSError:
+        pass

@@ -272,7 +272,7 @@ parameter instead of 4."""
 def _bf16_gradients_apply(req: TrainRequest) -> bool:
     """Megatron keeps fp32 gradient buffers by default under 16-bit and fp8 training; bf16 ones are an option."""
     return req.framework == "megatron" and req.grad_reduce_in_fp32 and req.finetune == "full" \
-        and req.precision != "fp32"
+        and req.precision in ("bf16", "fp8", "nvfp4")  # (fp16 and bf16-pure keep 16-bit gradients already)
 
 
 def _fp8_transpose_drop(req: TrainRequest) -> dict | None:
@@ -308,9 +308,10 @@ def _optimizer_variants(req: TrainRequest) -> list[dict]:
 
 
 MEGATRON_SETTINGS = {"exp_avg_dtype": None, "exp_avg_sq_dtype": None, "cuda_graph_scope": None,
-                     "moe_a2a_overlap": False, "delay_wgrad_compute": False, "moe_token_dispatcher": "alltoall"}
-"""Megatron-Core's valued options (precision-aware AdamW, CUDA graphs, expert dispatch and overlap) and their unset
-values: a remedy keeps them while the job stays Megatron's."""
+                     "moe_a2a_overlap": False, "delay_wgrad_compute": False, "moe_token_dispatcher": "alltoall",
+                     "grad_reduce_in_fp32": True}
+"""Megatron-Core's valued options (precision-aware AdamW, CUDA graphs, expert dispatch and overlap, bf16 gradient
+buffers) and their unset values: a remedy keeps them while the job stays Megatron's."""
 
 
 BF16_LAYER_OPTIONS = ("num_layers_at_start_in_bf16", "num_layers_at_end_in_bf16")
