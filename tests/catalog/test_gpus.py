@@ -138,6 +138,38 @@ def test_a_named_user_catalog_that_does_not_exist_is_an_error(tmp_path, monkeypa
         gpus._catalog.cache_clear()
 
 
+@pytest.mark.parametrize("kind", ["fifo", "folder", "binary", "huge"])
+def test_a_user_catalog_that_is_not_a_readable_text_file_is_one_line(tmp_path, monkeypatch, kind) -> None:
+    """A FIFO is opened non-blocking and refused on its descriptor (no writer: a blocking read would hang), a folder
+    or undecodable bytes are refused, and so is a file over the size bound."""
+    import os
+
+    from gpuwise.catalog import gpus
+
+    path = tmp_path / "gpus.toml"
+    if kind == "fifo":
+        if not hasattr(os, "mkfifo"):
+            pytest.skip("POSIX FIFOs")
+        os.mkfifo(path)
+    elif kind == "folder":
+        path.mkdir()
+    elif kind == "binary":
+        path.write_bytes(b"\xff\xfe\x00 not utf-8")
+    else:
+        path.write_bytes(b"#" * (gpus.MAX_USER_CATALOG_BYTES + 1))
+    words = {"fifo": "not a regular file", "folder": "not a regular file", "binary": "cannot read it",
+             "huge": "larger than"}[kind]
+    monkeypatch.setenv("GPUWISE_GPUS", str(path))
+    gpus._catalog.cache_clear()
+    try:
+        with pytest.raises(InvalidArgument, match=words) as exc:
+            get_gpu("h100")
+        assert "\n" not in str(exc.value)
+    finally:
+        monkeypatch.delenv("GPUWISE_GPUS")
+        gpus._catalog.cache_clear()
+
+
 def test_apple_gpus_plan_with_macos_default_share_of_unified_memory(user_catalog) -> None:
     """macOS lets the GPU wire about 3/4 of unified memory above 36 GB and 2/3 up to it (catalog/gpus.py sources)."""
     assert get_gpu("m3-max").memory_bytes == int(128 * 2**30 * 3 / 4)
