@@ -76,12 +76,18 @@ def read_text_bounded(path: str | Path, limit: int, *, error=InvalidArgument, wh
     """The UTF-8 text of the regular file `path`, at most `limit` bytes: a directory, device, FIFO or socket, a file
     under /proc, /sys or /dev, one over the limit (by its size or by what a read returns), or undecodable bytes give
     `error` with one line. The file is opened non-blocking, so a FIFO swapped in after the check does not hang."""
+    if not file_allowed(path):  # the same words whether or not it exists: the API reveals nothing of other paths
+        raise error(f"{what}{NOT_READ}")
+    return read_regular_text(path, limit, error=error, what=what)
+
+
+def read_regular_text(path: str | Path, limit: int, *, error=InvalidArgument, what: str = "") -> str:
+    """`read_text_bounded` without the web API's allowed folders: for files gpuwise itself names (the operator's GPU
+    catalog, its parsed-data cache), not ones a request names."""
     import os
     import stat
 
     label = f"{what}'{path}'" if what else f"'{path}'"
-    if not file_allowed(path):  # the same words whether or not it exists: the API reveals nothing of other paths
-        raise error(f"{what}{NOT_READ}")
     resolved = _real_file_path(path, error, f"{label}: not a readable path",
                                f"{label} is a kernel interface, not a file to read")
     try:

@@ -157,8 +157,8 @@ def test_a_user_catalog_that_is_not_a_readable_text_file_is_one_line(tmp_path, m
         path.write_bytes(b"\xff\xfe\x00 not utf-8")
     else:
         path.write_bytes(b"#" * (gpus.MAX_USER_CATALOG_BYTES + 1))
-    words = {"fifo": "not a regular file", "folder": "not a regular file", "binary": "cannot read it",
-             "huge": "larger than"}[kind]
+    words = {"fifo": "not a regular file", "folder": "not a regular file", "binary": "not UTF-8 text",
+             "huge": "over the"}[kind]
     monkeypatch.setenv("GPUWISE_GPUS", str(path))
     gpus._catalog.cache_clear()
     try:

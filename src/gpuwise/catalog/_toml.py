@@ -19,6 +19,8 @@ import sys
 import time
 from pathlib import Path
 
+from ..jsonfile import loads_bounded, read_regular_text
+
 try:  # hashlib's own import loads OpenSSL (~10 ms); its BLAKE2 lives in a small module of its own
     from _blake2 import blake2b
 except ImportError:  # pragma: no cover - other Python builds
@@ -66,29 +68,11 @@ def load_toml(name: str) -> dict:
 
 
 def _read_entry(entry: Path) -> dict | None:
-    """The cached parse, or None: absent, not a regular file (a FIFO, a device or a symlink to one is never opened
-    for a blocking read), over the size bound, damaged or not a table."""
+    """The cached parse, or None: absent, not a regular file (a FIFO or a device is never opened for a blocking
+    read), over the size bound, damaged, nested past the parser's depth, or not a table."""
     try:
-        fd = os.open(entry, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0))
-    except OSError:
-        return None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_CACHE_ENTRY_BYTES:
-            return None
-        with os.fdopen(fd, "rb") as fh:
-            fd = -1
-            raw = fh.read(MAX_CACHE_ENTRY_BYTES + 1)
-    except OSError:
-        return None
-    finally:
-        if fd >= 0:
-            os.close(fd)
-    if len(raw) > MAX_CACHE_ENTRY_BYTES:
-        return None
-    try:
-        data = json.loads(raw)
-    except (ValueError, RecursionError):  # damaged, or nested past the parser's depth: parse the TOML
+        data = loads_bounded(read_regular_text(entry, MAX_CACHE_ENTRY_BYTES, error=ValueError), "", error=ValueError)
+    except ValueError:
         return None
     return data if isinstance(data, dict) else None
 

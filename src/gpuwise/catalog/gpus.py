@@ -15,6 +15,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from ..errors import InvalidArgument, UnknownGPUError, suggest
+from ..jsonfile import read_regular_text
 from ..units import GB, GiB, MiB, TiB, fmt_gib, parse_size
 from ._toml import load_toml, tomllib
 
@@ -229,7 +230,8 @@ def _user_gpus(index: dict[str, GPU]) -> tuple[GPU, ...]:
         return ()
     where = f"user GPU catalog {path}"
     try:
-        data = tomllib.loads(_read_user_catalog(path, where))
+        # the operator's own file: bounded and non-blocking, but not limited to the web API's allowed folders
+        data = tomllib.loads(read_regular_text(path, MAX_USER_CATALOG_BYTES, what="user GPU catalog "))
     except tomllib.TOMLDecodeError as exc:
         raise InvalidArgument(f"{where}: not valid TOML ({exc})") from None
     rows = data.get("gpu", [])
@@ -247,39 +249,6 @@ def _user_gpus(index: dict[str, GPU]) -> tuple[GPU, ...]:
             seen[_normalize(key)] = gpu
         out.append(gpu)
     return tuple(out)
-
-
-def _read_user_catalog(path: Path, where: str) -> str:
-    """The user catalog's text: a regular file (opened non-blocking and checked on the open descriptor, so a FIFO or
-    device swapped in after the existence check never blocks a read), at most `MAX_USER_CATALOG_BYTES`, UTF-8. Not
-    `jsonfile.read_text_bounded`: the web API's allowed folders are for what a request names, not for the
-    operator's own catalog."""
-    import stat
-
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    except OSError as exc:
-        raise InvalidArgument(f"{where}: cannot read it ({exc.__class__.__name__})") from None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise InvalidArgument(f"{where}: not a regular file")
-        if info.st_size > MAX_USER_CATALOG_BYTES:
-            raise InvalidArgument(f"{where}: larger than {MAX_USER_CATALOG_BYTES:,} bytes")
-        with os.fdopen(fd, "rb") as fh:
-            fd = -1
-            raw = fh.read(MAX_USER_CATALOG_BYTES + 1)
-    except OSError as exc:
-        raise InvalidArgument(f"{where}: cannot read it ({exc.__class__.__name__})") from None
-    finally:
-        if fd >= 0:
-            os.close(fd)
-    if len(raw) > MAX_USER_CATALOG_BYTES:
-        raise InvalidArgument(f"{where}: larger than {MAX_USER_CATALOG_BYTES:,} bytes")
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise InvalidArgument(f"{where}: cannot read it (UnicodeDecodeError)") from None
 
 
 def _checked_user_row(row: dict, where: str) -> GPU:
