@@ -3,12 +3,12 @@
 #   calibrate (device profile), bench train on four models/layouts that fit one GPU (with the calibrated profile
 #   and without), prefill sustained and attention by thread blocks next to the kernel model, and gpuwise infer next
 #   to a real transformers decode loop at several batch sizes.
-# Usage: bash benchmarks/gpu_session.sh OUTDIR [calibrate|train|ac|prefill|attention|decode|all]
+# Usage: bash benchmarks/gpu_session.sh OUTDIR [calibrate|train|ac|prefill|attention|cudnn-sdpa|decode|all]
 #        (then commit OUTDIR as benchmarks/results/<gpu>/). Each stage fits in one 10-minute call of the device tool; train and decode
 #        read OUTDIR/profile.json from calibrate.
 # Needs: torch (CUDA build), transformers, nvidia-ml-py, and this package installed (pip install -e ".[measure]").
 set -uo pipefail
-out="${1:?usage: gpu_session.sh OUTDIR [calibrate|train|ac|prefill|attention|decode|all]}"
+out="${1:?usage: gpu_session.sh OUTDIR [calibrate|train|ac|prefill|attention|cudnn-sdpa|decode|all]}"
 stage="${2:-all}"
 dtypes="${GPUWISE_CAL_DTYPES:-}"  # e.g. bf16,fp8 for a shorter calibration
 mkdir -p "$out"
@@ -78,6 +78,13 @@ if want attention; then
     --json "$out/attention-train-grid.json"
   run python3 benchmarks/attention_train.py --batches 1 --heads 2,4,8,16,32 --seqs 16384,32768 \
     --json "$out/attention-train-long.json"
+fi
+
+# cuDNN's fused attention with gpt-oss's 128-key window and attention sinks, as Transformer Engine runs them
+# (issue 18: `attention_kernels.band_work`, `sink_backward_s`). Needs the nvidia-cudnn-frontend wheel (carry it: the
+# device README's notes); about 30 s.
+if want cudnn-sdpa; then
+  run python3 benchmarks/cudnn_sdpa.py --check --json "$out/cudnn-sdpa.json"
 fi
 
 if want decode; then

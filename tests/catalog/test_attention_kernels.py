@@ -201,3 +201,34 @@ def test_a_training_block_s_attention_counts_its_sequences_and_its_heads_per_gpu
     assert tiles_over_curves(1024, backward=False, sms=264) == pytest.approx(0.77)
     # the head-dim-256 panel ran 8 heads (1,024 blocks): a kernel with as many is at the panel's rate
     assert tiles_over_curves(1024, backward=False, head_dim=256) == pytest.approx(1.0)
+
+
+def _band_oracle(window: int, context: int, tile: int) -> float:
+    """Brute force: a (query tile, key tile) pair is computed whole if any of its queries keeps any of its keys (the
+    causal band: q - window < k <= q); over the kept pairs, counted query by query."""
+    def touches(i: int, j: int) -> bool:
+        return any(max(q - window + 1, j * tile) <= min(q, (j + 1) * tile - 1) for q in range(i * tile, (i + 1) * tile))
+
+    n = context // tile
+    computed = sum(touches(i, j) for i in range(n) for j in range(n)) * tile * tile
+    kept = sum(min(q + 1, window) for q in range(context))
+    return computed / kept
+
+
+@pytest.mark.parametrize("window,context", [(128, 1024), (100, 1024), (300, 2048), (129, 512), (1000, 2048)])
+def test_band_work_counts_the_tiles_a_band_touches(window, context):
+    from gpuwise.catalog.attention_kernels import TILE_ROWS, band_work
+    assert band_work(window, context) == pytest.approx(_band_oracle(window, context, TILE_ROWS), rel=1e-12)
+
+
+def test_band_work_is_one_without_a_window_and_about_two_for_128_keys():
+    from gpuwise.catalog.attention_kernels import band_work
+    assert band_work(None, 4096) == band_work(8192, 4096) == band_work(4096, 4096) == 1.0
+    assert band_work(128, 4096) == pytest.approx(63 * 128 * 128 / (128 * 129 / 2 + (4096 - 128) * 128))
+    assert 1.0 < band_work(4096, 32768) < band_work(1024, 32768) < band_work(128, 32768)
+
+
+def test_sink_backward_is_measured_for_cudnn_only():
+    from gpuwise.catalog.attention_kernels import sink_backward_s
+    assert sink_backward_s("cudnn", 1_000_000) == pytest.approx(1.51e-3)
+    assert sink_backward_s("fa2", 1_000_000) == sink_backward_s("fa3", 1_000_000) == 0.0

@@ -144,3 +144,36 @@ def test_the_planner_leaves_out_what_megatron_core_refuses():
     assert r.plans
     for p in r.plans:
         assert p.recompute != "full" and p.layout.ep > 1 and (p.layout.pp == 1 or p.layout.vpp > 1)
+
+
+OSS = dict(gpu="h100-sxm", num_gpus=8, ep=8, seq=4096, global_batch=64, micro_batch=1, zero=1, framework="megatron",
+           moe_token_dispatcher="alltoall")
+
+
+def _oss(**kw):
+    return gpuwise.train("gpt-oss-20b", **{**OSS, **kw}).perf.step
+
+
+def test_gpt_oss_waits_again_for_its_glu_offset():
+    """Megatron-Core's weighted_bias_quick_geglu_impl builds `torch.tensor(linear_offset, device=...)` in every
+    forward outside Transformer Engine's op fuser, a copy that waits for the device (50.6 ms behind a 50 ms GPU sleep on
+    a lent H200): two waits per MoE layer forward, three with the moe_act module recomputed; the op fuser leaves the
+    token counts' one."""
+    from gpuwise.estimate.step_time import moe_host_syncs
+    once = MOE_SYNC_GAP_S * _moe_layers("gpt-oss-20b") * 8  # 8 micro-batches per rank
+    assert _oss().breakdown["host_sync"] == pytest.approx(2 * once, rel=1e-9)
+    act = _oss(recompute_granularity="selective", recompute_modules="moe_act")
+    assert act.breakdown["host_sync"] == pytest.approx(3 * once, rel=1e-9)
+    assert _oss(use_transformer_engine_op_fuser=True).breakdown["host_sync"] == pytest.approx(once, rel=1e-9)
+    # padded experts remove the token counts' wait only
+    padded = _oss(moe_pad_expert_input_to_capacity=True)
+    assert padded.breakdown["host_sync"] == pytest.approx(once, rel=1e-9)
+    assert "host_sync" not in _oss(moe_a2a_overlap=True).breakdown
+    spec = load_model("qwen3-30b-a3b").spec  # no clamped GLU: the token counts only
+    from gpuwise.estimate.job import TrainJob
+    assert moe_host_syncs(spec, TrainJob(framework="megatron", recompute="selective:moe_act")) == (1, 0)
+
+
+def test_gpt_oss_text_counts_its_waits():
+    notes = gpuwise.train("gpt-oss-20b", **OSS).assumptions
+    assert any("waits 2 x 0.62 ms" in n and "linear_offset" in n for n in notes)

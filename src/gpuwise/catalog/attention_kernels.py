@@ -109,3 +109,26 @@ def tiles_over_curves(tiles: float, *, backward: bool, head_dim: float = PLATEAU
     per_sm = tiles * REFERENCE_SMS / (sms or REFERENCE_SMS)
     return (tile_factor(per_sm, backward=backward)
             / tile_factor(REFERENCE_TILES * PLATEAU_HEAD_DIM / max(1.0, head_dim), backward=backward))
+
+
+def band_work(window: float | None, context: float) -> float:
+    """Score pairs a flash kernel computes over the pairs a causal sliding-window layer keeps (>= 1; 1 without a window
+    or with one that covers the context). Each tile of `TILE_ROWS` query rows runs every key tile of `TILE_ROWS` that
+    its band reaches, its own and the ceil((window - 1) / TILE_ROWS) before it, masking what lies outside: a 128-key
+    window computes twice the pairs it keeps. Measured (benchmarks/results/h200-sxm/cudnn-sdpa.json: cuDNN 9.19, a
+    128-key window at 4,096 and 8,192 tokens): forward + backward took 1.6-2.0x what the kept pairs were priced at."""
+    if not window or window >= context:
+        return 1.0
+    n = math.ceil(context / TILE_ROWS)  # query tiles
+    m = math.ceil((window - 1) / TILE_ROWS)  # key tiles before a query tile's own that its band reaches
+    early = min(n, m)  # the first tiles reach back only to the start
+    tiles = early * (early + 1) / 2 + (n - early) * (m + 1)
+    kept = window * (window + 1) / 2 + (context - window) * window  # layer_ops.keys_per_query x context
+    return max(1.0, tiles * TILE_ROWS * TILE_ROWS / kept)
+
+
+def sink_backward_s(family: str, rows: float) -> float:
+    """Time attention sinks add to a flash backward of `rows` query rows x heads on the GPU, for `family`'s kernels
+    (attention_kernels.toml `sink_backward_ns_per_row`; 0 where it is not measured)."""
+    ns = _data().get(family, {}).get("sink_backward_ns_per_row", 0.0)
+    return ns * 1e-9 * rows

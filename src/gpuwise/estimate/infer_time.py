@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from ..catalog._toml import load_toml
-from ..catalog.attention_kernels import flash_tiles
+from ..catalog.attention_kernels import band_work, flash_tiles
 from ..catalog.devices import DeviceProfile
 from ..errors import InvalidArgument
 from ..model.spec import ModelSpec
@@ -270,7 +270,9 @@ def forward_pass_s(spec: ModelSpec, *, profile: DeviceProfile, topo: Topology, e
             # a prefill kernel's thread blocks: a tile of 128 query rows per sequence and head on the GPU
             seqs = max(1, sequences)
             tiles = None if decode else flash_tiles(seqs, spec.num_heads / tp, rows / seqs)
-            a = attention_s(profile, attn_flops, attn_bytes, backward=False, seq=kernel_seq,
+            # a sliding window's prefill kernel runs every key tile its band touches (`band_work`)
+            work = attn_flops if decode else attn_flops * band_work(window, context)
+            a = attention_s(profile, work, attn_bytes, backward=False, seq=kernel_seq,
                             bandwidth=decode_kv_bandwidth(profile, engine, spec) if decode else None,
                             head_dim=None if decode else attention_head_dim(spec),
                             tiles=tiles) if attn_flops > 0 else 0.0

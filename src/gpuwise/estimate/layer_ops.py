@@ -49,28 +49,33 @@ GPT-OSS-20B and DeepSeek-V3 shapes at 4,096 and 16,384 tokens): 22.9-26.1 bytes'
 24.3) with bf16 probabilities; with --moe-router-dtype fp32 the weighted copies are promoted to fp32 before the
 scatter-add and it costs 31.0-33.4 (moe-permute-fp32.json; gpuwise has no router dtype option and takes bf16)."""
 
-MEGATRON_EXPERT_BIAS_BYTES = {"bf16": ((12.0, 2, 1), (16.0, 4, 2)), "fp32": ((28.0, 2, 2), (40.0, 5, 3))}
+MEGATRON_EXPERT_BIAS_BYTES = {"bf16": ((17.7, 2, 1), (47.0, 4, 2)), "fp32": ((46.2, 2, 2), (82.6, 5, 3))}
 """By the routing probabilities' dtype, (forward, backward) of Megatron-Core's expert output bias outside Transformer
-Engine's op fuser, each (bytes per element of the routed copies' fc2 output, kernels per local expert, kernels more):
-TEGroupedMLP's `_apply_bias` (megatron/core/transformer/moe/experts.py @core_v0.17.0) splits the output by expert,
-adds `b * p` to each expert's rows in a Python loop, concatenates and casts back. With bf16 probabilities (the
-all-to-all dispatcher without --moe-router-dtype fp32): forward b * p written (2), read with the output and the sum
-written (6), the concatenation (4); backward the bias's and the probabilities' gradients, grad * p and grad * b each
-written and summed (6 + 6), and the split's gradient concatenated (4). The flex dispatcher's HybridEP and DeepEP
-take fp32 probabilities (token_dispatcher.py: 'HybridEP only supports float32 probs', the token_probs cast to float),
-so the products and the sum are fp32: forward 4 + 10 + 8 and the cast back (6); backward the cast's gradient (6), the
-output's gradient cast to bf16 per expert (6), 12 + 12 and the split's (4). Counted from the code (PyTorch's autograd
-formulas), not measured: eager kernels often move more (the unfused permute's 1.7-1.8x, `UNFUSED_PERMUTE_BYTES`)."""
+Engine's op fuser, each (bytes' worth of the copy bandwidth per element of the routed copies' fc2 output, kernels per
+local expert, kernels more): TEGroupedMLP's `_apply_bias` (megatron/core/transformer/moe/experts.py @core_v0.17.0)
+splits the output by expert, adds `b * p` to each expert's rows in a Python loop, concatenates and casts back; the
+flex dispatcher's HybridEP and DeepEP take fp32 probabilities (token_dispatcher.py: 'HybridEP only supports float32
+probs'), so the products and the sum are fp32. Measured on a lent H200 (benchmarks/megatron_expert_extras.py,
+benchmarks/results/h200-sxm/megatron-expert-extras.json: the code as written, gpt-oss's 2,880 hidden, 4 and 16 local
+experts x 1,024 and 4,096 rows, autograd for the backward, device time behind a GPU sleep), the kernels' fixed cost
+(`DeviceProfile.kernel_overhead_s` each) taken out, over the 4.13 TB/s copy rate: forward 17.6-18.1 (bf16) and
+45.9-47.0 (fp32), backward 41.9-52.6 and 72.4-92.9 (more at 1,024 rows: the bias gradient's row sums), the medians
+here. Counted from the code and PyTorch's autograd formulas they were 12 / 16 and 28 / 40: eager kernels move more
+than the tensors they touch (as the unfused permute's 1.7-1.8x, `UNFUSED_PERMUTE_BYTES`). The kernel counts are
+counted (forward 2 per expert + the concatenation and cast; backward the bias's and the probabilities' gradients,
+grad * p and grad * b, and the split's)."""
 
-MEGATRON_GLU_CLAMP_BYTES = ((8.0, 3), (15.0, 9))
-"""(forward, backward) of Megatron-Core clamping a gated activation's halves before its fused kernel, each (bytes per
-element of the experts' fc1 output, copies x 2 x expert width; kernels): `weighted_bias_quick_geglu_impl`
-(megatron/core/fusions/fused_bias_geglu.py @core_v0.17.0) runs `input.chunk(2, -1)`, `clamp` of each half and
-`torch.cat`. Forward each half read and written (4) and the concatenation (4), three kernels; backward PyTorch's clamp
-gradient, `where` over a mask of `le` (the gate half, clamped above: 8 bytes) or of `ge`, `le` and `logical_and`
-(the linear half, both sides: 14), and the chunk's gradient concatenated (4): 15 per element, seven kernels and two
-scalar fills. Counted from the code and PyTorch's autograd formulas (a profile of them on the CPU shows these
-kernels), not measured on a GPU."""
+MEGATRON_GLU_CLAMP_BYTES = ((15.5, 3), (37.4, 9))
+"""(forward, backward) of Megatron-Core clamping a gated activation's halves before its fused kernel, each (bytes' worth
+of the copy bandwidth per element of the experts' fc1 output, copies x 2 x expert width; kernels):
+`weighted_bias_quick_geglu_impl` (megatron/core/fusions/fused_bias_geglu.py @core_v0.17.0) runs `input.chunk(2, -1)`,
+`clamp` of each half and `torch.cat`; the backward is PyTorch's clamp gradient, `where` over a mask of `le` (the gate
+half, clamped above) or of `ge`, `le` and `logical_and` (the linear half, both sides), and the chunk's gradient
+concatenated: three kernels forward, seven and two scalar fills backward (counted). Measured on a lent H200
+(benchmarks/megatron_expert_extras.py `clamp_*`, benchmarks/results/h200-sxm/megatron-glu-clamp.json: the code as
+written, 4 and 16 local experts x 1,024 and 4,096 rows of 2 x 2,880), the kernels' fixed cost taken out, over the
+4.13 TB/s copy rate: forward 15.4-16.1, backward 36.9-37.8, the medians here (counted from the tensors they were 8 and
+15)."""
 
 # Bytes per element moved by the streaming kernels of one block, forward (see the module docstring).
 STREAM_BYTES = {

@@ -26,8 +26,9 @@ attention core). Communication is timed on the topology (`comm.py`) and counted 
   no-reshard) gathers once per step and keeps the parameters through the micro-batches.
 
 A dropless MoE layer launched eagerly by Megatron-Core also waits once per forward for its routed token counts on
-the host (`MOE_SYNC_GAP_S`, breakdown `host_sync`), unless EP overlap, a CUDA graph over the whole iteration, or
-experts padded to capacity remove the wait (`moe_sync_gap_s`).
+the host, and gpt-oss's once more for its GLU offset (`MOE_SYNC_GAP_S` each, breakdown `host_sync`), unless EP
+overlap or a CUDA graph over the whole iteration remove the waits, or experts padded to capacity the first
+(`moe_host_syncs`).
 
 The step is (m + (p - 1) / v) times the slowest stage's micro-batch time (1F1B and GPipe: v = 1), plus the
 data-parallel communication left exposed, plus the optimizer step (memory-bound: it streams the states once).
@@ -37,7 +38,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..catalog.attention_kernels import flash_tiles
+from ..catalog.attention_kernels import band_work, flash_tiles, sink_backward_s
 from ..catalog.devices import DeviceProfile, host_copy_bytes_per_s, host_op_time_ratio, network_defaults
 from ..catalog.gpus import GPU
 from ..memo import remember
@@ -342,8 +343,9 @@ def _time_block(profile: DeviceProfile, spec: ModelSpec, layer: int, tokens: int
     # the keys one attention kernel iterates over: a rank's chunk (ring or gathered K/V attended chunk by chunk), the
     # whole context under all-to-all CP, at most a sliding window
     kernel_seq = context if whole_sequence else seq_local
-    if spec.layer_types[layer] == SLIDING and spec.sliding_window:
-        kernel_seq = min(kernel_seq, spec.sliding_window)
+    window = spec.sliding_window if spec.layer_types[layer] == SLIDING else None
+    if window:
+        kernel_seq = min(kernel_seq, window)
     # Transformer Engine's fused kernels (Megatron) and torch.compile's generated ones stream each tensor about
     # once; eager PyTorch runs every pointwise op as its own kernel. Attention: SDPA's FlashAttention-2 kernels or
     # the device's best (Transformer Engine's, SDPA's cuDNN backend).
@@ -381,11 +383,16 @@ def _time_block(profile: DeviceProfile, spec: ModelSpec, layer: int, tokens: int
         # the kernel's thread blocks: a tile of 128 query (key) rows per sequence and head on the GPU; all-to-all CP
         # gives each rank the whole sequence and 1/cp of the heads
         queries = context if whole_sequence else seq_local
-        tiles = flash_tiles(tokens // seq_local, spec.num_heads / (tp * (cp if whole_sequence else 1)), queries)
-        attn_f = attention_s(profile, ops.attention_flops, attn_bytes, backward=False, dtype=attn_dtype,
+        heads = spec.num_heads / (tp * (cp if whole_sequence else 1))
+        tiles = flash_tiles(tokens // seq_local, heads, queries)
+        # a sliding window's kernel runs every key tile its band touches (`band_work`)
+        work = ops.attention_flops * band_work(window, queries)
+        attn_f = attention_s(profile, work, attn_bytes, backward=False, dtype=attn_dtype,
                              sdpa=sdpa_flash, seq=kernel_seq, head_dim=hd, tiles=tiles, flash_attn=flash_attn)
-        attn_b = attention_s(profile, 2.5 * ops.attention_flops, 2 * attn_bytes, backward=True, dtype=attn_dtype,
+        attn_b = attention_s(profile, 2.5 * work, 2 * attn_bytes, backward=True, dtype=attn_dtype,
                              sdpa=sdpa_flash, seq=kernel_seq, head_dim=hd, tiles=tiles, flash_attn=flash_attn)
+        if spec.attention_sinks and framework == "megatron":  # Transformer Engine runs sinks on cuDNN only
+            attn_b += sink_backward_s("cudnn", (tokens // seq_local) * heads * queries)
     scan_f = scan_b = 0.0
     if ops.recurrent_kind is not None:  # the chunked scan, its backward RECURRENT_BACKWARD_RATIO x as long
         scan_f = recurrent_scan_s(profile, ops.recurrent_kind, ops.recurrent_flops, 0.0, seq_len=seq_local,
@@ -462,15 +469,34 @@ same on other GPUs driven by x86 hosts and scaled by the host's time per operati
 `catalog.devices.host_op_time_ratio`)."""
 
 
-def moe_sync_gap_s(spec: ModelSpec, job: TrainJob, gpu: GPU) -> float:
-    """`MOE_SYNC_GAP_S` where it applies, on `gpu`'s host (x`host_op_time_ratio`): Megatron-Core MoE layers launched
-    eagerly with dropless routing. With EP
-    overlap (--overlap-moe-expert-parallel-comm) the host waits while the other micro-batch's queued backward keeps the
-    device busy (Megatron's combined 1F1B schedule); a whole-iteration CUDA graph runs the sync-free dropless path;
-    experts padded to capacity (--moe-pad-expert-input-to-capacity, which graphing whole MoE layers, scope moe,
-    needs) have static shapes. Other frameworks: not measured, not charged."""
+def moe_host_syncs(spec: ModelSpec, job: TrainJob) -> tuple[int, int]:
+    """Host waits for the device in one forward of an eager Megatron-Core MoE layer, and in one recomputation of its
+    experts' activation alone (the moe_act recompute module), each costing `moe_sync_gap_s`:
+
+    - its routed token counts copied to the host (`tokens_per_expert.tolist()`), unless the experts are padded to
+      capacity (--moe-pad-expert-input-to-capacity, which graphing whole MoE layers, scope moe, needs: static shapes);
+    - gpt-oss's clamped GLU outside Transformer Engine's op fuser: `weighted_bias_quick_geglu_impl`
+      (megatron/core/fusions/fused_bias_geglu.py, core_v0.15.0 to main) builds `torch.tensor(linear_offset,
+      device=input.device)` on every call, a copy from a Python number that waits for the device (measured: 50.6 ms
+      behind a 50 ms GPU sleep, benchmarks/results/h200-sxm/megatron-expert-extras.json), again when moe_act is
+      recomputed.
+
+    None with EP overlap (--overlap-moe-expert-parallel-comm: the host waits while the other micro-batch's queued
+    backward keeps the device busy, Megatron's combined 1F1B schedule) or a whole-iteration CUDA graph (the sync-free
+    dropless path; a graph cannot hold a wait). Other frameworks: not measured, not charged."""
     if spec.moe is None or job.framework != "megatron" or job.moe_a2a_overlap \
-            or job.moe_pad_expert_input_to_capacity or "full_iteration" in job.cuda_graph_scope:
+            or "full_iteration" in job.cuda_graph_scope:
+        return 0, 0
+    tokens = 0 if job.moe_pad_expert_input_to_capacity else 1
+    offset = 1 if (spec.moe.clamped_glu and spec.gated_mlp and job.expert_extras_unfused is not None) else 0
+    modules = recompute_plan(job.recompute).modules if job.recompute else frozenset()
+    return tokens + offset, offset if ("moe_act" in modules and "moe" not in modules) else 0
+
+
+def moe_sync_gap_s(spec: ModelSpec, job: TrainJob, gpu: GPU) -> float:
+    """`MOE_SYNC_GAP_S` on `gpu`'s host (x`host_op_time_ratio`) where an eager Megatron-Core MoE layer waits for the
+    device at all (`moe_host_syncs`); 0 where it does not."""
+    if moe_host_syncs(spec, job) == (0, 0):
         return 0.0
     return MOE_SYNC_GAP_S * host_op_time_ratio(gpu)
 
@@ -609,6 +635,7 @@ def step_time(spec: ModelSpec, layout: Layout, job: TrainJob, *, profile: Device
     pp_p2p = topo.collective_s("send_recv", tokens * h * e / (tp if layout.sp else 1), pp, inner["pp"]) if pp > 1 else 0.0
 
     sync_gap = moe_sync_gap_s(spec, job, profile.gpu)
+    fwd_syncs, act_syncs = moe_host_syncs(spec, job)
     sdpa_flash = job.sdpa_flash_on(profile.gpu.vendor)
     stage_fb: dict[int, tuple[float, dict[str, float]]] = {}
     weight_casts: dict[int, float] = {}  # fp8 weights quantized once per step, per stage (TrainJob.fp8_weight_cache)
@@ -660,8 +687,9 @@ def step_time(spec: ModelSpec, layout: Layout, job: TrainJob, *, profile: Device
                                                 + _exposed(2 * a2a, bt.forward) * whole)
                 else:
                     parts["ep_comm"] += reps * (4 * a2a + 2 * a2a * whole)
-            if sync_gap and spec.moe.moe_layers[layer]:  # each forward of the layer (and its recomputation)
-                parts["host_sync"] = parts.get("host_sync", 0.0) + reps * sync_gap * (1 + whole)
+            if sync_gap and spec.moe.moe_layers[layer]:  # each forward of the layer (and its recomputations)
+                parts["host_sync"] = parts.get("host_sync", 0.0) + reps * sync_gap * (
+                    fwd_syncs * (1 + whole) + act_syncs * (1 - whole))
         if stage == 0:
             parts["forward"] += memory_s(profile, tokens * h * e)  # embedding gather
         if stage == pp - 1:

@@ -27,7 +27,8 @@ from ..estimate.parallel import validate_layout
 from ..estimate.pipeline import stage_layers, torchtitan_default_ends
 from ..estimate.recompute import framework_mode, recompute_plan
 from ..estimate.layer_ops import MEGATRON_UNFUSED_PERMUTE_BYTES, PERMUTE_BYTES, UNFUSED_PERMUTE_BYTES
-from ..estimate.step_time import MOE_SYNC_GAP_S, NVFP4_QUANTIZE, StepTime, fp8_quantize_kind, moe_sync_gap_s, step_time
+from ..estimate.step_time import (MOE_SYNC_GAP_S, NVFP4_QUANTIZE, StepTime, fp8_quantize_kind, moe_host_syncs,
+                                  moe_sync_gap_s, step_time)
 from ..estimate.train_memory import FRAGMENTATION_RISK, TrainMemory, layout_memory, required_bytes
 from ..fields import field_default
 from ..model.params import ParamCounts, param_counts
@@ -991,14 +992,26 @@ def _assumptions(req: TrainRequest, framework: str, layout: Layout, mem: TrainMe
             out.append(f"MoE experts' {extras}: " + ("inside Transformer Engine's fused grouped-MLP ops "
                        "(--use-transformer-engine-op-fuser)" if req.use_transformer_engine_op_fuser else
                        "PyTorch ops of their own in Megatron-Core's TEGroupedMLP (a loop over the local experts), "
-                       "their bytes counted from the code; --use-transformer-engine-op-fuser fuses them"))
+                       "their bytes measured on an H200; "
+                       "--use-transformer-engine-op-fuser fuses them"))
     if (gap := moe_sync_gap_s(req.model.spec, req.job, req.gpu)) > 0:
-        pad = "" if req.moe_token_dispatcher == "flex" else " or --moe-pad-expert-input-to-capacity"
+        fwd, act = moe_host_syncs(req.model.spec, req.job)
+        tokens = not req.job.moe_pad_expert_input_to_capacity
+        many = fwd + act > 1
+        pad = "" if not tokens or req.moe_token_dispatcher == "flex" else (
+            "; --moe-pad-expert-input-to-capacity the token counts' one" if many else
+            " or --moe-pad-expert-input-to-capacity")
         host = (f"; {MOE_SYNC_GAP_S * 1e3:.2f} ms measured on an x86 host, x{host_op_time_ratio(req.gpu):g} for "
                 "Grace's time per host operation" if req.gpu.host_cpu == "grace" else "")
-        out.append(f"eager Megatron-Core MoE: each MoE layer's forward waits {gap * 1e3:.2f} ms for its routed token "
-                   f"counts on the host (host_sync{host}); --moe-a2a-overlap, --cuda-graph-scope "
-                   f"full_iteration{pad} remove the wait")
+        why = " and ".join(w for w, on in (("for its routed token counts", tokens),
+                                           ("for its GLU offset (torch.tensor(linear_offset, device=...) in "
+                                            "weighted_bias_quick_geglu_impl; --use-transformer-engine-op-fuser "
+                                            "avoids it)", fwd - tokens > 0)) if on)
+        times = f"{fwd} x " if fwd > 1 else ""
+        again = f", {act} x more in each recompute of moe_act" if act else ""
+        out.append(f"eager Megatron-Core MoE: each MoE layer's forward waits {times}{gap * 1e3:.2f} ms on the host "
+                   f"{why}{again} (host_sync{host}); --moe-a2a-overlap or --cuda-graph-scope full_iteration"
+                   + (f" remove the waits{pad}" if many else f"{pad} remove the wait"))
     if framework == "torchtitan" and layout.pp > 1:
         per = stage_layers(layout, req.model.spec.num_layers)
         out.append(f"torchtitan pipeline: {layout.pp} ranks x {layout.vpp} stage(s) each, layers per rank "
