@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from bench_device import events_time  # benchmarks/ is on the path when this file runs as a script
+from bench_device import forward_backward_s  # benchmarks/ is on the path when this file runs as a script
 
 
 def main() -> None:
@@ -71,17 +71,12 @@ def main() -> None:
                 if attr is not None:
                     from torch.nn.attention import SDPBackend, sdpa_kernel
                     with sdpa_kernel(getattr(SDPBackend, attr)):
-                        with torch.no_grad():
-                            tf = events_time(torch, cuda, fwd, calls=10, rounds=3)
-                        tfb = events_time(torch, cuda, fwd_bwd, calls=10, rounds=3)
+                        tf, tb = forward_backward_s(torch, cuda, fwd, fwd_bwd, calls=10, rounds=3)
                 else:
-                    with torch.no_grad():
-                        tf = events_time(torch, cuda, fwd, rounds=1, warmup=0)
-                    tfb = events_time(torch, cuda, fwd_bwd, rounds=1, warmup=0)
+                    tf, tb = forward_backward_s(torch, cuda, fwd, fwd_bwd, rounds=1, warmup=0)
             except RuntimeError as e:
                 print(f"{label:7} {batch:5d} {heads:5d} {seq:6d} failed: {str(e).splitlines()[0][:80]}")
                 continue
-            tb = max(tfb - tf, 1e-9)
             tiles = flash_tiles(batch, heads, seq)
             pf = attention_s(profile, flops, nbytes, backward=False, sdpa=sdpa, seq=seq, head_dim=d, tiles=tiles)
             pb = attention_s(profile, 2.5 * flops, 2 * nbytes, backward=True, sdpa=sdpa, seq=seq, head_dim=d,

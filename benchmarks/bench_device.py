@@ -94,3 +94,11 @@ def events_time(torch, cuda: bool, fn, *, calls: int = 1, rounds: int = 5, warmu
                 fn()
             out.append((time.perf_counter() - t0) / calls)
     return statistics.median(out)
+
+
+def forward_backward_s(torch, cuda: bool, fwd, fwd_bwd, **kw) -> tuple[float, float]:
+    """(forward, backward) seconds per call (`events_time`, its options in `kw`): `fwd` under no_grad, the backward
+    as `fwd_bwd` less the forward."""
+    with torch.no_grad():
+        tf = events_time(torch, cuda, fwd, **kw)
+    return tf, max(events_time(torch, cuda, fwd_bwd, **kw) - tf, 1e-9)

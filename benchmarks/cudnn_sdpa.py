@@ -146,7 +146,7 @@ def measure(args) -> None:
     torch.backends.cudnn.version()  # loads PyTorch's libcudnn before the frontend looks for one
     import cudnn
 
-    from bench_device import events_time  # benchmarks/ is on the path when this file runs as a script
+    from bench_device import events_time, forward_backward_s  # benchmarks/ is on the path when run as a script
 
     handle = cudnn.create_handle()
     cudnn.set_stream(handle=handle, stream=torch.cuda.current_stream().cuda_stream)
@@ -210,15 +210,13 @@ def measure(args) -> None:
                         fwd().backward(go)
                     try:
                         with sdpa_kernel(backend):
-                            with torch.no_grad():
-                                tf = events_time(torch, True, fwd, calls=10, rounds=3)
-                            tfb = events_time(torch, True, fwd_bwd, calls=10, rounds=3)
+                            tf, tb = forward_backward_s(torch, True, fwd, fwd_bwd, calls=10, rounds=3)
                     except RuntimeError as e:
                         print(f"{shape:8} b{b} s{s:5d} {label:12} failed: {str(e).splitlines()[0][:100]}")
                         continue
                     rows.append(dict(kernel=label, shape=shape, batch=b, seq=s, heads=hq, kv_heads=hkv, head_dim=d,
-                                     variant="causal", window=None, forward_s=tf, backward_s=max(tfb - tf, 1e-9)))
-                    print(f"{shape:8} b{b} s{s:5d} {label:12} fwd {tf * 1e3:7.3f} ms  bwd {(tfb - tf) * 1e3:7.3f} ms")
+                                     variant="causal", window=None, forward_s=tf, backward_s=tb))
+                    print(f"{shape:8} b{b} s{s:5d} {label:12} fwd {tf * 1e3:7.3f} ms  bwd {tb * 1e3:7.3f} ms")
                 q = k = v = go = None
                 torch.cuda.empty_cache()
     if args.json:

@@ -22,6 +22,7 @@ BENCH = pathlib.Path(__file__).resolve().parents[2] / "benchmarks"
     ("moe_permute.py", ["--tokens", "4096"]),
     ("attention_train.py", ["--seqs", "64", "--heads", "2"]),
     ("prefill_sustained.py", ["--model", "qwen3-0.6b", "--layers", "1", "--shapes", "1x64,2x32", "--seconds", "0.5"]),
+    ("megatron_expert_extras.py", ["--experts", "2"]),
 ], ids=lambda v: v if isinstance(v, str) else "")
 def test_benchmark_dry_run_on_cpu(script: str, args: list[str], tmp_path) -> None:
     out = tmp_path / "out.json"
@@ -31,3 +32,12 @@ def test_benchmark_dry_run_on_cpu(script: str, args: list[str], tmp_path) -> Non
     assert done.returncode == 0, done.stderr[-2000:]
     assert "failed" not in done.stdout, done.stdout[-2000:]
     assert out.stat().st_size > 0
+
+
+def test_cudnn_sdpa_prices_its_committed_run_on_cpu() -> None:
+    """benchmarks/cudnn_sdpa.py needs cuDNN's frontend on a GPU to measure; its --predict table runs anywhere."""
+    env = dict(os.environ, PYTHONPATH=str(BENCH.parent / "src"))
+    done = subprocess.run([sys.executable, "cudnn_sdpa.py", "--predict", "results/h200-sxm/cudnn-sdpa.json"], cwd=BENCH,
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.count("| cudnn-frontend |") == 32
