@@ -235,8 +235,8 @@ def predict(path: str, gpu_id: str | None) -> None:
         data = json.load(f)
     gpu = get_gpu(gpu_id or data["device"])
     profile = default_profile(gpu)
-    print("| kernel | shape | batch | seq | variant | fwd ms | predicted | error | TFLOP/s | bwd ms | predicted | error "
-          "| TFLOP/s |")
+    print("| kernel | shape | batch | seq | variant | fwd ms | predicted | error | TFLOP/s | bwd ms | predicted "
+          "| error | TFLOP/s |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in data["rows"]:
         b, s, hq, d, w = r["batch"], r["seq"], r["heads"], r["head_dim"], r["window"]

@@ -5,7 +5,8 @@ gpuwise prices two pieces of TEGroupedMLP's eager code from bytes counted in the
 - `_apply_bias` (megatron/core/transformer/moe/experts.py @core_v0.17.0): the fc2 output split by local expert, each
   expert's rows plus its bias times the routing probability, in a Python loop, concatenated and cast back;
 - `weighted_bias_quick_geglu_impl` (megatron/core/fusions/fused_bias_geglu.py, the same tag and main): the fc1 output's
-  halves clamped and concatenated (also timed alone: `clamp_*`), then `linear_offset = torch.tensor(linear_offset, ..., device=input.device)`
+  halves clamped and concatenated (also timed alone: `clamp_*`), then
+  `linear_offset = torch.tensor(linear_offset, ..., device=input.device)`
   before the fused activation (here a plain PyTorch quick-GeGLU stands for the fused kernel, not timed apart).
 
 For each shape, forward then backward (autograd, as in training) run twice: once enqueued behind a long GPU sleep

@@ -177,3 +177,24 @@ def test_gpt_oss_waits_again_for_its_glu_offset():
 def test_gpt_oss_text_counts_its_waits():
     notes = gpuwise.train("gpt-oss-20b", **OSS).assumptions
     assert any("waits 2 x 0.62 ms" in n and "linear_offset" in n for n in notes)
+
+
+def test_the_moe_recompute_module_waits_and_exchanges_again():
+    """Megatron-Core's `moe` recompute module checkpoints the whole MoE layer (route, dispatch, experts, combine):
+    its waits and its all-to-alls run again in the backward; `moe_act` reruns only the activation (no token wait)."""
+    from gpuwise.estimate.job import TrainJob
+    from gpuwise.estimate.step_time import moe_host_syncs
+    oss, qwen = load_model("gpt-oss-20b").spec, load_model("qwen3-30b-a3b").spec
+    assert moe_host_syncs(oss, TrainJob(framework="megatron", recompute="selective:moe")) == (2, 2)
+    assert moe_host_syncs(qwen, TrainJob(framework="megatron", recompute="selective:moe")) == (1, 1)
+    assert moe_host_syncs(qwen, TrainJob(framework="megatron", recompute="selective:moe_act")) == (1, 0)
+    plain, moe = _step(moe_token_dispatcher="alltoall"), _step(moe_token_dispatcher="alltoall",
+                                                                recompute_granularity="selective",
+                                                                recompute_modules="moe")
+    assert moe.breakdown["host_sync"] == pytest.approx(2 * plain.breakdown["host_sync"], rel=1e-9)
+    assert moe.breakdown["ep_comm"] == pytest.approx(1.5 * plain.breakdown["ep_comm"], rel=1e-9)  # 4 + 2 exchanges
+
+
+def test_a_graphed_moe_layer_holds_no_wait():
+    """Padded experts graphed with scope moe: the layer replays as a CUDA graph, the GLU offset's wait included."""
+    assert "host_sync" not in _oss(moe_pad_expert_input_to_capacity=True, cuda_graph_scope="attn,moe").breakdown

@@ -116,7 +116,11 @@ def band_work(window: float | None, context: float) -> float:
     or with one that covers the context). Each tile of `TILE_ROWS` query rows runs every key tile of `TILE_ROWS` that
     its band reaches, its own and the ceil((window - 1) / TILE_ROWS) before it, masking what lies outside: a 128-key
     window computes twice the pairs it keeps. Measured (benchmarks/results/h200-sxm/cudnn-sdpa.json: cuDNN 9.19, a
-    128-key window at 4,096 and 8,192 tokens): forward + backward took 1.6-2.0x what the kept pairs were priced at."""
+    128-key window at 4,096 and 8,192 tokens): forward + backward took 1.6-2.0x what the kept pairs were priced at,
+    and with this factor stand to their price as full causal layers do. Tiles of 128 rows are cuDNN's, measured there
+    only; held for every kernel family (FlashAttention's Hopper kernels also tile by 128 query rows). The window's
+    kernel keeps its point on the sequence-length curve (`shape` at the window, clamped to 512), whose causal
+    figures already hold some diagonal waste: the measured ratio, not a derivation, says the two together fit."""
     if not window or window >= context:
         return 1.0
     n = math.ceil(context / TILE_ROWS)  # query tiles

@@ -215,7 +215,7 @@ class TrainJob:
     cuda_graph_scope: frozenset[CudaGraphScope] = frozenset()
     """What Megatron-Core replays as CUDA graphs (--cuda-graph-scope: full_iteration, or Transformer Engine scoped
     graphs; `CudaGraphScope`); empty: every kernel launched eagerly. What removes the MoE layers' host wait is
-    `step_time.moe_sync_gap_s`'s to say."""
+    `step_time.moe_host_syncs`'s to say."""
     flops_convention: FlopsConvention = "causal"
     """Attention FLOPs: causal (half the score matrix) or full (what FlopCounterMode counts)."""
     compile: bool = False

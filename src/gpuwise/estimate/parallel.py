@@ -10,6 +10,7 @@ serves with). Each check raises `InvalidArgument` naming the constraint and the 
   (`serving_tp_conflict`).
 - Context parallelism splits the sequence into 2 x cp chunks (the load-balanced causal split): `cp_splits`; sequence
   parallelism splits each CP rank's tokens over the TP ranks: `sp_splits`.
+- Attention sinks under Megatron-Core take context parallelism only as all-to-all (`sinks_cp_problem`).
 - Expert parallelism is carved out of the data-parallel x context-parallel ranks that hold the same dense weights
   (Megatron-Core's expert-data-parallel group, torchtitan's EP borrowing dp_shard x cp), and divides the experts.
 - HSDP shard groups divide the data-parallel x context-parallel ranks and hold whole expert groups.
@@ -59,6 +60,18 @@ def cp_splits(seq: int, cp: int) -> bool:
     """Whether context parallelism `cp` splits `seq` tokens into 2 x cp equal chunks (the load-balanced causal
     split of Megatron-Core and torchtitan); cp = 1 always does."""
     return cp == 1 or seq % (2 * cp) == 0
+
+
+def sinks_cp_problem(spec: ModelSpec, framework: str, cp: int, cp_comm_type: str | None) -> str | None:
+    """Why Megatron-Core cannot run this model's attention sinks under context parallelism, or None. Transformer
+    Engine runs sinks (softmax_type "learnable") only in cuDNN's fused attention, which takes context parallelism
+    only with cp_comm_type a2a (transformer_engine/pytorch/attention/dot_product_attention/utils.py: FlashAttention
+    off for sinks, FusedAttention off for sinks with CP other than a2a): with p2p (the default) or allgather no
+    backend is left."""
+    if not spec.attention_sinks or framework != "megatron" or cp <= 1 or (cp_comm_type or "p2p") == "a2a":
+        return None
+    return ("Transformer Engine runs this model's attention sinks only in cuDNN's fused attention, which takes "
+            f"context parallelism only with --cp-comm-type a2a (not {cp_comm_type or 'p2p'})")
 
 
 def sp_splits(seq: int, cp: int, tp: int) -> bool:

@@ -470,27 +470,30 @@ same on other GPUs driven by x86 hosts and scaled by the host's time per operati
 
 
 def moe_host_syncs(spec: ModelSpec, job: TrainJob) -> tuple[int, int]:
-    """Host waits for the device in one forward of an eager Megatron-Core MoE layer, and in one recomputation of its
-    experts' activation alone (the moe_act recompute module), each costing `moe_sync_gap_s`:
+    """Host waits for the device in one forward of an eager Megatron-Core MoE layer, and in one recomputation of (part
+    of) it by Megatron-Core's recompute modules, each costing `moe_sync_gap_s`:
 
     - its routed token counts copied to the host (`tokens_per_expert.tolist()`), unless the experts are padded to
-      capacity (--moe-pad-expert-input-to-capacity, which graphing whole MoE layers, scope moe, needs: static shapes);
-    - gpt-oss's clamped GLU outside Transformer Engine's op fuser: `weighted_bias_quick_geglu_impl`
-      (megatron/core/fusions/fused_bias_geglu.py, core_v0.15.0 to main) builds `torch.tensor(linear_offset,
-      device=input.device)` on every call, a copy from a Python number that waits for the device (measured: 50.6 ms
-      behind a 50 ms GPU sleep, benchmarks/results/h200-sxm/megatron-expert-extras.json), again when moe_act is
-      recomputed.
+      capacity (--moe-pad-expert-input-to-capacity: static shapes);
+    - gpt-oss's GLU outside Transformer Engine's op fuser (`MoESpec.clamped_glu`: Megatron-Core's quick-GELU GLU,
+      `weighted_bias_quick_geglu_impl` in megatron/core/fusions/fused_bias_geglu.py, core_v0.15.0 to main) builds
+      `torch.tensor(linear_offset, device=input.device)` on every call, a copy from a Python number that waits for the
+      device (measured: 50.6 ms behind a 50 ms GPU sleep, benchmarks/results/h200-sxm/megatron-expert-extras.json).
 
+    The `moe` module recomputes the whole layer (both waits again), `moe_act` the experts' activation (the GLU's).
     None with EP overlap (--overlap-moe-expert-parallel-comm: the host waits while the other micro-batch's queued
-    backward keeps the device busy, Megatron's combined 1F1B schedule) or a whole-iteration CUDA graph (the sync-free
-    dropless path; a graph cannot hold a wait). Other frameworks: not measured, not charged."""
+    backward keeps the device busy, Megatron's combined 1F1B schedule) or where the layer runs as a CUDA graph (a
+    whole-iteration graph, or scope moe, which needs padded experts: a graph holds no wait). Other frameworks: not
+    measured, not charged."""
     if spec.moe is None or job.framework != "megatron" or job.moe_a2a_overlap \
-            or "full_iteration" in job.cuda_graph_scope:
+            or job.cuda_graph_scope & {"full_iteration", "moe"}:
         return 0, 0
     tokens = 0 if job.moe_pad_expert_input_to_capacity else 1
     offset = 1 if (spec.moe.clamped_glu and spec.gated_mlp and job.expert_extras_unfused is not None) else 0
-    modules = recompute_plan(job.recompute).modules if job.recompute else frozenset()
-    return tokens + offset, offset if ("moe_act" in modules and "moe" not in modules) else 0
+    plan = recompute_plan(job.recompute)
+    modules = plan.modules if plan.kind == "modules" else frozenset()
+    again = tokens + offset if "moe" in modules else (offset if "moe_act" in modules else 0)
+    return tokens + offset, again
 
 
 def moe_sync_gap_s(spec: ModelSpec, job: TrainJob, gpu: GPU) -> float:
@@ -596,6 +599,7 @@ def step_time(spec: ModelSpec, layout: Layout, job: TrainJob, *, profile: Device
     """
     framework, recompute, offload, attention = job.framework, job.recompute, job.offload, job.attention
     plan = recompute_plan(recompute)
+    moe_rerun = 1.0 if plan.kind == "modules" and "moe" in plan.modules else 0.0  # Megatron's moe recompute module
     frozen_base, tp_overlap = job.frozen_base, job.tp_comm_overlap
     params_on_rank, trainable_params = states.params_on_rank, states.trainable_params
     working_bytes, grad_bytes = states.working_bytes_per_param, states.grad_bytes_per_param
@@ -635,7 +639,7 @@ def step_time(spec: ModelSpec, layout: Layout, job: TrainJob, *, profile: Device
     pp_p2p = topo.collective_s("send_recv", tokens * h * e / (tp if layout.sp else 1), pp, inner["pp"]) if pp > 1 else 0.0
 
     sync_gap = moe_sync_gap_s(spec, job, profile.gpu)
-    fwd_syncs, act_syncs = moe_host_syncs(spec, job)
+    fwd_syncs, rec_syncs = moe_host_syncs(spec, job)
     sdpa_flash = job.sdpa_flash_on(profile.gpu.vendor)
     stage_fb: dict[int, tuple[float, dict[str, float]]] = {}
     weight_casts: dict[int, float] = {}  # fp8 weights quantized once per step, per stage (TrainJob.fp8_weight_cache)
@@ -685,11 +689,11 @@ def step_time(spec: ModelSpec, layout: Layout, job: TrainJob, *, profile: Device
                     alone = unpaired_share(layout, stage, m)
                     parts["ep_comm"] += reps * ((1 - alone) * paired + alone * 4 * a2a
                                                 + _exposed(2 * a2a, bt.forward) * whole)
-                else:
-                    parts["ep_comm"] += reps * (4 * a2a + 2 * a2a * whole)
+                else:  # a recomputed layer (whole, or Megatron's moe module) dispatches and combines again
+                    parts["ep_comm"] += reps * (4 * a2a + 2 * a2a * (whole + (1 - whole) * moe_rerun))
             if sync_gap and spec.moe.moe_layers[layer]:  # each forward of the layer (and its recomputations)
                 parts["host_sync"] = parts.get("host_sync", 0.0) + reps * sync_gap * (
-                    fwd_syncs * (1 + whole) + act_syncs * (1 - whole))
+                    fwd_syncs * (1 + whole) + rec_syncs * (1 - whole))
         if stage == 0:
             parts["forward"] += memory_s(profile, tokens * h * e)  # embedding gather
         if stage == pp - 1:

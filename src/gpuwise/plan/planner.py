@@ -37,7 +37,7 @@ from ..estimate.job import (FSDP2_OFFLOAD_ALL, OFFLOADABLE_OPTIMIZERS, RECOMPUTE
                             fp8_transpose_cached, job_default)
 from ..estimate.layout import PARAM_OFFLOAD_SHARDINGS, Layout, divisors, multiples_near, nearby
 from ..estimate.model_states import ModelStates
-from ..estimate.parallel import (cp_splits, ep_fits, hsdp_holds_experts, sp_splits, tp_conflict,
+from ..estimate.parallel import (cp_splits, ep_fits, hsdp_holds_experts, sinks_cp_problem, sp_splits, tp_conflict,
                                  valid_tp_degrees)
 from ..estimate.pipeline import pp_splits
 from ..estimate.recompute import framework_mode, recompute_plan
@@ -322,7 +322,8 @@ def _tp_options(req: PlanRequest, per_node: int) -> list[int]:
 def _cp_options(req: PlanRequest) -> list[int]:
     if req.cp is not None:
         return [req.cp]
-    if req.framework in DATA_PARALLEL_ONLY or LINEAR in req.model.spec.layer_types:
+    if req.framework in DATA_PARALLEL_ONLY or LINEAR in req.model.spec.layer_types \
+            or sinks_cp_problem(req.model.spec, req.framework, 2, None):  # the planner's CP is p2p
         return [1]  # (a hybrid's recurrent layers: context parallelism over them is not modelled)
     out, c = [1], 2
     while cp_splits(req.seq, c) and req.seq // c >= MIN_CP_TOKENS and c <= req.num_gpus:

@@ -23,7 +23,7 @@ from ..estimate.job import (FSDP2_OFFLOAD_ALL, PYTORCH_NATIVE, AttnImplementatio
                             fp8_transpose_cached, job_default, routed_experts_16bit)
 from ..estimate.layout import PARAM_OFFLOAD_SHARDINGS, Layout, Schedule, divisors
 from ..estimate.model_states import adapter_input_bytes, lora_targets
-from ..estimate.parallel import validate_layout
+from ..estimate.parallel import sinks_cp_problem, validate_layout
 from ..estimate.pipeline import stage_layers, torchtitan_default_ends
 from ..estimate.recompute import framework_mode, recompute_plan
 from ..estimate.layer_ops import MEGATRON_UNFUSED_PERMUTE_BYTES, PERMUTE_BYTES, UNFUSED_PERMUTE_BYTES
@@ -608,6 +608,8 @@ class TrainRequest:
         if self.cp_comm_type == "a2a" and self.cp > 1 and spec.num_heads % (self.cp * self.tp):
             raise InvalidArgument(f"--cp-comm-type a2a splits attention heads over cp x tp = {self.cp * self.tp}: the "
                                   f"model's {spec.num_heads} heads do not divide by it (use p2p or allgather)")
+        if (why_cp := sinks_cp_problem(spec, job.framework, self.cp, self.cp_comm_type)) is not None:
+            raise InvalidArgument(why_cp)
         if spec.position == "learned" and spec.learned_positions and self.seq > spec.max_position_embeddings:
             raise InvalidArgument(f"--seq {self.seq} is longer than the model's {spec.max_position_embeddings} "
                                   f"learned positions")
