@@ -267,3 +267,49 @@ def test_the_no_evict_policy_never_preempts_and_never_reports_more_than_its_pool
     assert r.preemptions == 0
     assert r.peak_kv_usage <= 1.0
     assert max(u for _, u in r.kv_usage_timeline) <= 1.0
+
+
+@pytest.mark.parametrize("computed, chunk, window", [(0, 500, 128), (100, 50, 128), (0, 64, 128), (300, 2048, 128),
+                                                     (127, 1, 128), (0, 10, 4096)])
+def test_window_pairs_count_what_a_sliding_window_layer_attends_to(computed, chunk, window):
+    from gpuwise.estimate.serving import window_pairs
+    brute = sum(min(p + 1, window) for p in range(computed, computed + chunk))
+    assert window_pairs(computed, chunk, window) == brute
+
+
+def test_a_lone_prompt_pays_its_window_layers_capped_pairs():
+    """A prompt of 500 tokens on a model with half its attention in 128-key windows: the step's attention is the full
+    layers' pairs at their weight plus the windowed layers' capped pairs at theirs."""
+    import dataclasses
+
+    from gpuwise.estimate.serving import window_pairs
+    cost = dataclasses.replace(_cost(), attention_window=128, full_pair_weight=0.5, window_pair_weight=0.8)
+    r = simulate(cost, _wl(n=1, prompt=500, out=2), LIMITS)
+    pairs = 500 * 501 / 2 * 0.5 + window_pairs(0, 500, 128) * 0.8
+    assert r.ttft_s.mean == pytest.approx(cost.seconds(500, 1, 0, pairs))
+    assert pairs < 500 * 501 / 2  # far fewer than if every layer attended to every key
+
+
+def test_the_serving_step_cost_splits_gpt_oss_attention_by_layer_kind():
+    """gpt-oss: every second layer slides over 128 keys; their share of the pair FLOPs is a half, their weight their
+    kernel's extra cost (the band's tiles at the window's rate) on top of that."""
+    from gpuwise.catalog.attention_kernels import band_work
+    from gpuwise.catalog.devices import default_profile
+    from gpuwise.catalog.gpus import get_gpu
+    from gpuwise.catalog.models import load_model
+    from gpuwise.estimate.comm import topology
+    from gpuwise.estimate.infer_time import engine_perf, forward_pass_s
+    from gpuwise.plan.serve import step_cost
+
+    spec = load_model("gpt-oss-20b").spec
+    profile = default_profile(get_gpu("h100-sxm"))
+    engine = engine_perf("vllm")
+
+    def step(rows, sequences, context, decode, logits_rows):
+        return forward_pass_s(spec, profile=profile, topo=topology(profile.gpu, num_gpus=1), engine=engine,
+                              dtype="bf16", weight_bytes_per_param=2.0, kv_bytes_per_element=2.0, rows=rows,
+                              sequences=sequences, context=context, num_gpus=1, decode=decode, logits_rows=logits_rows)
+    c = step_cost(step, spec=spec, profile=profile, engine=engine, kv_bytes_per_element=2.0, tp=1, max_rows=64,
+                  mean_context=8192, mean_prompt=8000)
+    assert c.attention_window == 128 and c.full_pair_weight == pytest.approx(0.5)
+    assert c.window_pair_weight > 0.5 * band_work(128, 8000)  # the window's kernel runs below the long prompt's rate

@@ -83,6 +83,15 @@ class StepCost:
     attention_head_dim: float = PLATEAU_HEAD_DIM
     attention_sms: int | None = None
     """The GPU's SMs (None: an H100's 132), for the thread blocks per SM."""
+    attention_window: int = 0
+    """Sliding-window layers' window (keys a query attends to; 0: none): their prompt-chunk pairs are capped at it."""
+    full_pair_weight: float = 1.0
+    """Of `prefill_attention_s_per_pair`, the share of a (query, key) pair's cost in the layers that attend to every
+    key (1 without sliding-window layers)."""
+    window_pair_weight: float = 0.0
+    """A sliding-window layer's pair (`window_pairs`) in units of `prefill_attention_s_per_pair`: their share of the
+    FLOPs per pair, times their kernel's extra cost (the key tiles its band touches, `attention_kernels.band_work`,
+    and the kernel's rate at the window's length against the prompt's)."""
 
     def seconds(self, rows: int, logits_rows: int, kv_tokens: float, attention_pairs: float,
                 requests: int = 0, prefill_rows: int | None = None) -> float:
@@ -96,6 +105,15 @@ class StepCost:
 
     def head_time(self, rows: int) -> float:
         return _interp(self.head_grid, self.head_s, rows)
+
+
+def window_pairs(computed: int, chunk: int, window: int) -> float:
+    """(query, key) pairs of `chunk` prompt tokens after `computed` cached ones in a causal sliding-window layer:
+    the token at position p attends to min(p + 1, `window`) keys."""
+    end = computed + chunk
+    ramp_end = min(end, window)  # positions before the window fills attend to all keys before them
+    pairs = (ramp_end * (ramp_end + 1) - computed * (computed + 1)) / 2 if computed < ramp_end else 0.0
+    return pairs + max(0, end - max(computed, window)) * window
 
 
 def _step_seconds(cost, rows_s: float, head_s: float, kv_tokens: float, attention_pairs: float,
@@ -378,7 +396,7 @@ class _Memo:
 
     __slots__ = ("cost", "rows", "head", "kv_read_s_per_token", "prefill_attention_s_per_pair", "step_overhead_s",
                  "step_overhead_s_per_request", "prefill_host_s", "state_s_per_request", "attention_heads",
-                 "attention_head_dim", "attention_sms")
+                 "attention_head_dim", "attention_sms", "attention_window", "full_pair_weight", "window_pair_weight")
 
     def __init__(self, cost: StepCost) -> None:
         self.cost, self.rows, self.head = cost, {}, {}
@@ -391,6 +409,9 @@ class _Memo:
         self.attention_heads = cost.attention_heads
         self.attention_head_dim = cost.attention_head_dim
         self.attention_sms = cost.attention_sms
+        self.attention_window = cost.attention_window
+        self.full_pair_weight = cost.full_pair_weight
+        self.window_pair_weight = cost.window_pair_weight
 
     def rows_time(self, n: int) -> float:
         t = self.rows.get(n)
@@ -481,6 +502,7 @@ def simulate(cost: StepCost, workload: Workload, limits: EngineLimits, *, specul
     if limits.kv_capacity_tokens < limits.block_size:
         raise ValueError("the KV pool holds no block")
     cost = _Memo(cost)
+    window = cost.attention_window
     sends = workload.arrivals()
     reqs = [_Req(i, p, o, s) for i, (p, o, s) in enumerate(zip(workload.prompt_tokens, workload.output_tokens, sends))]
     longest = max(r.prompt + r.out for r in reqs)
@@ -674,7 +696,11 @@ def simulate(cost: StepCost, workload: Workload, limits: EngineLimits, *, specul
     def run_chunk(r: _Req, chunk: int) -> None:
         """`chunk` more prompt tokens of `r` in this step, attending to its cached ones (causal)."""
         nonlocal pairs, budget, rows, pf_blocks, offset
-        pairs += chunk * (r.computed + (chunk + 1) / 2)
+        if window:  # the full-attention layers' pairs, and the sliding-window layers' capped ones
+            pairs += (chunk * (r.computed + (chunk + 1) / 2) * cost.full_pair_weight
+                      + window_pairs(r.computed, chunk, window) * cost.window_pair_weight)
+        else:
+            pairs += chunk * (r.computed + (chunk + 1) / 2)
         pf_blocks += math.ceil((r.computed + chunk) / bs) - math.ceil(r.computed / bs)
         r.computed += chunk
         budget -= chunk

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..catalog.attention_kernels import band_work
 from ..errors import InvalidArgument
 from ..jsonfile import read_text_bounded
 from ..estimate import engines
@@ -26,6 +27,7 @@ from ..estimate.kv_cache import kv_cache_bytes, state_bytes_per_sequence
 from ..estimate.layer_ops import attention_head_dim, block_ops
 from ..estimate.serving import (EngineLimits, Frontend, OutputReservation, ServingResult, Speculation, StepCost,
                                 Workload, simulate, stats)
+from ..model.spec import SLIDING
 
 MAX_LENGTHS_FILE_BYTES = 16 << 20
 MAX_REQUESTS = 200_000
@@ -148,15 +150,27 @@ def step_cost(step, *, spec, profile, engine, kv_bytes_per_element: float, tp: i
     ctx = max(1, int(mean_context))
     kv_bytes = (kv_cache_bytes(spec, context=ctx, batch=1, bytes_per_element=kv_bytes_per_element, engine="vllm",
                                tp=tp) - state_bytes_per_sequence(spec, tp)) / ctx  # the state: per request, below
-    flops_per_pair = sum(block_ops(spec, i, tokens=1, keys=1, tp=tp).attention_flops for i in range(spec.num_layers))
-    # the flash kernel's rate at the workload's mean prompt length (the per-launch cost is in rows_s)
-    probe = 1e15
-    s_per_flop = (attention_s(profile, probe, 0.0, backward=False, seq=max(1.0, mean_prompt),
-                              head_dim=attention_head_dim(spec))
-                  - profile.kernel_overhead_s) / probe
+    # the flash kernel's rate at the workload's mean prompt length (the per-launch cost is in rows_s); sliding-window
+    # layers: their pairs capped at the window, at the kernel's rate there, over the key tiles their band touches
+    window = spec.sliding_window or 0
+    windowed = [window and spec.layer_types[i] == SLIDING for i in range(spec.num_layers)]
+    per_layer = [block_ops(spec, i, tokens=1, keys=1, tp=tp).attention_flops for i in range(spec.num_layers)]
+    flops_per_pair = sum(per_layer)
+    flops_window = sum(f for f, w in zip(per_layer, windowed) if w)
+    probe, prompt = 1e15, max(1.0, mean_prompt)
+
+    def s_per_flop(seq: float) -> float:
+        return (attention_s(profile, probe, 0.0, backward=False, seq=seq, head_dim=attention_head_dim(spec))
+                - profile.kernel_overhead_s) / probe
+    full_rate = s_per_flop(prompt)
+    window_cost = (flops_window / flops_per_pair * s_per_flop(min(prompt, window)) / full_rate
+                   * band_work(window, prompt)) if flops_window else 0.0
     return StepCost(rows_grid=tuple(grid), rows_s=tuple(rows_s), head_grid=tuple(head_grid), head_s=tuple(head_s),
                     kv_read_s_per_token=kv_bytes / decode_kv_bandwidth(profile, engine, spec),
-                    prefill_attention_s_per_pair=flops_per_pair * s_per_flop,
+                    prefill_attention_s_per_pair=flops_per_pair * full_rate,
+                    attention_window=window if flops_window else 0,
+                    full_pair_weight=1.0 - flops_window / flops_per_pair if flops_per_pair else 1.0,
+                    window_pair_weight=window_cost,
                     step_overhead_s=engine.step_overhead_s,
                     step_overhead_s_per_request=engine.step_overhead_s_per_request,
                     prefill_host_s=step(1, 1, 1, False, 1).host_s if engine.prefill_host_s_per_kernel else 0.0,
