@@ -226,7 +226,7 @@ def measure(args) -> None:
 
 def predict(path: str, gpu_id: str | None) -> None:
     """The measured rows next to gpuwise's price of the same kernels."""
-    from gpuwise.catalog.attention_kernels import band_work, flash_tiles, sink_backward_s
+    from gpuwise.catalog.attention_kernels import band_pairs, band_work, flash_tiles, sink_backward_s
     from gpuwise.catalog.devices import default_profile
     from gpuwise.catalog.gpus import get_gpu
     from gpuwise.estimate.kernels import attention_s
@@ -240,7 +240,7 @@ def predict(path: str, gpu_id: str | None) -> None:
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in data["rows"]:
         b, s, hq, d, w = r["batch"], r["seq"], r["heads"], r["head_dim"], r["window"]
-        keys = (s + 1) / 2 if not w or w >= s else (w * (w + 1) / 2 + (s - w) * w) / s  # layer_ops.keys_per_query
+        keys = band_pairs(0, s, w or s) / s  # layer_ops.keys_per_query
         flops = 4.0 * b * s * keys * hq * d  # scores and values, forward, the pairs kept
         work = flops * band_work(w, s)  # the pairs the kernel computes (step_time prices the same)
         nbytes = 2.0 * b * s * d * (2 * hq + 2 * r["kv_heads"])  # q, o; k, v (bf16)

@@ -271,10 +271,10 @@ def test_the_no_evict_policy_never_preempts_and_never_reports_more_than_its_pool
 
 @pytest.mark.parametrize("computed, chunk, window", [(0, 500, 128), (100, 50, 128), (0, 64, 128), (300, 2048, 128),
                                                      (127, 1, 128), (0, 10, 4096)])
-def test_window_pairs_count_what_a_sliding_window_layer_attends_to(computed, chunk, window):
-    from gpuwise.estimate.serving import window_pairs
+def test_band_pairs_count_what_a_sliding_window_layer_attends_to(computed, chunk, window):
+    from gpuwise.catalog.attention_kernels import band_pairs
     brute = sum(min(p + 1, window) for p in range(computed, computed + chunk))
-    assert window_pairs(computed, chunk, window) == brute
+    assert band_pairs(computed, chunk, window) == brute
 
 
 def test_a_lone_prompt_pays_its_window_layers_capped_pairs():
@@ -282,10 +282,10 @@ def test_a_lone_prompt_pays_its_window_layers_capped_pairs():
     layers' pairs at their weight plus the windowed layers' capped pairs at theirs."""
     import dataclasses
 
-    from gpuwise.estimate.serving import window_pairs
+    from gpuwise.catalog.attention_kernels import band_pairs
     cost = dataclasses.replace(_cost(), attention_window=128, full_pair_weight=0.5, window_pair_weight=0.8)
     r = simulate(cost, _wl(n=1, prompt=500, out=2), LIMITS)
-    pairs = 500 * 501 / 2 * 0.5 + window_pairs(0, 500, 128) * 0.8
+    pairs = 500 * 501 / 2 * 0.5 + band_pairs(0, 500, 128) * 0.8
     assert r.ttft_s.mean == pytest.approx(cost.seconds(500, 1, 0, pairs))
     assert pairs < 500 * 501 / 2  # far fewer than if every layer attended to every key
 

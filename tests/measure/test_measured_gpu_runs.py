@@ -194,7 +194,7 @@ def test_cudnn_window_and_sinks_on_h200() -> None:
     a window layer priced over the key tiles its band touches (`band_work`) stands to the measured time as the full
     causal layer of the same shape does (within 12%: the plateau's own error cancels); the sink's backward cost per
     query row and head within 25% of `sink_backward_s` in every pair; the forward unchanged by the sink (2%)."""
-    from gpuwise.catalog.attention_kernels import band_work, flash_tiles, sink_backward_s
+    from gpuwise.catalog.attention_kernels import band_pairs, band_work, flash_tiles, sink_backward_s
     from gpuwise.catalog.devices import default_profile
     from gpuwise.catalog.gpus import get_gpu
     from gpuwise.estimate.kernels import attention_s
@@ -206,7 +206,7 @@ def test_cudnn_window_and_sinks_on_h200() -> None:
 
     def ratio(r: dict) -> float:  # predicted / measured, forward + backward, no sink
         b, s, h, hd, w = r["batch"], r["seq"], r["heads"], r["head_dim"], r["window"]
-        keys = (w * (w + 1) / 2 + (s - w) * w) / s if w else (s + 1) / 2  # layer_ops.keys_per_query
+        keys = band_pairs(0, s, w or s) / s  # layer_ops.keys_per_query
         flops = 4.0 * b * s * keys * h * hd * band_work(w, s)
         io = 2.0 * b * s * hd * (2 * h + 2 * r["kv_heads"])
         kw = dict(seq=min(s, w) if w else s, head_dim=hd, tiles=flash_tiles(b, h, s))

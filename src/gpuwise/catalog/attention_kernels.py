@@ -111,6 +111,17 @@ def tiles_over_curves(tiles: float, *, backward: bool, head_dim: float = PLATEAU
             / tile_factor(REFERENCE_TILES * PLATEAU_HEAD_DIM / max(1.0, head_dim), backward=backward))
 
 
+def band_pairs(start: float, count: float, window: float) -> float:
+    """(query, key) pairs a causal attention layer keeps for `count` queries after `start` earlier tokens, each query
+    at position p attending to min(p + 1, `window`) keys (a window at least as long as the sequence: plain causal).
+    The one home of that count: mean keys per query (`layer_ops.keys_per_query`, `flops`), a band's wasted tiles
+    (`band_work`) and the serving simulation's prompt chunks (`estimate.serving`)."""
+    end = start + count
+    ramp_end = min(end, window)  # positions before the window fills attend to all keys before them
+    pairs = (ramp_end * (ramp_end + 1) - start * (start + 1)) / 2 if start < ramp_end else 0.0
+    return pairs + max(0, end - max(start, window)) * window
+
+
 def band_work(window: float | None, context: float) -> float:
     """Score pairs a flash kernel computes over the pairs a causal sliding-window layer keeps (>= 1; 1 without a window
     or with one that covers the context). Each tile of `TILE_ROWS` query rows runs every key tile of `TILE_ROWS` that
@@ -127,7 +138,7 @@ def band_work(window: float | None, context: float) -> float:
     m = math.ceil((window - 1) / TILE_ROWS)  # key tiles before a query tile's own that its band reaches
     early = min(n, m)  # the first tiles reach back only to the start
     tiles = early * (early + 1) / 2 + (n - early) * (m + 1)
-    kept = window * (window + 1) / 2 + (context - window) * window  # layer_ops.keys_per_query x context
+    kept = band_pairs(0, context, window)
     return max(1.0, tiles * TILE_ROWS * TILE_ROWS / kept)
 
 

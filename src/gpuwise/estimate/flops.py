@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from ..catalog.attention_kernels import band_pairs
 from ..dtypes import peak_operand_bytes
 from ..memo import remember
 from ..model.spec import LINEAR, NONE, SLIDING, ModelSpec
@@ -99,7 +100,7 @@ def _keys_per_query(seq: int, window: int | None, convention: str) -> float:
     if window is None or window >= seq:
         return (seq + 1) / 2
     # positions 0..W-1 see i+1 keys, the rest see W: mean over the sequence
-    return (window * (window + 1) / 2 + (seq - window) * window) / seq
+    return band_pairs(0, seq, window) / seq
 
 
 _KINDS: dict = {}

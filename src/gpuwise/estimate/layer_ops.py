@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..catalog.attention_kernels import band_pairs
 from ..errors import InvalidArgument
 from ..model.spec import LINEAR, NONE, SLIDING, ModelSpec
 from .kv_cache import layer_state_bytes
@@ -345,7 +346,7 @@ def keys_per_query(spec: ModelSpec, layer: int, context: int, *, causal: bool = 
         return float(min(context, window) if window else context)
     if window is None or window >= context:
         return (context + 1) / 2
-    return (window * (window + 1) / 2 + (context - window) * window) / context
+    return band_pairs(0, context, window) / context
 
 
 def attention_head_dim(spec: ModelSpec) -> int:

@@ -39,7 +39,7 @@ import random
 from collections import deque
 from dataclasses import dataclass, field
 
-from ..catalog.attention_kernels import PLATEAU_HEAD_DIM, flash_tiles, tiles_over_curves
+from ..catalog.attention_kernels import PLATEAU_HEAD_DIM, band_pairs, flash_tiles, tiles_over_curves
 
 PERCENTILES = (50, 90, 99)
 
@@ -89,8 +89,8 @@ class StepCost:
     """Of `prefill_attention_s_per_pair`, the share of a (query, key) pair's cost in the layers that attend to every
     key (1 without sliding-window layers)."""
     window_pair_weight: float = 0.0
-    """A sliding-window layer's pair (`window_pairs`) in units of `prefill_attention_s_per_pair`: their share of the
-    FLOPs per pair, times their kernel's extra cost (the key tiles its band touches, `attention_kernels.band_work`,
+    """A sliding-window layer's pair (`attention_kernels.band_pairs`) in units of `prefill_attention_s_per_pair`: their
+    share of the FLOPs per pair, times their kernel's extra cost (the key tiles its band touches, `attention_kernels.band_work`,
     and the kernel's rate at the window's length against the prompt's)."""
 
     def seconds(self, rows: int, logits_rows: int, kv_tokens: float, attention_pairs: float,
@@ -105,15 +105,6 @@ class StepCost:
 
     def head_time(self, rows: int) -> float:
         return _interp(self.head_grid, self.head_s, rows)
-
-
-def window_pairs(computed: int, chunk: int, window: int) -> float:
-    """(query, key) pairs of `chunk` prompt tokens after `computed` cached ones in a causal sliding-window layer:
-    the token at position p attends to min(p + 1, `window`) keys."""
-    end = computed + chunk
-    ramp_end = min(end, window)  # positions before the window fills attend to all keys before them
-    pairs = (ramp_end * (ramp_end + 1) - computed * (computed + 1)) / 2 if computed < ramp_end else 0.0
-    return pairs + max(0, end - max(computed, window)) * window
 
 
 def _step_seconds(cost, rows_s: float, head_s: float, kv_tokens: float, attention_pairs: float,
@@ -698,7 +689,7 @@ def simulate(cost: StepCost, workload: Workload, limits: EngineLimits, *, specul
         nonlocal pairs, budget, rows, pf_blocks, offset
         if window:  # the full-attention layers' pairs, and the sliding-window layers' capped ones
             pairs += (chunk * (r.computed + (chunk + 1) / 2) * cost.full_pair_weight
-                      + window_pairs(r.computed, chunk, window) * cost.window_pair_weight)
+                      + band_pairs(r.computed, chunk, window) * cost.window_pair_weight)
         else:
             pairs += chunk * (r.computed + (chunk + 1) / 2)
         pf_blocks += math.ceil((r.computed + chunk) / bs) - math.ceil(r.computed / bs)
