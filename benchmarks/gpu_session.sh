@@ -3,12 +3,12 @@
 #   calibrate (device profile), bench train on four models/layouts that fit one GPU (with the calibrated profile
 #   and without), prefill sustained and attention by thread blocks next to the kernel model, and gpuwise infer next
 #   to a real transformers decode loop at several batch sizes.
-# Usage: bash benchmarks/gpu_session.sh OUTDIR [calibrate|train|ac|prefill|attention|cudnn-sdpa|decode|all]
+# Usage: bash benchmarks/gpu_session.sh OUTDIR [calibrate|train|ac|prefill|attention|cudnn-sdpa|qlora|decode|all]
 #        (then commit OUTDIR as benchmarks/results/<gpu>/). Each stage fits in one 10-minute call of the device tool; train and decode
 #        read OUTDIR/profile.json from calibrate.
 # Needs: torch (CUDA build), transformers, nvidia-ml-py, and this package installed (pip install -e ".[measure]").
 set -uo pipefail
-out="${1:?usage: gpu_session.sh OUTDIR [calibrate|train|ac|prefill|attention|cudnn-sdpa|decode|all]}"
+out="${1:?usage: gpu_session.sh OUTDIR [calibrate|train|ac|prefill|attention|cudnn-sdpa|qlora|decode|all]}"
 stage="${2:-all}"
 dtypes="${GPUWISE_CAL_DTYPES:-}"  # e.g. bf16,fp8 for a shorter calibration
 mkdir -p "$out"
@@ -85,6 +85,28 @@ fi
 # device README's notes); about 30 s.
 if want cudnn-sdpa; then
   run python3 benchmarks/cudnn_sdpa.py --check --json "$out/cudnn-sdpa.json"
+fi
+
+# transformers + PEFT + bitsandbytes QLoRA as TRL sets it up (issue 17: the NF4 base, prepare_model_for_kbit_training's
+# fp32 casts, the eager attention of the published out-of-memory run), next to `gpuwise train --framework hf
+# --finetune qlora`. Needs bitsandbytes (carry it: the device README's notes); about 3 minutes.
+qlora() {  # NAME ARGS... (ALLOC=... sets PYTORCH_CUDA_ALLOC_CONF for the run)
+  local name="$1"; shift
+  run env PYTORCH_CUDA_ALLOC_CONF="${ALLOC:-}" timeout 150 python3 benchmarks/hf_lora_memory.py "$@" --qlora --optimizer adamw-8bit --steps 3 \
+    --json "$out/hf-qlora-$name.json" 2> "$out/hf-qlora-$name.log"
+}
+if want qlora; then
+qlora llama-3.1-8b-s2048-mb2 llama-3.1-8b --seq 2048 --micro-batch 2
+qlora llama-3.1-8b-s8192-mb1 llama-3.1-8b --seq 8192 --micro-batch 1
+qlora llama-3.1-8b-s2048-mb1-nogc llama-3.1-8b --seq 2048 --micro-batch 1 --no-gc
+qlora codellama-34b-s2048-mb2 validation/models/codellama-34b.json --seq 2048 --micro-batch 2
+qlora codellama-34b-s2048-mb2-eager validation/models/codellama-34b.json --seq 2048 --micro-batch 2 --attn eager
+qlora qwen3-14b-s2048-mb2-r32-fp16 qwen3-14b --seq 2048 --micro-batch 2 --rank 32 --precision fp16
+# the caching allocator's slack (reserved - allocated) with expandable segments, which map more memory into one
+# segment instead of caching fixed-size ones
+ALLOC=expandable_segments:True qlora llama-3.1-8b-s8192-mb1-expandable llama-3.1-8b --seq 8192 --micro-batch 1
+ALLOC=expandable_segments:True qlora codellama-34b-s2048-mb2-eager-expandable validation/models/codellama-34b.json \
+  --seq 2048 --micro-batch 2 --attn eager
 fi
 
 if want decode; then
