@@ -271,6 +271,8 @@ def test_a_gated_repository_says_what_to_do(monkeypatch) -> None:
     def gated(*_, **__):
         raise GatedRepoError("401")
 
+    # validation's scoring sets HF_HUB_OFFLINE for the process, which huggingface_hub reads once, at import
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
     monkeypatch.setattr(models, "_hub_reachable", lambda endpoint: None)
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", gated)
     with pytest.raises(UnknownModelError, match="accept its license on huggingface.co and set HF_TOKEN"):

@@ -118,6 +118,13 @@ def test_the_shipped_error_bands_are_those_of_the_held_out_rows():
     assert speed.BANDS.read_text() == speed.bands_toml(scored)
 
 
+def test_the_shipped_memory_bands_are_those_of_the_held_out_rows():
+    """catalog/data/memory_validation.toml is what `python -m validation.memory --write-bands` writes today."""
+    memory = _memory()
+    scored, _ = memory.run()
+    assert memory.BANDS.read_text() == memory.bands_toml(scored)
+
+
 def test_the_serving_error_infer_quotes_is_the_held_out_one():
     """`infer` under load says how sure it is with the held-out TTFT/TPOT median (plan/infer.py); a change that moves
     it fails here until the quoted figure follows."""

@@ -53,6 +53,8 @@ class Scored:
     verdict_ok: bool | None
     """None where no verdict can be checked (unknown device)."""
     capacity_gib: float | None
+    band: str = ""
+    """The memory band the run's configuration reports (plan/confidence.memory_category of its framework)."""
 
 
 def load() -> list[tuple[str, dict]]:
@@ -89,6 +91,7 @@ def _options(row: dict) -> dict:
 def score(category: str, row: dict) -> Scored:
     import gpuwise
     from gpuwise.catalog.gpus import get_gpu
+    from gpuwise.plan.confidence import memory_category
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     gpu = row["gpu"]
@@ -103,16 +106,17 @@ def score(category: str, row: dict) -> Scored:
     capacity = row.get("device_memory_gib")
     capacity_bytes = capacity * GiB if capacity else r.request.gpu.memory_bytes
     fits = mem.required <= capacity_bytes  # TrainResult.fits, against the row's device where it gives one
+    band = memory_category(r.framework)
     if metric in ("ran", "oom"):
         ok = fits if metric == "ran" else not fits
         return Scored(category, row["split"], row["name"], metric, None, mem.total / GiB, None,
-                      ok if known else None, capacity_bytes / GiB)
+                      ok if known else None, capacity_bytes / GiB, band)
     predicted = {"peak_reserved_gib": mem.torch_reserved, "peak_allocated_gib": mem.torch_allocated,
                  "nvidia_smi_gib": mem.total}[metric]
     unit = row["unit"]
     published = row["published"] / 100 * capacity_bytes if unit == "%" else row["published"] * UNITS[unit]
     return Scored(category, row["split"], row["name"], metric, published / GiB, predicted / GiB,
-                  predicted / published - 1, fits if known else None, capacity_bytes / GiB)
+                  predicted / published - 1, fits if known else None, capacity_bytes / GiB, band)
 
 
 def run() -> tuple[list[Scored], list[tuple[str, str, str]]]:
@@ -180,9 +184,41 @@ def report(scored: list[Scored], *, rows: bool = True) -> tuple[str, Summary]:
     return "\n".join(lines), held
 
 
+BANDS = ROOT / "src/gpuwise/catalog/data/memory_validation.toml"
+
+
+def bands_toml(scored: list[Scored]) -> str:
+    """`catalog/data/memory_validation.toml`: per memory band (plan/confidence.memory_category), the held-out
+    measured rows' median, 90th percentile and median signed error, and the held-out verdicts."""
+    from validation.speed import percentile
+
+    held = [s for s in scored if s.split == "held-out"]
+    out = ["# Written by `python -m validation.memory --write-bands` from the held-out part of",
+           "# validation/memory_sources/ (never edit by hand; tests/test_validation.py checks it is current).",
+           "# Errors are predicted / published peak per GPU - 1; verdicts: runs that ran predicted to fit, OOMs",
+           "# predicted not to.", ""]
+
+    def section(name: str, sel: list[Scored]) -> None:
+        errors = [s.error for s in sel if s.error is not None]
+        checked = [s for s in sel if s.verdict_ok is not None]
+        out.extend([f"[held_out.{name}]", f"runs = {len(errors)}",
+                    f"median = {statistics.median(abs(e) for e in errors):.4f}",
+                    f"p90 = {percentile([abs(e) for e in errors], 0.9):.4f}",
+                    f"bias = {statistics.median(errors):.4f}", f"verdicts = {len(checked)}",
+                    f"wrong_verdicts = {sum(not s.verdict_ok for s in checked)}", ""])
+
+    for band in sorted({s.band for s in held}):
+        section(band, [s for s in held if s.band == band])
+    section("all", held)
+    return "\n".join(out)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Print every row (or only the summary with --summary); exit 1 when the held-out part misses its targets."""
     scored, unscored = run()
+    if "--write-bands" in (argv or []):
+        BANDS.write_text(bands_toml(scored))
+        print(f"wrote {BANDS.relative_to(ROOT)}")
     text, held = report(scored, rows="--summary" not in (argv or []))
     print(text)
     for category, name, why in unscored:

@@ -12,7 +12,7 @@ from gpuwise.catalog import _toml
 from gpuwise.catalog._toml import load_toml, tomllib
 
 SHIPPED = ["gpus.toml", "devices.toml", "engine_perf.toml", "attention_kernels.toml", "glossary.toml",
-           "rental.toml", "speed_validation.toml", "models/index.toml"]
+           "rental.toml", "speed_validation.toml", "memory_validation.toml", "models/index.toml"]
 
 
 @pytest.fixture()

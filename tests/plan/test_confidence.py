@@ -107,3 +107,31 @@ def test_fp8_kernels_no_published_run_used_are_named(monkeypatch):
     data["covered"] = dict(data["covered"], fp8_kernels=["te", "compiled", "eager"])
     monkeypatch.setattr(confidence, "_bands", lambda: data)
     assert not any("fp8 quantized" in o for o in train_confidence(eager.request, eager.layout).outside)
+
+
+@pytest.mark.parametrize("framework, band", [
+    ("megatron", "megatron_deepspeed"), ("deepspeed", "megatron_deepspeed"), ("hf", "hf_trainers"),
+    ("unsloth", "hf_trainers"), ("torchtitan", "pytorch_native"), ("fsdp", "pytorch_native"),
+    ("torchtune", "pytorch_native"),
+])
+def test_memory_bands_follow_the_framework_family(framework, band):
+    from gpuwise.plan.confidence import memory_category
+
+    assert memory_category(framework) == band
+
+
+def test_a_memory_prediction_reports_its_bands_held_out_figures_in_text_and_json(capsys):
+    """The band comes from catalog/data/memory_validation.toml (written from the held-out rows of
+    validation/memory_sources); the text and the JSON quote the same figures."""
+    bands = load_toml("memory_validation.toml")["held_out"]
+    assert main(["train", "llama-3.1-8b", "--gpu", "h100", "--finetune", "qlora", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)["memory_confidence"]
+    band = bands["hf_trainers"]
+    assert doc["category"] == "hf_trainers" and doc["held_out_runs"] == band["runs"] >= MIN_ROWS
+    assert doc["median_abs_error"] == pytest.approx(band["median"], abs=1e-4)
+    assert doc["wrong_verdicts"] == band["wrong_verdicts"] and doc["held_out_verdicts"] == band["verdicts"]
+    assert main(["train", "llama-3.1-8b", "--gpu", "h100", "--finetune", "qlora"]) == 0
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("how sure (peak per GPU)"))
+    assert f"±{100 * band['median']:.0f}% typical" in line and f"{band['runs']} held-out published peaks" in line
+    right = band["verdicts"] - band["wrong_verdicts"]
+    assert f"right on {right} of {band['verdicts']}" in line

@@ -1,4 +1,5 @@
-"""How sure a step-time prediction is: the error band of its category on published runs gpuwise was not tuned on.
+"""How sure a step-time or memory prediction is: the error band of its category on published runs gpuwise was not
+tuned on.
 
 `validation/speed.py` scores gpuwise against published training runs (validation/speed_sources/) split once into a
 calibration part and a held-out part, and writes what the held-out part says into
@@ -9,6 +10,11 @@ where its configuration lies outside everything validated.
 
 The category rule is the one the sources' README states (most specific first), and `validation/speed.py` checks
 every row against it.
+
+Memory likewise: `validation/memory.py --write-bands` writes `catalog/data/memory_validation.toml` from the held-out
+part of validation/memory_sources/, per framework family (`memory_category`): the median and 90th percentile of
+|error| of the peak per GPU, the median signed error, and how many of the held-out ran / out-of-memory verdicts
+were right.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from ..catalog._toml import load_toml
+from ..estimate.job import HF_TRAINERS
 from ..model.spec import LINEAR_MIXER_NAMES
 
 CATEGORY_NAMES = {
@@ -126,3 +133,63 @@ def speed_confidence(*, category: str, gpu: str, precision: str, framework: str,
     return SpeedConfidence(category=category, runs=int(band["runs"]), of_category=band is own,
                            median_abs_error=float(band["median"]), p90_abs_error=float(band["p90"]),
                            bias=float(band["bias"]), outside=tuple(outside))
+
+
+MEMORY_CATEGORY_NAMES = {
+    "hf_trainers": "HF Trainer / TRL / PEFT / Unsloth",
+    "megatron_deepspeed": "Megatron-LM / NeMo / DeepSpeed",
+    "pytorch_native": "torchtitan / FSDP / torchtune",
+}
+
+
+def memory_category(framework: str) -> str:
+    """The memory band of a training configuration: the family of the framework whose memory rules apply (its
+    gradient buffers, loss, checkpointing and allocator habits differ by family, not by model)."""
+    if framework in ("megatron", "deepspeed"):
+        return "megatron_deepspeed"
+    if framework in HF_TRAINERS:
+        return "hf_trainers"
+    return "pytorch_native"
+
+
+@lru_cache(maxsize=1)
+def _memory_bands() -> dict:
+    return load_toml("memory_validation.toml")
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryConfidence:
+    category: str
+    runs: int
+    """Held-out published measurements of the peak the band comes from (the category's, or all when it has too
+    few)."""
+    of_category: bool
+    median_abs_error: float
+    p90_abs_error: float
+    bias: float
+    """Median signed error of those measurements (negative: the published peaks were higher than predicted)."""
+    verdicts: int
+    """Held-out rows whose verdict (ran / out of memory) could be checked, in the band's rows."""
+    wrong_verdicts: int
+
+    def describe(self) -> str:
+        name = MEMORY_CATEGORY_NAMES.get(self.category, self.category)
+        where = f"{name}, {self.runs} held-out published peaks" if self.of_category else \
+            f"all {self.runs} held-out published peaks; {name} has fewer than {MIN_ROWS}"
+        lean = f"; on them gpuwise was {100 * -self.bias:.0f}% low (median)" if self.bias < -0.05 else \
+            (f"; on them gpuwise was {100 * self.bias:.0f}% high (median)" if self.bias > 0.05 else "")
+        right = self.verdicts - self.wrong_verdicts
+        return (f"±{100 * self.median_abs_error:.0f}% typical, ±{100 * self.p90_abs_error:.0f}% for 9 in 10 "
+                f"({where}{lean}); fits / does not fit right on {right} of {self.verdicts} held-out runs")
+
+
+def memory_confidence(framework: str) -> MemoryConfidence:
+    """The band `gpuwise train` reports next to its memory table."""
+    category = memory_category(framework)
+    cats = _memory_bands()["held_out"]
+    own = cats.get(category)
+    band = own if own and own["runs"] >= MIN_ROWS else cats["all"]
+    return MemoryConfidence(category=category, runs=int(band["runs"]), of_category=band is own,
+                            median_abs_error=float(band["median"]), p90_abs_error=float(band["p90"]),
+                            bias=float(band["bias"]), verdicts=int(band["verdicts"]),
+                            wrong_verdicts=int(band["wrong_verdicts"]))

@@ -182,6 +182,7 @@ def _train_dict(r: TrainResult) -> dict[str, Any]:
         "tight": r.tight,
         "max_micro_batch": r.max_micro_batch,
         **train_perf_to_dict(r.perf),
+        "memory_confidence": memory_confidence_to_dict(r),
         "speed_confidence": confidence_to_dict(r),
         "assumptions": list(r.assumptions),
     }
@@ -221,6 +222,17 @@ def confidence_to_dict(r: TrainResult) -> dict[str, Any]:
             "bias": round(c.bias, 4), "outside_validated": list(c.outside),
             "note": "from published runs held out of all tuning (validation/speed_sources); error = predicted / "
                     "published throughput - 1, bias > 0: those runs ran slower than predicted"}
+
+
+def memory_confidence_to_dict(r: TrainResult) -> dict[str, Any]:
+    from ..plan.confidence import memory_confidence
+
+    c = memory_confidence(r.framework)
+    return {"category": c.category, "held_out_runs": c.runs, "band_of_category": c.of_category,
+            "median_abs_error": round(c.median_abs_error, 4), "p90_abs_error": round(c.p90_abs_error, 4),
+            "bias": round(c.bias, 4), "held_out_verdicts": c.verdicts, "wrong_verdicts": c.wrong_verdicts,
+            "note": "from published peaks held out of all tuning (validation/memory_sources); error = predicted / "
+                    "published peak per GPU - 1, bias < 0: those runs peaked higher than predicted"}
 
 
 def train_perf_to_dict(p: TrainPerf) -> dict[str, Any]:

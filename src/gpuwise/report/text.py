@@ -261,6 +261,9 @@ def render_train(r: TrainResult, fix=None) -> str:
         lines.append(f"{verdict}: {fmt_gib(mem.required - gpu.memory_bytes)} short per GPU (allocated peak + "
                      f"runtime {fmt_gib(mem.required)}; {fmt_gib(-r.headroom_bytes)} short with the caching "
                      f"allocator's {fmt_gib(mem.allocator)} allowance)")
+    from ..plan.confidence import memory_confidence
+
+    lines.append(f"how sure (peak per GPU): {memory_confidence(r.framework).describe()}")
     if not r.fits:
         lines.append(_fix_line(fix, "step time"))
     mb = r.max_micro_batch
