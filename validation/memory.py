@@ -55,6 +55,8 @@ class Scored:
     capacity_gib: float | None
     band: str = ""
     """The memory band the run's configuration reports (plan/confidence.memory_category of its framework)."""
+    config: tuple = ()
+    """(framework, finetune, precision, optimizer, offload targets) as gpuwise resolved them: what the rows cover."""
 
 
 def load() -> list[tuple[str, dict]]:
@@ -107,16 +109,18 @@ def score(category: str, row: dict) -> Scored:
     capacity_bytes = capacity * GiB if capacity else r.request.gpu.memory_bytes
     fits = mem.required <= capacity_bytes  # TrainResult.fits, against the row's device where it gives one
     band = memory_category(r.framework)
+    req = r.request
+    config = (r.framework, req.finetune, req.precision, req.optimizer, tuple(sorted(req.offload)))
     if metric in ("ran", "oom"):
         ok = fits if metric == "ran" else not fits
         return Scored(category, row["split"], row["name"], metric, None, mem.total / GiB, None,
-                      ok if known else None, capacity_bytes / GiB, band)
+                      ok if known else None, capacity_bytes / GiB, band, config)
     predicted = {"peak_reserved_gib": mem.torch_reserved, "peak_allocated_gib": mem.torch_allocated,
                  "nvidia_smi_gib": mem.total}[metric]
     unit = row["unit"]
     published = row["published"] / 100 * capacity_bytes if unit == "%" else row["published"] * UNITS[unit]
     return Scored(category, row["split"], row["name"], metric, published / GiB, predicted / GiB,
-                  predicted / published - 1, fits if known else None, capacity_bytes / GiB, band)
+                  predicted / published - 1, fits if known else None, capacity_bytes / GiB, band, config)
 
 
 def run() -> tuple[list[Scored], list[tuple[str, str, str]]]:
@@ -210,6 +214,13 @@ def bands_toml(scored: list[Scored]) -> str:
     for band in sorted({s.band for s in held}):
         section(band, [s for s in held if s.band == band])
     section("all", held)
+
+    def strings(i: int) -> str:
+        return "[" + ", ".join(f'"{v}"' for v in sorted({s.config[i] for s in scored})) + "]"
+
+    offloads = sorted({t for s in scored for t in s.config[4]})
+    out.extend(["[covered]", f"frameworks = {strings(0)}", f"finetunes = {strings(1)}", f"precisions = {strings(2)}",
+                f"optimizers = {strings(3)}", "offloads = [" + ", ".join(f'"{v}"' for v in offloads) + "]", ""])
     return "\n".join(out)
 
 

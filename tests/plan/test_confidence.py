@@ -135,3 +135,15 @@ def test_a_memory_prediction_reports_its_bands_held_out_figures_in_text_and_json
     assert f"±{100 * band['median']:.0f}% typical" in line and f"{band['runs']} held-out published peaks" in line
     right = band["verdicts"] - band["wrong_verdicts"]
     assert f"right on {right} of {band['verdicts']}" in line
+
+
+def test_a_memory_prediction_names_what_no_published_measurement_covers():
+    from gpuwise.plan.confidence import train_memory_confidence
+
+    covered = load_toml("memory_validation.toml")["covered"]
+    assert "sgd" not in covered["optimizers"] and "adamw" in covered["optimizers"]
+    plain = train_memory_confidence(gpuwise.train("llama-3.1-8b", gpu="h100-sxm", num_gpus=8, fsdp="full"))
+    assert plain.outside == ()
+    sgd = train_memory_confidence(gpuwise.train("llama-3.1-8b", gpu="h100-sxm", num_gpus=8, fsdp="full",
+                                                optimizer="sgd"))
+    assert sgd.outside == ("optimizer sgd (no published memory measurement)",)

@@ -171,6 +171,8 @@ class MemoryConfidence:
     verdicts: int
     """Held-out rows whose verdict (ran / out of memory) could be checked, in the band's rows."""
     wrong_verdicts: int
+    outside: tuple[str, ...] = ()
+    """What in this configuration no scored published memory measurement covers."""
 
     def describe(self) -> str:
         name = MEMORY_CATEGORY_NAMES.get(self.category, self.category)
@@ -183,13 +185,30 @@ class MemoryConfidence:
                 f"({where}{lean}); fits / does not fit right on {right} of {self.verdicts} held-out runs")
 
 
-def memory_confidence(framework: str) -> MemoryConfidence:
-    """The band `gpuwise train` reports next to its memory table."""
+def memory_confidence(framework: str, *, finetune: str = "full", precision: str = "bf16",
+                      optimizer: str = "adamw", offload: tuple[str, ...] = ()) -> MemoryConfidence:
+    """The band `gpuwise train` reports next to its memory table, and what no published measurement covers."""
     category = memory_category(framework)
-    cats = _memory_bands()["held_out"]
+    data = _memory_bands()
+    cats = data["held_out"]
     own = cats.get(category)
     band = own if own and own["runs"] >= MIN_ROWS else cats["all"]
+    cov = data["covered"]
+    outside = [f"{what} {value} (no published memory measurement)"
+               for what, value, key in (("framework", framework, "frameworks"), ("fine-tuning", finetune, "finetunes"),
+                                        ("precision", precision, "precisions"), ("optimizer", optimizer, "optimizers"))
+               if value not in cov[key]]
+    outside += [f"offloading {t} (no published memory measurement)" for t in sorted(offload)
+                if t not in cov["offloads"]]
     return MemoryConfidence(category=category, runs=int(band["runs"]), of_category=band is own,
                             median_abs_error=float(band["median"]), p90_abs_error=float(band["p90"]),
                             bias=float(band["bias"]), verdicts=int(band["verdicts"]),
-                            wrong_verdicts=int(band["wrong_verdicts"]))
+                            wrong_verdicts=int(band["wrong_verdicts"]), outside=tuple(outside))
+
+
+def train_memory_confidence(r) -> MemoryConfidence:
+    """`memory_confidence` for a `TrainResult` (the framework, fine-tuning mode, precision, optimizer and offload
+    targets it resolved)."""
+    req = r.request
+    return memory_confidence(r.framework, finetune=req.finetune, precision=req.precision, optimizer=req.optimizer,
+                             offload=tuple(req.offload))

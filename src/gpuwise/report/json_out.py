@@ -225,12 +225,13 @@ def confidence_to_dict(r: TrainResult) -> dict[str, Any]:
 
 
 def memory_confidence_to_dict(r: TrainResult) -> dict[str, Any]:
-    from ..plan.confidence import memory_confidence
+    from ..plan.confidence import train_memory_confidence
 
-    c = memory_confidence(r.framework)
+    c = train_memory_confidence(r)
     return {"category": c.category, "held_out_runs": c.runs, "band_of_category": c.of_category,
             "median_abs_error": round(c.median_abs_error, 4), "p90_abs_error": round(c.p90_abs_error, 4),
             "bias": round(c.bias, 4), "held_out_verdicts": c.verdicts, "wrong_verdicts": c.wrong_verdicts,
+            "outside_validated": list(c.outside),
             "note": "from published peaks held out of all tuning (validation/memory_sources); error = predicted / "
                     "published peak per GPU - 1, bias < 0: those runs peaked higher than predicted"}
 

@@ -261,9 +261,12 @@ def render_train(r: TrainResult, fix=None) -> str:
         lines.append(f"{verdict}: {fmt_gib(mem.required - gpu.memory_bytes)} short per GPU (allocated peak + "
                      f"runtime {fmt_gib(mem.required)}; {fmt_gib(-r.headroom_bytes)} short with the caching "
                      f"allocator's {fmt_gib(mem.allocator)} allowance)")
-    from ..plan.confidence import memory_confidence
+    from ..plan.confidence import train_memory_confidence
 
-    lines.append(f"how sure (peak per GPU): {memory_confidence(r.framework).describe()}")
+    mconf = train_memory_confidence(r)
+    lines.append(f"how sure (peak per GPU): {mconf.describe()}")
+    if mconf.outside:
+        lines.append(f"outside what was validated (memory): {'; '.join(mconf.outside)}")
     if not r.fits:
         lines.append(_fix_line(fix, "step time"))
     mb = r.max_micro_batch
