@@ -17,11 +17,16 @@ from gpuwise.estimate.activations import logits_bytes_per_element
 RESULTS = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 
 
-def _bench_vs_model():
-    spec = importlib.util.spec_from_file_location("bench_vs_model", RESULTS.parent / "bench_vs_model.py")
+def _benchmark(name: str):
+    """A script of benchmarks/ as a module."""
+    spec = importlib.util.spec_from_file_location(name, RESULTS.parent / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def _bench_vs_model():
+    return _benchmark("bench_vs_model")
 
 
 def test_peak_allocated_memory_of_the_measured_runs() -> None:
@@ -280,13 +285,6 @@ def test_megatron_glu_clamp_on_h200() -> None:
             assert priced / measured == pytest.approx(1, abs=0.05), (local, per)
 
 
-def _hf_lora_memory():
-    spec = importlib.util.spec_from_file_location("hf_lora_memory", RESULTS.parent / "hf_lora_memory.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_hf_qlora_memory_on_h200() -> None:
     """transformers + PEFT + bitsandbytes QLoRA as TRL sets it up (benchmarks/hf_lora_memory.py --qlora: NF4 base with
     double quantization, prepare_model_for_kbit_training's fp32 casts, TRL's recast to bf16, adamw-8bit), Llama-3.1-8B,
@@ -294,7 +292,7 @@ def test_hf_qlora_memory_on_h200() -> None:
     qlora`. Allocated: the 8B runs come out 4-11% high, the 2 B per logit element that transformers 5.17's loss saves
     over the 14 B gpuwise charges (benchmarks/results/h200-sxm/README.md); the others within 1%. Reserved: within 8%,
     the caching allocator's slack (9-26% of allocated with checkpointing) above the 5% allowance."""
-    bench = _hf_lora_memory()
+    bench = _benchmark("hf_lora_memory")
     runs = [json.loads(p.read_text()) for p in sorted((RESULTS / "h200-sxm").glob("hf-qlora-*.json"))]
     runs = [r for r in runs if not r.get("alloc_conf")]
     assert len(runs) >= 6

@@ -58,9 +58,15 @@ def speed_category(*, moe: bool, cp: int, seq: int, vendor: str, architecture: s
     return "dense_fsdp"
 
 
-@lru_cache(maxsize=1)
-def _bands() -> dict:
-    return load_toml("speed_validation.toml")
+@lru_cache(maxsize=2)
+def _bands(name: str = "speed_validation.toml") -> dict:
+    return load_toml(name)
+
+
+def _band(held_out: dict, category: str) -> tuple[dict, bool]:
+    """(the band a category reports, whether it is its own): its own with MIN_ROWS held-out runs, else all's."""
+    own = held_out.get(category)
+    return (own, True) if own and own["runs"] >= MIN_ROWS else (held_out["all"], False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,9 +104,7 @@ def speed_confidence(*, category: str, gpu: str, precision: str, framework: str,
     """`fp8_kernels`: under fp8, whose quantization kernels are priced (`step_time.fp8_quantize_kind`); `mixer`: a
     hybrid model's recurrent layers' kind (`LinearMixerSpec.kind`)."""
     data = _bands()
-    cats = data["held_out"]
-    own = cats.get(category)
-    band = own if own and own["runs"] >= MIN_ROWS else cats["all"]
+    band, own = _band(data["held_out"], category)
     cov = data["covered"]
     outside = []
     if gpu not in cov["gpus"]:
@@ -130,7 +134,7 @@ def speed_confidence(*, category: str, gpu: str, precision: str, framework: str,
                        "kernel measurements)")
     if optimizer not in cov.get("optimizers", ("adamw",)):
         outside.append(f"optimizer {optimizer} (no published speed run)")
-    return SpeedConfidence(category=category, runs=int(band["runs"]), of_category=band is own,
+    return SpeedConfidence(category=category, runs=int(band["runs"]), of_category=own,
                            median_abs_error=float(band["median"]), p90_abs_error=float(band["p90"]),
                            bias=float(band["bias"]), outside=tuple(outside))
 
@@ -150,11 +154,6 @@ def memory_category(framework: str) -> str:
     if framework in HF_TRAINERS:
         return "hf_trainers"
     return "pytorch_native"
-
-
-@lru_cache(maxsize=1)
-def _memory_bands() -> dict:
-    return load_toml("memory_validation.toml")
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,10 +188,8 @@ def memory_confidence(framework: str, *, finetune: str = "full", precision: str 
                       optimizer: str = "adamw", offload: tuple[str, ...] = ()) -> MemoryConfidence:
     """The band `gpuwise train` reports next to its memory table, and what no published measurement covers."""
     category = memory_category(framework)
-    data = _memory_bands()
-    cats = data["held_out"]
-    own = cats.get(category)
-    band = own if own and own["runs"] >= MIN_ROWS else cats["all"]
+    data = _bands("memory_validation.toml")
+    band, own = _band(data["held_out"], category)
     cov = data["covered"]
     outside = [f"{what} {value} (no published memory measurement)"
                for what, value, key in (("framework", framework, "frameworks"), ("fine-tuning", finetune, "finetunes"),
@@ -200,7 +197,7 @@ def memory_confidence(framework: str, *, finetune: str = "full", precision: str 
                if value not in cov[key]]
     outside += [f"offloading {t} (no published memory measurement)" for t in sorted(offload)
                 if t not in cov["offloads"]]
-    return MemoryConfidence(category=category, runs=int(band["runs"]), of_category=band is own,
+    return MemoryConfidence(category=category, runs=int(band["runs"]), of_category=own,
                             median_abs_error=float(band["median"]), p90_abs_error=float(band["p90"]),
                             bias=float(band["bias"]), verdicts=int(band["verdicts"]),
                             wrong_verdicts=int(band["wrong_verdicts"]), outside=tuple(outside))
