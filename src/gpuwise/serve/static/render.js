@@ -144,6 +144,19 @@ export function inferMemory(fit, width) {
 
 // ---------------------------------------------------------------- verdict + memory: training (train)
 
+/** How sure a training prediction is: its category's band on held-out published runs (the CLI's "how sure" lines;
+ * `memory_confidence` / `speed_confidence` of `gpuwise train --json`), and what no published run covers. */
+function howSure(c, what) {
+  if (!c) return null;
+  const pct = (x) => `±${Math.round(100 * x)}%`;
+  const verdicts = c.held_out_verdicts === undefined ? ""
+    : `; fits / does not fit right on ${c.held_out_verdicts - c.wrong_verdicts} of ${c.held_out_verdicts} held-out runs`;
+  const outside = c.outside_validated && c.outside_validated.length
+    ? `; outside what was validated: ${c.outside_validated.join("; ")}` : "";
+  return `how sure (${what}): ${pct(c.median_abs_error)} typical, ${pct(c.p90_abs_error)} for 9 in 10 ` +
+    `(${c.held_out_runs} held-out published runs, ${c.category})${verdicts}${outside}`;
+}
+
 export function trainVerdict(t, { pasted = false } = {}) {
   const ps = parts(TRAIN_PARTS, t.memory_per_gpu);
   const big = largest(ps);
@@ -164,6 +177,7 @@ export function trainVerdict(t, { pasted = false } = {}) {
     fixLine(t.cheapest_fix),
     t.memory_peak ? `peak at the ${t.memory_peak.moment} on pipeline stage ${t.memory_peak.pipeline_stage}` : null,
     `largest micro-batch that fits: ${t.max_micro_batch === null ? "none (even 1 does not fit)" : f.count(t.max_micro_batch)}`,
+    howSure(t.memory_confidence, "peak per GPU"),
     t.cpu_memory_per_gpu_bytes ? `host memory for offloaded states: ${f.gib(t.cpu_memory_per_gpu_bytes)} per GPU` : null,
   ];
   return h("div", {},
@@ -265,6 +279,7 @@ export function trainSpeed(t, width) {
     ]),
     h("p", { class: "mfu-denominator", "data-testid": "mfu-denominator" },
       `MFU = model FLOPs per step (${f.flops(t.flops.model_per_step)}) / (step time × ${t.num_gpus} GPUs × ${d.peak_flops_per_gpu ? f.flopsPerSecond(d.peak_flops_per_gpu) : f.UNKNOWN})`),
+    t.speed_confidence ? h("p", { class: "hint", "data-testid": "speed-how-sure" }, howSure(t.speed_confidence, "step time")) : null,
     explain("mfu", "What is MFU?"),
     h("h3", {}, "Where the step goes"),
     h("div", { class: "chart", "data-testid": "time-breakdown" }, time.svg),
