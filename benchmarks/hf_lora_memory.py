@@ -122,7 +122,8 @@ def main() -> None:
         pred = predict(args, gpu.id).memory
     doc = {"model": entry.id if entry else args.model, "qlora": args.qlora, "attn": args.attn,
            "precision": args.precision, "optimizer": args.optimizer,
-           "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or None, "layers": args.layers or config.num_hidden_layers, "seq": args.seq,
+           "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or None,
+           "layers": args.layers or config.num_hidden_layers, "seq": args.seq,
            "micro_batch": args.micro_batch, "lora_rank": args.rank, "lora_targets": args.targets,
            "gradient_checkpointing": not args.no_gc, "adapter_dtypes": adapter_dtypes,
            "device": torch.cuda.get_device_name(dev), "torch": torch.__version__,
@@ -131,7 +132,8 @@ def main() -> None:
            "predicted_allocated_bytes": pred.torch_allocated if pred else None,
            "predicted_reserved_bytes": pred.torch_reserved if pred else None,
            "predicted_moment": pred.moment if pred else None}
-    line = (f"{doc['model']} {'qlora' if args.qlora else 'lora'} {args.attn} {args.precision} L{doc['layers']} seq {args.seq} mb {args.micro_batch} r{args.rank} {args.targets} "
+    line = (f"{doc['model']} {'qlora' if args.qlora else 'lora'} {args.attn} {args.precision} L{doc['layers']} "
+            f"seq {args.seq} mb {args.micro_batch} r{args.rank} {args.targets} "
             f"gc {not args.no_gc}: allocated {allocated / GIB:.2f} GiB, reserved {reserved / GIB:.2f} GiB")
     if pred:
         line += (f"; predicted {pred.torch_allocated / GIB:.2f} ({pred.torch_allocated / allocated - 1:+.1%}), "
@@ -142,7 +144,7 @@ def main() -> None:
 
 
 def predict(args, gpu_id: str):
-    """`gpuwise train` for the run's settings (the same call `--predict` prints for a saved file)."""
+    """`gpuwise train` for the run's settings (tests/measure/test_measured_gpu_runs.py calls it on the saved files)."""
     import gpuwise
 
     return gpuwise.train(args.model, gpu=gpu_id, num_gpus=1, seq=args.seq, micro_batch=args.micro_batch,

@@ -235,10 +235,11 @@ def test_training_view_shows_mfu_with_its_denominator_and_the_plans(page, base_u
     assert f"{peak / 1e12:,.1f} TFLOP/s per GPU" in denominator and train["mfu_denominator"]["dtype"] in denominator
     assert f"{train['num_gpus']} GPUs" in page.fact("mfu-denominator")
     # how sure: the held-out bands the JSON carries, as the CLI prints them (Math.round, not banker's rounding)
-    for testid, band in (("speed-how-sure", train["speed_confidence"]), ("verdict-reasons", train["memory_confidence"])):
+    bands = (("speed-how-sure", train["speed_confidence"]), ("verdict-reasons", train["memory_confidence"]))
+    for testid, band in bands:
         shown = page.fact(testid)
         assert f"±{int(100 * band['median_abs_error'] + 0.5)}% typical" in shown, shown
-        assert f"{band['held_out_runs']} held-out published runs, {band['category']}" in shown, shown
+        assert f"{band['held_out_runs']} held-out published runs, {band['category_name']}" in shown, shown
     assert close(seconds(page.fact("step-time")), train["step_time_s"])
     assert close(leading_number(page.fact("tokens-per-s")), train["tokens_per_s"])
     mfu_text = api(base_url, "explain", term="mfu", model=q["model"], gpu=q["gpu"])["text"]

@@ -216,8 +216,11 @@ def topology_to_dict(t) -> dict[str, Any]:
 def confidence_to_dict(r: TrainResult) -> dict[str, Any]:
     from ..plan.train import train_confidence
 
+    from ..plan.confidence import CATEGORY_NAMES
+
     c = train_confidence(r.request, r.layout)
-    return {"category": c.category, "held_out_runs": c.runs, "band_of_category": c.of_category,
+    return {"category": c.category, "category_name": CATEGORY_NAMES.get(c.category, c.category),
+            "held_out_runs": c.runs, "band_of_category": c.of_category,
             "median_abs_error": round(c.median_abs_error, 4), "p90_abs_error": round(c.p90_abs_error, 4),
             "bias": round(c.bias, 4), "outside_validated": list(c.outside),
             "note": "from published runs held out of all tuning (validation/speed_sources); error = predicted / "
@@ -225,10 +228,11 @@ def confidence_to_dict(r: TrainResult) -> dict[str, Any]:
 
 
 def memory_confidence_to_dict(r: TrainResult) -> dict[str, Any]:
-    from ..plan.confidence import train_memory_confidence
+    from ..plan.confidence import MEMORY_CATEGORY_NAMES, train_memory_confidence
 
     c = train_memory_confidence(r)
-    return {"category": c.category, "held_out_runs": c.runs, "band_of_category": c.of_category,
+    return {"category": c.category, "category_name": MEMORY_CATEGORY_NAMES.get(c.category, c.category),
+            "held_out_runs": c.runs, "band_of_category": c.of_category,
             "median_abs_error": round(c.median_abs_error, 4), "p90_abs_error": round(c.p90_abs_error, 4),
             "bias": round(c.bias, 4), "held_out_verdicts": c.verdicts, "wrong_verdicts": c.wrong_verdicts,
             "outside_validated": list(c.outside),

@@ -154,7 +154,7 @@ function howSure(c, what) {
   const outside = c.outside_validated && c.outside_validated.length
     ? `; outside what was validated: ${c.outside_validated.join("; ")}` : "";
   return `how sure (${what}): ${pct(c.median_abs_error)} typical, ${pct(c.p90_abs_error)} for 9 in 10 ` +
-    `(${c.held_out_runs} held-out published runs, ${c.category})${verdicts}${outside}`;
+    `(${c.held_out_runs} held-out published runs, ${c.category_name || c.category})${verdicts}${outside}`;
 }
 
 export function trainVerdict(t, { pasted = false } = {}) {
