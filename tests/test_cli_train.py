@@ -164,13 +164,17 @@ def test_train_json_says_how_moe_layers_were_priced(capsys):
 
     moe = "qwen3-30b-a3b --gpu h100-sxm --num-gpus 16 --ep 16 --seq 4096 --global-batch 256".split()
     plain = doc(*moe, "--framework", "megatron")["moe"]
-    assert plain == {"token_dispatcher": "alltoall", "a2a_overlap": False, "delay_wgrad_compute": False,
+    assert plain == {"token_dispatcher": "alltoall", "flex_dispatcher_backend": None, "a2a_overlap": False,
+                     "delay_wgrad_compute": False,
                      "pad_expert_input_to_capacity": False, "permute_fused": False, "te_op_fuser": False,
                      "grouped_experts": False}
     overlap = doc(*moe, "--framework", "megatron", "--moe-a2a-overlap", "--delay-wgrad-compute")["moe"]
     assert overlap["a2a_overlap"] is True and overlap["delay_wgrad_compute"] is True
     assert doc(*moe, "--framework", "megatron", "--moe-permute-fusion")["moe"]["permute_fused"] is True
-    assert doc(*moe, "--framework", "megatron", "--moe-token-dispatcher", "flex")["moe"]["permute_fused"] is True
+    flex = doc(*moe, "--framework", "megatron", "--moe-token-dispatcher", "flex")["moe"]
+    assert flex["permute_fused"] is True and flex["flex_dispatcher_backend"] == "deepep"  # Megatron-Core's default
+    assert doc(*moe, "--framework", "megatron", "--moe-token-dispatcher", "flex", "--moe-flex-dispatcher-backend",
+               "hybridep")["moe"]["flex_dispatcher_backend"] == "hybridep"
     assert doc(*moe, "--framework", "torchtitan")["moe"]["grouped_experts"] is True
     assert doc(*moe, "--framework", "megatron", "--use-transformer-engine-op-fuser")["moe"]["te_op_fuser"] is True
     assert doc("llama-3.1-8b", "--gpu", "h100-sxm")["moe"] is None

@@ -71,10 +71,11 @@ def compare(row: dict) -> Compared | None:
                 plan_opts[key] = getattr(r.request, key)
     # how it dispatches experts and what it replays as CUDA graphs (Megatron), and how it overlaps TP collectives,
     # gathers fp8 weights and reduces gradients
-    for key in ("moe_token_dispatcher", "moe_a2a_overlap", "delay_wgrad_compute", "moe_pad_expert_input_to_capacity",
+    for key in ("moe_token_dispatcher", "moe_flex_dispatcher_backend", "moe_a2a_overlap", "delay_wgrad_compute",
+                "moe_pad_expert_input_to_capacity",
                 "moe_permute_fusion", "use_transformer_engine_op_fuser", "cuda_graph_scope", "tp_comm_overlap",
                 "fp8_param_gather", "grad_reduce_in_fp32",
-                "fp8_backend", "num_layers_at_start_in_bf16", "num_layers_at_end_in_bf16"):
+                "fp8_backend", "float8_recipe", "num_layers_at_start_in_bf16", "num_layers_at_end_in_bf16"):
         if key in opts:
             plan_opts[key] = opts[key]
     p = gpuwise.plan(_model(row["model"]), gpu=row["gpu"], **plan_opts)

@@ -3,6 +3,8 @@ dispatcher's one crossing per destination node, and the overlap that hides it be
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 import gpuwise
@@ -35,6 +37,75 @@ def test_sending_once_per_node_never_costs_more_and_saves_most_at_high_top_k(ep)
     assert flex < plain
     assert t.expert_all_to_all_s(64 * MB, 1, ep, per_node=True) == pytest.approx(
         t.expert_all_to_all_s(64 * MB, 1, ep), rel=1e-6)  # top-1: nothing to deduplicate
+
+
+def _published_rate(backend: str, nodes: int) -> float:
+    """The measured logical GB/s the catalog ships for `backend` across `nodes` nodes (400 Gb/s NICs)."""
+    from gpuwise.catalog.devices import network_defaults
+
+    return float(network_defaults()["ep_dispatch"][backend]["logical_gb_s"][str(nodes)])
+
+
+@pytest.mark.parametrize("backend, quoted", [("hybridep", {2: (57.74, 56.96), 4: (46.54, 50.68), 8: (41.46, 47.68)}),
+                                             ("deepep", {2: (43.0, 43.0), 4: (57.0, 57.0), 8: (50.0, 50.0)})])
+def test_the_shipped_dispatch_rates_are_the_published_kernel_measurements(backend, quoted):
+    """DeepEP's hybrid-ep README (H100, 8 SMs, Torch API, BF16 dispatch and combine) and its legacy V1 table (H800,
+    BF16 combine): the catalog carries their mean, not a fitted number."""
+    for nodes, (dispatch, combine) in quoted.items():
+        assert _published_rate(backend, nodes) == pytest.approx((dispatch + combine) / 2, abs=0.01)
+
+
+@pytest.mark.parametrize("backend", ["deepep", "hybridep"])
+@pytest.mark.parametrize("ep, nodes", [(16, 2), (32, 4), (64, 8)])
+def test_a_measured_backend_moves_the_logical_bytes_at_its_measured_rate(backend, ep, nodes):
+    """The kernels' benchmarks count a token once per node it reaches, its own node included: the time is those
+    bytes over the measured rate on a network of the measuring NIC (400 Gb/s per GPU)."""
+    from gpuwise.units import GB
+
+    t = _topo(ep)
+    logical = 64 * MB * nodes * (1 - (1 - 1 / nodes) ** 8)
+    expected = logical / (_published_rate(backend, nodes) * GB)
+    got = t.expert_all_to_all_s(64 * MB, 8, ep, per_node=True, backend=backend)
+    assert got == pytest.approx(expected + t.inter.latency_s * math.ceil(math.log2(ep)), rel=1e-9)
+
+
+def test_two_nodes_move_the_remote_bytes_slower_than_ncclss_nic_rate():
+    """At two nodes half of the logical bytes stay home, yet they pass the kernel's RDMA stage: both backends move
+    the bytes that really leave the node below the ~40 GB/s NCCL reaches on a 400 Gb/s NIC."""
+    t = _topo(16)
+    for backend in ("deepep", "hybridep"):
+        assert (t.expert_all_to_all_s(64 * MB, 8, 16, per_node=True, backend=backend)
+                > t.expert_all_to_all_s(64 * MB, 8, 16, per_node=True))
+
+
+def test_the_measured_rate_follows_the_nic_and_interpolates_between_node_counts():
+    fast = topology(get_gpu("h100-sxm"), num_gpus=32, inter_node_gbps=800)
+    slow = _topo(32)
+    assert fast.ep_dispatch_bytes_per_s("hybridep", 4) == pytest.approx(2 * slow.ep_dispatch_bytes_per_s("hybridep", 4))
+    rates = [slow.ep_dispatch_bytes_per_s("hybridep", n) for n in (2, 3, 4, 6, 8, 16)]
+    assert rates[0] > rates[1] > rates[2] > rates[3] > rates[4] == rates[5]  # clamped past the last measurement
+    assert slow.ep_dispatch_bytes_per_s("ncclep", 4) is None
+
+
+def test_inside_one_nvlink_domain_the_backend_changes_nothing():
+    t = _topo(8)
+    assert (t.expert_all_to_all_s(64 * MB, 8, 8, per_node=True, backend="hybridep")
+            == t.expert_all_to_all_s(64 * MB, 8, 8, per_node=True))
+
+
+def test_the_backend_is_megatrons_option_and_deepep_by_default():
+    kw = dict(gpu="h100-sxm", num_gpus=16, ep=16, seq=4096, global_batch=64, framework="megatron", zero=1,
+              moe_token_dispatcher="flex")
+    default = gpuwise.train("qwen3-30b-a3b", **kw)
+    deepep = gpuwise.train("qwen3-30b-a3b", moe_flex_dispatcher_backend="deepep", **kw)
+    hybrid = gpuwise.train("qwen3-30b-a3b", moe_flex_dispatcher_backend="hybridep", **kw)
+    assert default.request.job.flex_backend == "deepep"
+    assert default.perf.step.breakdown["ep_comm"] == deepep.perf.step.breakdown["ep_comm"]
+    assert hybrid.perf.step.breakdown["ep_comm"] != deepep.perf.step.breakdown["ep_comm"]
+    assert any("hybridep's kernels" in a for a in hybrid.assumptions)
+    with pytest.raises(gpuwise.errors.InvalidArgument, match="add --moe-token-dispatcher flex"):
+        gpuwise.train("qwen3-30b-a3b", moe_flex_dispatcher_backend="hybridep",
+                      **{**kw, "moe_token_dispatcher": "alltoall"})
 
 
 def test_overlap_hides_the_dispatch_behind_compute_and_never_adds_time():

@@ -84,7 +84,7 @@ class Topology:
         return lv.busbw_bytes_per_s
 
     def expert_all_to_all_s(self, token_bytes: float, top_k: int, group: int, inner: int = 1, *,
-                            per_node: bool = False) -> float:
+                            per_node: bool = False, backend: str | None = None) -> float:
         """One MoE dispatch (or combine) over an expert-parallel group: `token_bytes` of tokens on each rank, each
         sent to `top_k` experts spread evenly over the group's ranks.
 
@@ -92,7 +92,10 @@ class Topology:
         rank's own NIC while those for its node's ranks go over NVLink, at the same time. `per_node` (DeepEP,
         HybridEP: Megatron-Core's flex dispatcher) sends a token to each destination node once, where NVLink
         forwards it to that node's experts: with n nodes and top-k experts drawn evenly it crosses to
-        (n - 1)(1 - (1 - 1/n)^k) other nodes instead of k (n - 1) / n times."""
+        (n - 1)(1 - (1 - 1/n)^k) other nodes instead of k (n - 1) / n times. With a `backend` whose kernels were
+        measured across nodes (deepep, hybridep: data/devices.toml [network.ep_dispatch]) the time is the kernels'
+        own: the logical bytes they count (every node a token reaches, its own included) at their measured rate for
+        that many nodes (`ep_dispatch_bytes_per_s`), NVLink's share alongside."""
         if group <= 1 or token_bytes <= 0:
             return 0.0
         if self.level(group, inner) is self.intra:
@@ -103,12 +106,40 @@ class Topology:
         if per_node:
             cross = token_bytes * (nodes - 1) * (1 - (1 - 1 / nodes) ** top_k)
             nvlink = token_bytes * top_k  # every copy is delivered (or forwarded) inside a node once
+            rate = self.ep_dispatch_bytes_per_s(backend, nodes) if backend else None
+            if rate is not None:
+                logical = token_bytes * nodes * (1 - (1 - 1 / nodes) ** top_k)
+                return self.inter.latency_s * math.ceil(math.log2(group)) + max(logical / rate,
+                                                                                 nvlink / self.intra.busbw_bytes_per_s)
         else:
             cross = token_bytes * top_k * remote
             nvlink = token_bytes * top_k * (members - 1) / group
         steps = math.ceil(math.log2(group))
         return self.inter.latency_s * steps + max(cross / self.inter.busbw_bytes_per_s,
                                                   nvlink / self.intra.busbw_bytes_per_s)
+
+    def ep_dispatch_bytes_per_s(self, backend: str, nodes: int) -> float | None:
+        """The measured logical rate per GPU of flex-dispatcher kernels `backend` across `nodes` nodes
+        (data/devices.toml [network.ep_dispatch]: interpolated in log2 of the node count, the nearest measured count
+        outside them), scaled from the measuring NIC to this topology's cross-node bus bandwidth; None for a backend
+        never measured across nodes."""
+        table = network_defaults().get("ep_dispatch", {}).get(backend)
+        if table is None:
+            return None
+        points = sorted((int(n), float(v)) for n, v in table["logical_gb_s"].items())
+        x = math.log2(max(nodes, 1))
+        if x <= math.log2(points[0][0]):
+            gb_s = points[0][1]
+        elif x >= math.log2(points[-1][0]):
+            gb_s = points[-1][1]
+        else:
+            for (n0, v0), (n1, v1) in zip(points, points[1:]):
+                if x <= math.log2(n1):
+                    f = (x - math.log2(n0)) / (math.log2(n1) - math.log2(n0))
+                    gb_s = v0 + f * (v1 - v0)
+                    break
+        measured_nic = float(table["nic_gbps"]) / 8 * GB * float(network_defaults()["nic_busbw_efficiency"])
+        return gb_s * GB * self.inter.busbw_bytes_per_s / measured_nic
 
     def collective_s(self, op: str, message_bytes: float, group: int, inner: int = 1) -> float:
         if group <= 1 or message_bytes <= 0:

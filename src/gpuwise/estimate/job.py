@@ -34,6 +34,11 @@ spellings resolve to these in plan/train.py)."""
 Finetune = Literal["full", "lora", "qlora"]
 Attention = Literal["flash", "unfused"]
 MoeDispatcher = Literal["alltoall", "flex"]
+FlexBackend = Literal["deepep", "hybridep"]
+Float8Recipe = Literal["tensorwise", "rowwise", "rowwise_with_gw_hp"]
+"""torchao's float8 recipes (torchao.float8 Float8LinearRecipeName; torchtitan's --quantize.linear.float8.recipe_name,
+formerly --float8.recipe_name)."""
+"""Megatron-Core --moe-flex-dispatcher-backend values gpuwise prices (ncclep is not modelled)."""
 CpCommType = Literal["p2p", "allgather", "a2a"]
 CudaGraphScope = Literal["full_iteration", "attn", "mlp", "moe", "moe_router", "moe_preprocess"]
 """Megatron-Core's --cuda-graph-scope values gpuwise reads (megatron/core/transformer/enums.py CudaGraphScope; mamba
@@ -111,6 +116,8 @@ FINETUNE: tuple[str, ...] = get_args(Finetune)
 ATTENTION: tuple[str, ...] = get_args(Attention)
 CONVENTIONS: tuple[str, ...] = get_args(FlopsConvention)
 DISPATCHERS: tuple[str, ...] = get_args(MoeDispatcher)
+FLEX_BACKENDS: tuple[str, ...] = get_args(FlexBackend)
+FLOAT8_RECIPES: tuple[str, ...] = get_args(Float8Recipe)
 CP_COMM_TYPES: tuple[str, ...] = get_args(CpCommType)
 SDPA_BACKENDS: tuple[str, ...] = get_args(SdpaBackend)
 ATTN_IMPLEMENTATIONS: tuple[str, ...] = get_args(AttnImplementation)
@@ -169,6 +176,10 @@ class TrainJob:
     """Megatron-Core --moe-token-dispatcher-type: alltoall (NCCL all-to-all: every routed copy of a token crosses
     the network on its own) or flex (DeepEP / HybridEP: a token crosses to each destination node once and is
     forwarded to that node's experts over NVLink)."""
+    moe_flex_dispatcher_backend: FlexBackend | None = None
+    """Megatron-Core --moe-flex-dispatcher-backend, the flex dispatcher's kernels: deepep (DeepEP's normal kernels,
+    Megatron-Core's default) or hybridep (DeepEP's HybridEP). Across nodes each is priced at its own measured rate
+    (data/devices.toml [network.ep_dispatch]). None: deepep under the flex dispatcher."""
     cp_comm_type: CpCommType | None = None
     """How context-parallel ranks exchange keys and values (Megatron-Core --cp-comm-type): p2p (a ring, each step's
     chunk sent while the previous one is attended to), allgather (the whole context's K/V gathered before attention
@@ -267,6 +278,12 @@ class TrainJob:
     fp8_backend: Fp8Backend | None = None
     """Whose fp8 training this is (`fp8_kernels`): Transformer Engine's ("te") or torchao's float8 ("torchao");
     None: the framework's own."""
+    float8_recipe: Float8Recipe | None = None
+    """torchao's float8 recipe (torchtitan --quantize.linear.float8.recipe_name): tensorwise (one scale per tensor,
+    torchtitan's default), rowwise or rowwise_with_gw_hp (per-row scales). What gpuwise prices differently: under
+    tensorwise torchtitan's TP all-gathers move fp8 (torchao's float8 tensor-parallel styles), and only tensorwise
+    can all-gather fp8 weights under FSDP (--fp8-param-gather); the rowwise GEMMs and casts are priced as
+    tensorwise's. None: tensorwise where the fp8 is torchao's."""
     fp8_transpose_cache: bool = True
     """Transformer Engine keeps a transposed fp8 copy beside each fp8 weight: Hopper's fp8 tensor cores take only
     K-major (TN) operands. False on Blackwell, whose fp8 GEMMs take either layout (TE's non_tn_fp8_gemm_supported):
@@ -278,6 +295,8 @@ class TrainJob:
                                    ("--finetune", self.finetune, FINETUNE), ("--attention", self.attention, ATTENTION),
                                    ("--flops-convention", self.flops_convention, CONVENTIONS),
                                    ("--moe-token-dispatcher", self.moe_token_dispatcher, DISPATCHERS),
+                                   ("--moe-flex-dispatcher-backend", self.moe_flex_dispatcher_backend or "deepep",
+                                    FLEX_BACKENDS),
                                    ("--cp-comm-type", self.cp_comm_type or "p2p", CP_COMM_TYPES),
                                    ("--sdpa-backend", self.sdpa_backend or "flash", SDPA_BACKENDS),
                                    ("--fp8-backend", self.fp8_backend or "te", FP8_BACKENDS),
@@ -285,6 +304,20 @@ class TrainJob:
                                    ("--exp-avg-sq-dtype", self.exp_avg_sq_dtype or "fp32", STATE_DTYPE_BYTES)):
             if value not in valid:
                 raise InvalidArgument(f"{name}: unknown value '{value}'; valid: {', '.join(valid)}")
+        if self.float8_recipe is not None:
+            if self.float8_recipe not in FLOAT8_RECIPES:
+                raise InvalidArgument(f"--float8-recipe: unknown value '{self.float8_recipe}'; valid: "
+                                      f"{', '.join(FLOAT8_RECIPES)}")
+            if self.precision != "fp8" or self.fp8_kernels != "torchao":
+                raise InvalidArgument(f"--float8-recipe {self.float8_recipe} is torchao's float8 recipe: it needs "
+                                      "--precision fp8 with torchao's float8 (torchtitan, fsdp, torchtune, or "
+                                      "--fp8-backend torchao)")
+            if self.float8_recipe != "tensorwise" and self.fp8_param_gather:
+                raise InvalidArgument(f"--fp8-param-gather: torchao all-gathers fp8 weights under the tensorwise "
+                                      f"recipe only (got --float8-recipe {self.float8_recipe})")
+        if self.moe_flex_dispatcher_backend is not None and self.moe_token_dispatcher != "flex":
+            raise InvalidArgument(f"--moe-flex-dispatcher-backend {self.moe_flex_dispatcher_backend} chooses the flex "
+                                  "dispatcher's kernels: add --moe-token-dispatcher flex")
         if self.optimizer_impl is not None:
             if self.optimizer_impl not in OPTIMIZER_IMPLS:
                 raise InvalidArgument(f"--optimizer-impl: unknown value '{self.optimizer_impl}'; valid: "
@@ -331,6 +364,20 @@ class TrainJob:
         bad = sorted(o for o in self.offload if o not in OFFLOAD_TARGETS)
         if bad:
             raise InvalidArgument(f"--offload: unknown target '{bad[0]}'; valid: {', '.join(OFFLOAD_TARGETS)}")
+
+    @property
+    def torchao_float8_recipe(self) -> str | None:
+        """torchao's float8 recipe this fp8 job runs (tensorwise unless told), None where the fp8 is not torchao's."""
+        if self.precision != "fp8" or self.fp8_kernels != "torchao":
+            return None
+        return self.float8_recipe or "tensorwise"
+
+    @property
+    def flex_backend(self) -> str | None:
+        """The flex dispatcher's kernels (Megatron-Core's default deepep unless told), None under alltoall."""
+        if self.moe_token_dispatcher != "flex":
+            return None
+        return self.moe_flex_dispatcher_backend or "deepep"
 
     @property
     def element_bytes(self) -> float:

@@ -588,6 +588,15 @@ def _offload_s(profile: DeviceProfile, offload: frozenset[str], trained: float, 
     return t
 
 
+def float8_tp_all_gathers(job: TrainJob, gemm: str) -> bool:
+    """Whether the tensor-parallel all-gathers move fp8: torchtitan's float8 training with TP applies torchao's float8
+    tensor-parallel styles whenever its recipe is tensorwise, its default (torchtitan's parallelize: the
+    `enable_float8_tensorwise_tp` of a float8 converter without a rowwise recipe, `TrainJob.float8_recipe`); `gemm`:
+    the dtype the GEMMs run in (`flops.gemm_dtype`), fp8 only where the GPU has fp8 tensor cores."""
+    return (job.framework == "torchtitan" and gemm == "fp8" and job.fp8_kernels == "torchao"
+            and (job.float8_recipe or "tensorwise") == "tensorwise")
+
+
 def step_time(spec: ModelSpec, layout: Layout, job: TrainJob, *, profile: DeviceProfile, topo: Topology,
               micro_batch: int, num_microbatches: int, states: ModelStates) -> StepTime:
     """Seconds per optimizer step on the slowest pipeline stage (see the module docstring).
@@ -616,6 +625,12 @@ def step_time(spec: ModelSpec, layout: Layout, job: TrainJob, *, profile: Device
     layers = stage_layers(layout, spec.num_layers)
 
     tp_ar = topo.collective_s("all_reduce", tokens * h * e, tp, inner["tp"]) if tp > 1 else 0.0
+    if tp > 1 and float8_tp_all_gathers(job, dtype):
+        # torchao's Float8ColwiseParallel / Float8RowwiseParallel (torchtitan's TP under tensorwise float8) cast a
+        # sharded activation, and the gradient bound for an all-gather, to fp8 before gathering it: each all-gather
+        # moves 1 byte per element; the reduce-scatters of partial sums stay 16-bit
+        tp_ar = (topo.collective_s("reduce_scatter", tokens * h * e, tp, inner["tp"])
+                 + topo.collective_s("all_gather", tokens * h * 1.0, tp, inner["tp"]))
     kv_dim = (spec.mla.kv_lora_rank + spec.mla.qk_rope_head_dim) if spec.mla else 2 * spec.num_kv_heads * spec.head_dim
     cp_step = topo.collective_s("send_recv", tokens * kv_dim * e / tp, cp, inner["cp"]) if cp > 1 else 0.0
     cp_type = job.cp_comm_type or ("p2p" if framework == "megatron" else "allgather")
@@ -633,7 +648,8 @@ def step_time(spec: ModelSpec, layout: Layout, job: TrainJob, *, profile: Device
         # (Megatron-Core's folded expert rank order tp-ep-dp, torchtitan's EP over dp_shard x cp inside TP): stride
         # etp, whatever cp is (`Layout.expert_dp`)
         a2a = topo.expert_all_to_all_s(tokens * layout.expert_tp // tp * h * e, spec.moe.top_k, ep,
-                                       layout.expert_tp, per_node=job.moe_token_dispatcher == "flex")
+                                       layout.expert_tp, per_node=job.moe_token_dispatcher == "flex",
+                                       backend=job.flex_backend)
     # Each hop is one send/recv; the pipeline runs at the pace of its slowest hop, so the level is the one the
     # whole pipeline group spans (a node boundary anywhere in it is on every micro-batch's path).
     pp_p2p = topo.collective_s("send_recv", tokens * h * e / (tp if layout.sp else 1), pp, inner["pp"]) if pp > 1 else 0.0

@@ -33,8 +33,8 @@ from ..errors import MAX_TOKENS, InvalidArgument, require_positive_int, require_
 from ..estimate.comm import Topology
 from ..estimate.flops import gemm_dtype, job_flops, utilization
 from ..estimate.job import (FSDP2_OFFLOAD_ALL, OFFLOADABLE_OPTIMIZERS, RECOMPUTE, AttnImplementation, Fp8Backend,
-                            MoeDispatcher, Optimizer, Precision, SdpaBackend, StateDtype, TrainJob,
-                            fp8_transpose_cached, job_default)
+                            FlexBackend, Float8Recipe, MoeDispatcher, Optimizer, Precision, SdpaBackend, StateDtype,
+                            TrainJob, fp8_transpose_cached, job_default)
 from ..estimate.layout import PARAM_OFFLOAD_SHARDINGS, Layout, divisors, multiples_near, nearby
 from ..estimate.model_states import ModelStates
 from ..estimate.parallel import (cp_splits, ep_fits, hsdp_holds_experts, sinks_cp_problem, sp_splits, tp_conflict,
@@ -129,6 +129,10 @@ class PlanRequest:
     exp_avg_dtype: StateDtype | None = None
     exp_avg_sq_dtype: StateDtype | None = None
     moe_token_dispatcher: MoeDispatcher = job_default("moe_token_dispatcher")
+    moe_flex_dispatcher_backend: FlexBackend | None = None
+    """Megatron-Core --moe-flex-dispatcher-backend under --moe-token-dispatcher flex: deepep (DeepEP's normal
+    kernels; Megatron-Core's default) or hybridep (DeepEP's HybridEP); across nodes each is priced at its own
+    measured rate (data/devices.toml [network.ep_dispatch])."""
     moe_a2a_overlap: bool = job_default("moe_a2a_overlap")
     delay_wgrad_compute: bool = job_default("delay_wgrad_compute")
     moe_pad_expert_input_to_capacity: bool = job_default("moe_pad_expert_input_to_capacity")
@@ -139,6 +143,10 @@ class PlanRequest:
     cuda_graph_scope: str | None = None
     """Megatron-Core --cuda-graph-scope the plans run with (as `gpuwise train --cuda-graph-scope`)."""
     fp8_backend: Fp8Backend | None = None
+    float8_recipe: Float8Recipe | None = None
+    """torchao's float8 recipe under --precision fp8 (torchtitan --quantize.linear.float8.recipe_name): tensorwise
+    (the default; torchtitan's TP then all-gathers fp8), rowwise or rowwise_with_gw_hp (16-bit TP all-gathers, no
+    fp8 weight all-gather). Its GEMMs and casts are priced as tensorwise's."""
     tp_comm_overlap: bool = job_default("tp_comm_overlap")
     fp8_param_gather: bool = job_default("fp8_param_gather")
     grad_reduce_in_fp32: bool = job_default("grad_reduce_in_fp32")
@@ -227,10 +235,11 @@ class PlanRequest:
                         recompute=framework_mode(recompute, self.framework), offload=frozenset(offload),
                         fp8_transpose_cache=fp8_transpose_cached(self.gpu.architecture),
                         sdpa_backend=self.sdpa_backend, attn_implementation=self.attn_implementation,
-                        compile=self.compile, fp8_backend=self.fp8_backend,
+                        compile=self.compile, fp8_backend=self.fp8_backend, float8_recipe=self.float8_recipe,
                         compile_loss=self.compile and self.framework == "torchtitan",
                         exp_avg_dtype=self.exp_avg_dtype, exp_avg_sq_dtype=self.exp_avg_sq_dtype,
                         moe_token_dispatcher=self.moe_token_dispatcher, moe_a2a_overlap=self.moe_a2a_overlap,
+                        moe_flex_dispatcher_backend=self.moe_flex_dispatcher_backend,
                         delay_wgrad_compute=self.delay_wgrad_compute,
                         moe_pad_expert_input_to_capacity=self.moe_pad_expert_input_to_capacity,
                         moe_permute_fusion=self.moe_permute_fusion, cuda_graph_scope=self._graphs,
@@ -271,13 +280,15 @@ class Plan:
                          sdpa_backend=req.sdpa_backend, attn_implementation=req.attn_implementation,
                          compile=req.compile, exp_avg_dtype=req.exp_avg_dtype,
                          exp_avg_sq_dtype=req.exp_avg_sq_dtype, moe_token_dispatcher=req.moe_token_dispatcher,
+                         moe_flex_dispatcher_backend=req.moe_flex_dispatcher_backend,
                          moe_a2a_overlap=req.moe_a2a_overlap, delay_wgrad_compute=req.delay_wgrad_compute,
                          moe_pad_expert_input_to_capacity=req.moe_pad_expert_input_to_capacity,
                          moe_permute_fusion=req.moe_permute_fusion, cuda_graph_scope=req.cuda_graph_scope,
                          num_layers_at_start_in_bf16=req.num_layers_at_start_in_bf16,
                          num_layers_at_end_in_bf16=req.num_layers_at_end_in_bf16,
                          use_transformer_engine_op_fuser=req.use_transformer_engine_op_fuser,
-                         fp8_backend=req.fp8_backend, tp_comm_overlap=req.tp_comm_overlap,
+                         fp8_backend=req.fp8_backend, float8_recipe=req.float8_recipe,
+                         tp_comm_overlap=req.tp_comm_overlap,
                          fp8_param_gather=req.fp8_param_gather, grad_reduce_in_fp32=req.grad_reduce_in_fp32)
         out.update(TRAIN_SHARDING[lay.sharding])
         if lay.sharding == "hsdp":

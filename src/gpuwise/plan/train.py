@@ -10,14 +10,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
-from ..catalog.devices import DeviceProfile, host_op_time_ratio, rental_price
+from ..catalog.devices import DeviceProfile, host_op_time_ratio, network_defaults, rental_price
 from ..catalog.gpus import GPU
 from ..catalog.models import LoadedModel
 from ..errors import MAX_TOKENS, InvalidArgument, require_positive_int, require_positive_number, require_train_tokens
 from ..estimate.comm import Topology
 from ..estimate.flops import StepFlops, gemm_dtype, job_flops, utilization
 from ..estimate.job import (FSDP2_OFFLOAD_ALL, PYTORCH_NATIVE, AttnImplementation, Attention, CpCommType,
-                            CudaGraphScope, Finetune, FlopsConvention, Fp8Backend, Framework, MoeDispatcher, NormType,
+                            CudaGraphScope, Finetune, FlexBackend, Float8Recipe, FlopsConvention, Fp8Backend,
+                            Framework, MoeDispatcher, NormType,
                             OffloadTarget, Optimizer, OptimizerImpl, Precision, QUANTIZED_PRECISIONS, Recompute,
                             SdpaBackend, StateDtype, TrainJob, NVFP4_ELEMENT_BYTES, NVFP4_WEIGHT_CACHE_BYTES,
                             fp8_transpose_cached, job_default, routed_experts_16bit)
@@ -27,8 +28,8 @@ from ..estimate.parallel import sinks_cp_problem, validate_layout
 from ..estimate.pipeline import stage_layers, torchtitan_default_ends
 from ..estimate.recompute import framework_mode, recompute_plan
 from ..estimate.layer_ops import MEGATRON_UNFUSED_PERMUTE_BYTES, PERMUTE_BYTES, UNFUSED_PERMUTE_BYTES
-from ..estimate.step_time import (MOE_SYNC_GAP_S, NVFP4_QUANTIZE, StepTime, fp8_quantize_kind, moe_host_syncs,
-                                  moe_sync_gap_s, step_time)
+from ..estimate.step_time import (MOE_SYNC_GAP_S, NVFP4_QUANTIZE, StepTime, float8_tp_all_gathers, fp8_quantize_kind,
+                                  moe_host_syncs, moe_sync_gap_s, step_time)
 from ..estimate.train_memory import FRAGMENTATION_RISK, TrainMemory, layout_memory, required_bytes
 from ..fields import field_default
 from ..model.params import ParamCounts, param_counts
@@ -436,6 +437,10 @@ class TrainRequest:
     tp_comm_overlap: bool = job_default("tp_comm_overlap")
     overlap_p2p_communication: bool = job_default("overlap_p2p_communication")
     moe_token_dispatcher: MoeDispatcher = job_default("moe_token_dispatcher")
+    moe_flex_dispatcher_backend: FlexBackend | None = None
+    """Megatron-Core --moe-flex-dispatcher-backend under --moe-token-dispatcher flex: deepep (DeepEP's normal
+    kernels; Megatron-Core's default) or hybridep (DeepEP's HybridEP); across nodes each is priced at its own
+    measured rate (data/devices.toml [network.ep_dispatch])."""
     moe_a2a_overlap: bool = job_default("moe_a2a_overlap")
     delay_wgrad_compute: bool = job_default("delay_wgrad_compute")
     moe_pad_expert_input_to_capacity: bool = job_default("moe_pad_expert_input_to_capacity")
@@ -462,6 +467,10 @@ class TrainRequest:
     May 2025, on every GPU since October 2025), flash for the others. Megatron runs Transformer Engine's attention
     instead."""
     fp8_backend: Fp8Backend | None = None
+    float8_recipe: Float8Recipe | None = None
+    """torchao's float8 recipe under --precision fp8 (torchtitan --quantize.linear.float8.recipe_name): tensorwise
+    (the default; torchtitan's TP then all-gathers fp8), rowwise or rowwise_with_gw_hp (16-bit TP all-gathers, no
+    fp8 weight all-gather). Its GEMMs and casts are priced as tensorwise's."""
     """Whose fp8 training (with --precision fp8): te (Transformer Engine: Megatron-Core, DeepSpeed, Accelerate's
     default fp8_backend, Composer/llm-foundry's amp_fp8) or torchao (torchao's float8: torchtitan, FSDP2, torchtune,
     Accelerate's fp8_backend ao); default the framework's own: te for megatron, deepspeed and hf, torchao for
@@ -543,6 +552,7 @@ class TrainRequest:
                        kbit_upcast=self.kbit_upcast and framework == "hf" and self.finetune == "qlora",
                        offload=frozenset(self.offload), attention=self.attention,
                        tp_comm_overlap=self.tp_comm_overlap, moe_token_dispatcher=self.moe_token_dispatcher,
+                       moe_flex_dispatcher_backend=self.moe_flex_dispatcher_backend,
                        overlap_p2p_communication=self.overlap_p2p_communication,
                        moe_a2a_overlap=self.moe_a2a_overlap, delay_wgrad_compute=self.delay_wgrad_compute,
                        cp_comm_type=self.cp_comm_type,
@@ -555,7 +565,8 @@ class TrainRequest:
                        num_layers_at_start_in_bf16=self.num_layers_at_start_in_bf16,
                        num_layers_at_end_in_bf16=self.num_layers_at_end_in_bf16,
                        sdpa_backend=self.sdpa_backend, attn_implementation=self.attn_implementation,
-                       fp8_backend=self.fp8_backend, flops_convention=self.flops_convention,
+                       fp8_backend=self.fp8_backend, float8_recipe=self.float8_recipe,
+                       flops_convention=self.flops_convention,
                        compile=self.compile, loss_chunks=chunks, fused_loss=self.fused_loss,
                        compile_loss=loss_compiled,
                        norm_type=self.norm_type or "rmsnorm",
@@ -893,6 +904,10 @@ def _assumptions(req: TrainRequest, framework: str, layout: Layout, mem: TrainMe
     else:
         grads = ("no gradients yet at the start of the backward (one micro-batch per step, and zero_grad("
                  "set_to_none=True) freed the last step's); they are counted at the optimizer step")
+    if layout.tp > 1 and float8_tp_all_gathers(req.job, gemm_dtype(req.gpu.peak_flops, req.precision)):
+        out.append("torchtitan's TP under torchao's tensorwise float8: the all-gathers move fp8 activations and "
+                   "gradients, the reduce-scatters 16-bit ones (torchao's float8 tensor-parallel styles; "
+                   "--float8-recipe rowwise keeps every TP collective 16-bit)")
     if req._sharded_by_default and layout.dp * layout.cp > 1:
         out.append(f"{framework} shards with FSDP2 over the data-parallel ranks unless told otherwise (full shard); "
                    "--zero 0 for plain replication, --fsdp for another mode")
@@ -987,6 +1002,12 @@ def _assumptions(req: TrainRequest, framework: str, layout: Layout, mem: TrainMe
         else:
             how = "Transformer Engine's fused kernels (--moe-permute-fusion)"
         out.append("MoE permute and unpermute: " + how)
+        if (backend := req.job.flex_backend) is not None and layout.ep > 1:
+            table = network_defaults()["ep_dispatch"][backend]
+            rates = ", ".join(f"{v:g} GB/s over {n} nodes" for n, v in table["logical_gb_s"].items())
+            out.append(f"MoE dispatch and combine across nodes: {backend}'s kernels at their measured rate per GPU "
+                       f"({rates}, with a {table['nic_gbps']} Gb/s NIC per GPU, counting a token's copy for its own "
+                       "node too; scaled to this network's NIC); inside one NVLink domain NCCL's all-to-all")
         moe = req.model.spec.moe
         if framework == "megatron" and (moe.expert_bias or moe.clamped_glu):
             extras = " and ".join(x for x, on in (("output bias", moe.expert_bias),

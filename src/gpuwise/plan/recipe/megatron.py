@@ -213,8 +213,7 @@ def _megatron_args(job: _Job) -> tuple[str, str, list[str]]:
 
     launch = []  # the expert overlap, padding and CUDA graphs the plan was priced with
     if lay.ep > 1 and req.moe_token_dispatcher == "flex":
-        differs.append("flex dispatcher: add --moe-flex-dispatcher-backend deepep or hybridep (gpuwise prices both as "
-                       "one crossing per destination node)")
+        launch.append(f"--moe-flex-dispatcher-backend {req.job().flex_backend}")
     if lay.ep > 1 and req.moe_a2a_overlap:
         launch.append("--overlap-moe-expert-parallel-comm")
         if req.delay_wgrad_compute:
