@@ -93,6 +93,23 @@ def test_inside_one_nvlink_domain_the_backend_changes_nothing():
             == t.expert_all_to_all_s(64 * MB, 8, 8, per_node=True))
 
 
+def test_deepep_sees_nodes_of_eight_even_inside_an_nvl72_rack():
+    """DeepEP's normal kernels take each 8 ranks as one NVLink node and Megatron-Core gives them no multi-node
+    NVLink (only HybridEP supports it): EP 64 in one GB200 NVL72 rack crosses between 8 groups of 8 over RDMA."""
+    from gpuwise.units import GB
+
+    t = topology(get_gpu("gb200"), num_gpus=64)
+    nvlink = t.expert_all_to_all_s(64 * MB, 8, 64, per_node=True)
+    assert t.expert_all_to_all_s(64 * MB, 8, 64, per_node=True, backend="hybridep") == nvlink
+    deepep = t.expert_all_to_all_s(64 * MB, 8, 64, per_node=True, backend="deepep")
+    logical = 64 * MB * 8 * (1 - (1 - 1 / 8) ** 8)
+    scale = t.inter.busbw_bytes_per_s / (400 / 8 * GB * 0.8)
+    assert deepep == pytest.approx(t.inter.latency_s * 6 + logical / (_published_rate("deepep", 8) * GB * scale))
+    assert deepep > 5 * nvlink
+    assert t.expert_all_to_all_s(64 * MB, 8, 8, per_node=True, backend="deepep") == t.expert_all_to_all_s(
+        64 * MB, 8, 8, per_node=True)  # one group of 8: NVLink
+
+
 def test_the_backend_is_megatrons_option_and_deepep_by_default():
     kw = dict(gpu="h100-sxm", num_gpus=16, ep=16, seq=4096, global_batch=64, framework="megatron", zero=1,
               moe_token_dispatcher="flex")
@@ -209,7 +226,8 @@ def test_frozen_experts_are_still_gathered_under_fsdp(monkeypatch):
 def test_torchao_float8_all_gather_sends_the_block_matrices_in_fp8(monkeypatch):
     """torchtitan's enable_fsdp_float8_all_gather (`--fp8-param-gather` under FSDP2): the Float8Linear block matrices'
     shards travel in fp8 (1 B), the embeddings, norms and output layer in bf16 (2 B)."""
-    kw = dict(num_gpus=8, fsdp="full", global_batch=8, framework="torchtitan", precision="fp8")
+    kw = dict(num_gpus=8, fsdp="full", global_batch=8, framework="torchtitan", precision="fp8",
+              float8_recipe="tensorwise")  # the recipe torchtitan's float8 all-gather ran under (before 2026-04-27)
     _, bf16_gather = _collectives(monkeypatch, "llama-3.1-8b", op="all_gather", **kw)
     _, fp8_gather = _collectives(monkeypatch, "llama-3.1-8b", op="all_gather", fp8_param_gather=True, **kw)
     # Llama-3.1-8B: 8,030,261,248 parameters; the embedding and output layer 128,256 x 4,096 each, the norms
@@ -227,7 +245,7 @@ def test_the_float8_all_gather_holds_gathered_blocks_in_fp8():
     bigger in bytes. Llama-3.1-405B at TP 8: a block is (16,384 x 34,816 + 3 x 16,384 x 53,248) / 8 + 2 x 16,384
     parameters, the embedding 128,256 x 16,384 / 8."""
     kw = dict(gpu="h100-sxm", num_gpus=128, fsdp="full", tp=8, global_batch=16, framework="torchtitan",
-              precision="fp8", ac="full")
+              precision="fp8", ac="full", float8_recipe="tensorwise")
     block = (16_384 * 34_816 + 3 * 16_384 * 53_248) // 8 + 2 * 16_384
     embedding = 128_256 * 16_384 // 8
     bf16 = gpuwise.train("llama-3.1-405b", **kw).memory.buffers

@@ -42,16 +42,54 @@ def test_pytorch_attention_runs_flashattention2_rates_on_hopper_but_not_on_amper
 
 
 def test_sdpa_flash_is_slower_than_transformer_engines_attention_on_h100(monkeypatch):
-    """PyTorch trainers that leave SDPA's default order run FlashAttention-2 (fsdp, torchtune, older torchtitan);
-    torchtitan asks for cuDNN first today (#1776), the kernel Transformer Engine runs for Megatron."""
+    """PyTorch trainers on a PyTorch older than 2.11 (SDPA's default order then flash first: fsdp, torchtune, older
+    torchtitan) run FlashAttention-2; torchtitan asks for cuDNN first today (#1776), and since PyTorch 2.11 so does
+    SDPA's own order on sm90 and sm100: the kernel Transformer Engine runs for Megatron."""
     _, old_tt = _blocks(monkeypatch, gpu="h100-sxm", framework="torchtitan", sdpa_backend="flash", **ONE)
+    _, old_fsdp = _blocks(monkeypatch, gpu="h100-sxm", framework="fsdp", sdpa_backend="flash", **ONE)
     _, fsdp = _blocks(monkeypatch, gpu="h100-sxm", framework="fsdp", **ONE)
     _, tt = _blocks(monkeypatch, gpu="h100-sxm", framework="torchtitan", **ONE)
     _, mg = _blocks(monkeypatch, gpu="h100-sxm", framework="megatron", **ONE)
     assert old_tt.attention_forward > 1.5 * mg.attention_forward
-    assert fsdp.attention_forward == old_tt.attention_forward
-    assert tt.attention_forward == mg.attention_forward
+    assert old_fsdp.attention_forward == old_tt.attention_forward
+    assert fsdp.attention_forward == tt.attention_forward == mg.attention_forward
     assert old_tt.gemm_forward == mg.gemm_forward
+
+
+@pytest.mark.parametrize("gpu, cudnn_first", [("h100-sxm", True), ("h200-sxm", True), ("b200", True), ("gb200", True),
+                                              ("b300", False), ("gb300", False), ("rtx-5090", False),
+                                              ("a100-sxm-80gb", False), ("rtx-4090", False)])
+def test_sdpas_default_order_follows_pytorch_2_11_per_gpu(gpu, cudnn_first):
+    """sdp_utils.cpp check_prefer_cudnn_attention (PyTorch 2.11+, cuDNN past 9.15): cuDNN first on compute
+    capability 9.0 and 10.0 only; B300/GB300 are 10.3 and the GeForce Blackwell cards 12.0: flash first there."""
+    from gpuwise.estimate.job import TrainJob, sdpa_prefers_cudnn
+
+    g = get_gpu(gpu)
+    assert sdpa_prefers_cudnn(g) is cudnn_first
+    hf = TrainJob(framework="hf")
+    assert hf.sdpa_flash_on(g) is not cudnn_first
+    assert TrainJob(framework="hf", sdpa_backend="flash").sdpa_flash_on(g) is True  # an older PyTorch's default
+    assert TrainJob(framework="hf", attn_implementation="flash_attention_2").sdpa_flash_on(g) is True  # the package
+    assert TrainJob(framework="megatron").sdpa_flash_on(g) is False
+    assert TrainJob(framework="hf").sdpa_flash_on(get_gpu("mi300x")) is True  # ROCm: no cuDNN backend
+
+
+def test_flashattention2_on_data_center_blackwell_runs_at_its_measured_rate():
+    """tritonbench PR #171 (flash_v2 on a B200, head dim 128, forward): 330.6 TFLOP/s at 16k non-causal; causal by
+    FlashAttention-2's H100 ratio 335 / 370; flash-attention #1589: backward 334.0 at 16k head dim 64, to head dim 128
+    by 322 / 291 and causal by the same ratio; sustained at 0.822 of the burst clock."""
+    flops = 1e12
+    ratio = 335 / 370
+    for gpu, peak in (("b200", 2250), ("gb200", 2500)):
+        p = default_profile(get_gpu(gpu))
+        fwd = flops / attention_s(p, flops, 0.0, backward=False, sdpa=True) / 1e12
+        bwd = flops / attention_s(p, flops, 0.0, backward=True, sdpa=True) / 1e12
+        assert fwd == pytest.approx(330.6 * ratio * 0.822, rel=0.02)
+        assert bwd == pytest.approx(334.0 * 322 / 291 * ratio * 0.822, rel=0.02)
+        cudnn = flops / attention_s(p, flops, 0.0, backward=False) / 1e12
+        assert 3.5 < cudnn / fwd < 5  # a quarter of cuDNN's forward rate
+    b300 = default_profile(get_gpu("b300"))
+    assert b300.sdpa_forward_efficiency == pytest.approx(default_profile(get_gpu("b200")).sdpa_forward_efficiency)
 
 
 def test_megatron_takes_no_sdpa_backend():
@@ -89,7 +127,7 @@ def test_rocm_sdpa_runs_aotriton_and_the_flash_attn_package_runs_ck(monkeypatch)
     assert tt.attention_backward == flash.attention_backward
     assert package.attention_backward < 0.6 * flash.attention_backward
     assert package.attention_forward == flash.attention_forward
-    _, nv = _blocks(monkeypatch, gpu="h100-sxm", framework="fsdp", **ONE)
+    _, nv = _blocks(monkeypatch, gpu="h100-sxm", framework="fsdp", sdpa_backend="flash", **ONE)
     _, nv_package = _blocks(monkeypatch, gpu="h100-sxm", framework="fsdp", attn_implementation="flash_attention_2",
                             **ONE)
     assert nv_package.attention_backward == nv.attention_backward

@@ -478,12 +478,14 @@ def test_tp_overlap_fp8_gathers_and_bf16_grad_buffers_are_priced_and_written():
     # torchtitan: async TP and fp8 all-gathers follow the plan (bf16 gathers unless --fp8-param-gather)
     tkw = dict(num_gpus=16, seq=4096, global_batch=64, framework="torchtitan", precision="fp8", tp=2, compile=True)
     t_plain = _plan("llama-3.1-8b", **tkw)
-    t_tuned = _plan("llama-3.1-8b", **tkw, tp_comm_overlap=True, fp8_param_gather=True)
+    t_tuned = _plan("llama-3.1-8b", **tkw, tp_comm_overlap=True, fp8_param_gather=True,
+                    float8_recipe="tensorwise")  # fp8 weight gathers: torchao's tensorwise recipe only
     for res, on in ((t_plain, False), (t_tuned, True)):
         cfg = _check_titan(res, res.plans[0], recipes(res, res.plans[0])["torchtitan.toml"])
         assert cfg["parallelism"]["enable_async_tensor_parallel"] is on
         fsdp = cfg["parallelism"]["data_parallel_shard_degree"] > 1
         assert cfg["quantize"]["linear"]["float8"]["enable_fsdp_float8_all_gather"] is (on and fsdp)
+        assert cfg["quantize"]["linear"]["float8"]["recipe_name"] == ("tensorwise" if on else "rowwise")
 
 
 def test_expert_tp_1_plans_write_it_and_torchtitan_gets_only_layouts_it_accepts():

@@ -95,9 +95,20 @@ class Topology:
         (n - 1)(1 - (1 - 1/n)^k) other nodes instead of k (n - 1) / n times. With a `backend` whose kernels were
         measured across nodes (deepep, hybridep: data/devices.toml [network.ep_dispatch]) the time is the kernels'
         own: the logical bytes they count (every node a token reaches, its own included) at their measured rate for
-        that many nodes (`ep_dispatch_bytes_per_s`), NVLink's share alongside."""
+        that many nodes (`ep_dispatch_bytes_per_s`), NVLink's share alongside; DeepEP's kernels see NVLink nodes of 8
+        even inside an NVL72 rack (`kernel_nvl_peers`), so a wider group there crosses between groups of 8 over RDMA."""
         if group <= 1 or token_bytes <= 0:
             return 0.0
+        peers = self.kernel_nvl_peers(backend) if per_node and backend else None
+        if peers is not None and group * inner > peers and self.level(group, inner) is self.intra:
+            # kernels that see NVLink nodes of `peers` ranks inside a wider NVLink domain (DeepEP on NVL72): RDMA
+            # between those groups, through the GPUs' NICs
+            members = max(1, min(group, peers // max(1, inner)))
+            nodes = math.ceil(group / members)
+            logical = token_bytes * nodes * (1 - (1 - 1 / nodes) ** top_k)
+            rate = self.ep_dispatch_bytes_per_s(backend, nodes)
+            return self.inter.latency_s * math.ceil(math.log2(group)) + max(
+                logical / rate, token_bytes * top_k / self.intra.busbw_bytes_per_s)
         if self.level(group, inner) is self.intra:
             return self.collective_s("all_to_all", token_bytes * top_k, group, inner)
         members = self.members_per_node(group, inner)
@@ -117,6 +128,12 @@ class Topology:
         steps = math.ceil(math.log2(group))
         return self.inter.latency_s * steps + max(cross / self.inter.busbw_bytes_per_s,
                                                   nvlink / self.intra.busbw_bytes_per_s)
+
+    def kernel_nvl_peers(self, backend: str) -> int | None:
+        """The NVLink node size flex-dispatcher kernels `backend` assume whatever the NVLink domain (DeepEP's 8), or
+        None where they follow the domain (HybridEP's multi-node NVLink support)."""
+        table = network_defaults().get("ep_dispatch", {}).get(backend) or {}
+        return int(table["nvl_peers"]) if "nvl_peers" in table else None
 
     def ep_dispatch_bytes_per_s(self, backend: str, nodes: int) -> float | None:
         """The measured logical rate per GPU of flex-dispatcher kernels `backend` across `nodes` nodes

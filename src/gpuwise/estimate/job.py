@@ -35,10 +35,11 @@ Finetune = Literal["full", "lora", "qlora"]
 Attention = Literal["flash", "unfused"]
 MoeDispatcher = Literal["alltoall", "flex"]
 FlexBackend = Literal["deepep", "hybridep"]
-Float8Recipe = Literal["tensorwise", "rowwise", "rowwise_with_gw_hp"]
-"""torchao's float8 recipes (torchao.float8 Float8LinearRecipeName; torchtitan's --quantize.linear.float8.recipe_name,
-formerly --float8.recipe_name)."""
 """Megatron-Core --moe-flex-dispatcher-backend values gpuwise prices (ncclep is not modelled)."""
+Float8Recipe = Literal["tensorwise", "rowwise", "rowwise_with_gw_hp"]
+"""torchao's float8 recipes (torchao.float8 Float8LinearRecipeName; torchtitan's float8 converter `recipe_name`:
+--float8.recipe_name in its 2025 releases, --quantize.linear.float8.recipe_name until its configs became Python
+dataclasses in 2026-02, rowwise only since 2026-04-27)."""
 CpCommType = Literal["p2p", "allgather", "a2a"]
 CudaGraphScope = Literal["full_iteration", "attn", "mlp", "moe", "moe_router", "moe_preprocess"]
 """Megatron-Core's --cuda-graph-scope values gpuwise reads (megatron/core/transformer/enums.py CudaGraphScope; mamba
@@ -106,6 +107,13 @@ def routed_experts_16bit(framework: str, quantized: bool) -> bool:
     grouped experts are quantized only by a converter of their own (Float8GroupedExpertsConverter, opt-in), which
     gpuwise does not model. Transformer Engine under Megatron-Core quantizes the experts' GEMMs too."""
     return framework == "torchtitan" and quantized
+
+
+def sdpa_prefers_cudnn(gpu) -> bool:
+    """Whether PyTorch's SDPA (2.11 and later) tries cuDNN attention first on `gpu` by default: compute capability
+    9.0 or 10.0 (Hopper, and data-center Blackwell before Blackwell Ultra), with its bundled cuDNN past 9.15."""
+    arch = (gpu.architecture or "").split(" (")[0]
+    return gpu.vendor == "nvidia" and (arch == "Hopper" or (arch == "Blackwell" and gpu.segment == "datacenter"))
 
 
 def fp8_kernels_of(framework: str, backend: str | None = None) -> str:
@@ -279,11 +287,11 @@ class TrainJob:
     """Whose fp8 training this is (`fp8_kernels`): Transformer Engine's ("te") or torchao's float8 ("torchao");
     None: the framework's own."""
     float8_recipe: Float8Recipe | None = None
-    """torchao's float8 recipe (torchtitan --quantize.linear.float8.recipe_name): tensorwise (one scale per tensor,
-    torchtitan's default), rowwise or rowwise_with_gw_hp (per-row scales). What gpuwise prices differently: under
-    tensorwise torchtitan's TP all-gathers move fp8 (torchao's float8 tensor-parallel styles), and only tensorwise
-    can all-gather fp8 weights under FSDP (--fp8-param-gather); the rowwise GEMMs and casts are priced as
-    tensorwise's. None: tensorwise where the fp8 is torchao's."""
+    """torchao's float8 recipe (`Float8Recipe`): tensorwise (one scale per tensor), rowwise or rowwise_with_gw_hp
+    (per-row scales). What gpuwise prices differently: under tensorwise torchtitan's TP all-gathers move fp8
+    (torchao's float8 tensor-parallel styles, which torchtitan applied until 2026-04-27), and only tensorwise can
+    all-gather fp8 weights under FSDP (--fp8-param-gather); the rowwise GEMMs and casts are priced as tensorwise's.
+    None: the framework's default (`torchao_float8_recipe`)."""
     fp8_transpose_cache: bool = True
     """Transformer Engine keeps a transposed fp8 copy beside each fp8 weight: Hopper's fp8 tensor cores take only
     K-major (TN) operands. False on Blackwell, whose fp8 GEMMs take either layout (TE's non_tn_fp8_gemm_supported):
@@ -312,9 +320,11 @@ class TrainJob:
                 raise InvalidArgument(f"--float8-recipe {self.float8_recipe} is torchao's float8 recipe: it needs "
                                       "--precision fp8 with torchao's float8 (torchtitan, fsdp, torchtune, or "
                                       "--fp8-backend torchao)")
-            if self.float8_recipe != "tensorwise" and self.fp8_param_gather:
-                raise InvalidArgument(f"--fp8-param-gather: torchao all-gathers fp8 weights under the tensorwise "
-                                      f"recipe only (got --float8-recipe {self.float8_recipe})")
+        if self.fp8_param_gather and self.torchao_float8_recipe not in (None, "tensorwise"):
+            raise InvalidArgument(f"--fp8-param-gather: torchao all-gathers fp8 weights under the tensorwise recipe "
+                                  f"only, and this job's is {self.torchao_float8_recipe} (torchtitan's default and "
+                                  "only float8 recipe since 2026-04-27 is rowwise): add --float8-recipe tensorwise for "
+                                  "an older torchtitan, torchao or torchtune")
         if self.moe_flex_dispatcher_backend is not None and self.moe_token_dispatcher != "flex":
             raise InvalidArgument(f"--moe-flex-dispatcher-backend {self.moe_flex_dispatcher_backend} chooses the flex "
                                   "dispatcher's kernels: add --moe-token-dispatcher flex")
@@ -367,10 +377,13 @@ class TrainJob:
 
     @property
     def torchao_float8_recipe(self) -> str | None:
-        """torchao's float8 recipe this fp8 job runs (tensorwise unless told), None where the fp8 is not torchao's."""
+        """torchao's float8 recipe this fp8 job runs, None where the fp8 is not torchao's. Unless told, the
+        framework's default: rowwise for torchtitan (its float8 converter's default `recipe_name` and only recipe
+        since 2026-04-27, torchtitan #3127; tensorwise before), tensorwise elsewhere (torchao's
+        Float8LinearConfig())."""
         if self.precision != "fp8" or self.fp8_kernels != "torchao":
             return None
-        return self.float8_recipe or "tensorwise"
+        return self.float8_recipe or ("rowwise" if self.framework == "torchtitan" else "tensorwise")
 
     @property
     def flex_backend(self) -> str | None:
@@ -476,11 +489,11 @@ class TrainJob:
 
     @property
     def sdpa_runs_flash(self) -> bool:
-        """Whether attention runs PyTorch SDPA's FlashAttention-2 kernels rather than the device's best kernel.
-        Megatron: never (Transformer Engine's attention). torchtitan asks SDPA for cuDNN first (its
-        ScaledDotProductAttention: on Blackwell since torchtitan #1196, 2025-05-14, on every GPU since #1776,
-        2025-10-09); other PyTorch trainers leave SDPA's default order, flash first (transformers, torchtune,
-        flash-attn 2 in llm-foundry)."""
+        """Whether attention runs PyTorch SDPA's FlashAttention-2 kernels rather than the device's best kernel, on a
+        GPU where SDPA's own default order puts flash first (`sdpa_flash_on` for a given GPU). Megatron: never
+        (Transformer Engine's attention). torchtitan asks SDPA for cuDNN first (its ScaledDotProductAttention: on
+        Blackwell since torchtitan #1196, 2025-05-14, on every GPU since #1776, 2025-10-09); other PyTorch trainers
+        leave SDPA's default order (transformers, torchtune; flash-attn 2 in llm-foundry)."""
         if self.framework == "megatron":
             return False
         if self.flash_attn_package:  # the package's FlashAttention-2 kernels
@@ -489,10 +502,19 @@ class TrainJob:
             return self.sdpa_backend == "flash"
         return self.framework != "torchtitan"
 
-    def sdpa_flash_on(self, vendor: str) -> bool:
-        """`sdpa_runs_flash` on a GPU of `vendor`: ROCm builds of PyTorch have no cuDNN backend, so a PyTorch
-        trainer's SDPA runs its flash backend (AOTriton) on AMD GPUs whatever it asks for first."""
-        return self.sdpa_runs_flash or (self.framework != "megatron" and vendor == "amd")
+    def sdpa_flash_on(self, gpu) -> bool:
+        """`sdpa_runs_flash` on `gpu` (a catalog GPU). ROCm builds of PyTorch have no cuDNN backend, so a PyTorch
+        trainer's SDPA runs its flash backend (AOTriton) on AMD GPUs whatever it asks for first. Left to SDPA's
+        default order, today's PyTorch (2.11 and later, whose bundled cuDNN is past 9.15) puts cuDNN first on sm90
+        and sm100 data-center GPUs (H100, H200, H20, B200, GB200; `sdp_utils.cpp` check_prefer_cudnn_attention,
+        unless TORCH_CUDNN_SDPA_DEPRIORITIZED is set) and flash first elsewhere (B300 and GB300 are sm103, the
+        GeForce and workstation Blackwell cards sm120); `--sdpa-backend flash` prices an older PyTorch's default."""
+        if self.framework != "megatron" and gpu.vendor == "amd":
+            return True
+        if (self.sdpa_runs_flash and self.sdpa_backend is None and not self.flash_attn_package
+                and sdpa_prefers_cudnn(gpu)):
+            return False
+        return self.sdpa_runs_flash
 
     @property
     def expert_extras_unfused(self) -> str | None:

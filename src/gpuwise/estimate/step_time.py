@@ -594,7 +594,7 @@ def float8_tp_all_gathers(job: TrainJob, gemm: str) -> bool:
     `enable_float8_tensorwise_tp` of a float8 converter without a rowwise recipe, `TrainJob.float8_recipe`); `gemm`:
     the dtype the GEMMs run in (`flops.gemm_dtype`), fp8 only where the GPU has fp8 tensor cores."""
     return (job.framework == "torchtitan" and gemm == "fp8" and job.fp8_kernels == "torchao"
-            and (job.float8_recipe or "tensorwise") == "tensorwise")
+            and job.torchao_float8_recipe == "tensorwise")
 
 
 def step_time(spec: ModelSpec, layout: Layout, job: TrainJob, *, profile: DeviceProfile, topo: Topology,
@@ -625,6 +625,7 @@ def step_time(spec: ModelSpec, layout: Layout, job: TrainJob, *, profile: Device
     layers = stage_layers(layout, spec.num_layers)
 
     tp_ar = topo.collective_s("all_reduce", tokens * h * e, tp, inner["tp"]) if tp > 1 else 0.0
+    tp_moe = tp_ar  # a routed-expert part's pair: torchtitan's MoE TP styles never gather fp8
     if tp > 1 and float8_tp_all_gathers(job, dtype):
         # torchao's Float8ColwiseParallel / Float8RowwiseParallel (torchtitan's TP under tensorwise float8) cast a
         # sharded activation, and the gradient bound for an all-gather, to fp8 before gathering it: each all-gather
@@ -656,7 +657,7 @@ def step_time(spec: ModelSpec, layout: Layout, job: TrainJob, *, profile: Device
 
     sync_gap = moe_sync_gap_s(spec, job, profile.gpu)
     fwd_syncs, rec_syncs = moe_host_syncs(spec, job)
-    sdpa_flash = job.sdpa_flash_on(profile.gpu.vendor)
+    sdpa_flash = job.sdpa_flash_on(profile.gpu)
     stage_fb: dict[int, tuple[float, dict[str, float]]] = {}
     weight_casts: dict[int, float] = {}  # fp8 weights quantized once per step, per stage (TrainJob.fp8_weight_cache)
     # kept in bf16 under the quantized recipe, on the ranks that hold them
@@ -683,12 +684,14 @@ def step_time(spec: ModelSpec, layout: Layout, job: TrainJob, *, profile: Device
             parts["backward"] += reps * bt.backward
             parts["recompute"] += reps * bt.recompute * scale
             k = block_parts(spec, layer)  # an all-reduce (or its SP pair) after each part, each way
+            moe_part = spec.moe is not None and spec.moe.moe_layers[layer] and spec.has_ffn(layer)
+            pairs = (k - 1) * tp_ar + tp_moe if moe_part else k * tp_ar  # the collective pairs of one pass
             if tp_overlap:  # split GEMMs pipeline the collectives (Megatron --tp-comm-overlap): what exceeds them
-                fwd_tp = _exposed(k * tp_ar, bt.gemm_forward)
-                parts["tp_comm"] += reps * (fwd_tp + _exposed(k * tp_ar, bt.gemm_backward)
+                fwd_tp = _exposed(pairs, bt.gemm_forward)
+                parts["tp_comm"] += reps * (fwd_tp + _exposed(pairs, bt.gemm_backward)
                                             + fwd_tp * whole)
             else:
-                parts["tp_comm"] += reps * (2 * k * tp_ar + k * tp_ar * whole)
+                parts["tp_comm"] += reps * (2 * pairs + pairs * whole)
             if cp > 1 and bt.attention_forward > 0:  # ring: cp - 1 exchanges per pass, overlapped with the
                 # attention of the step before
                 if cp_type == "p2p":

@@ -326,6 +326,9 @@ def _changed(req: TrainRequest, **options) -> TrainRequest:
     # the new framework's own fp8 kernels (Transformer Engine's or torchao's): asked for one, it may refuse the other
     fp8 = {"fp8_backend": None} if req.fp8_backend is not None and "fp8_backend" not in options and (
         moved or options.get("precision", req.precision) != "fp8") else {}
+    if req.float8_recipe is not None and "float8_recipe" not in options and (
+            moved or options.get("precision", req.precision) != "fp8"):
+        fp8["float8_recipe"] = None  # torchao's recipe, which the new framework or precision may not run
     bf16_layers = {k: 0 for k in BF16_LAYER_OPTIONS if k not in options}  # restored below where the new job takes them
     changed = replace(req, **{k: False for k in MEGATRON_OPTIONS}, **MEGATRON_SETTINGS, **fp8, **bf16_layers,
                       **{k: v for k, v in options.items() if k not in MEGATRON_OPTIONS and k not in MEGATRON_SETTINGS})

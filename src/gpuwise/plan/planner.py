@@ -144,9 +144,10 @@ class PlanRequest:
     """Megatron-Core --cuda-graph-scope the plans run with (as `gpuwise train --cuda-graph-scope`)."""
     fp8_backend: Fp8Backend | None = None
     float8_recipe: Float8Recipe | None = None
-    """torchao's float8 recipe under --precision fp8 (torchtitan --quantize.linear.float8.recipe_name): tensorwise
-    (the default; torchtitan's TP then all-gathers fp8), rowwise or rowwise_with_gw_hp (16-bit TP all-gathers, no
-    fp8 weight all-gather). Its GEMMs and casts are priced as tensorwise's."""
+    """torchao's float8 recipe under --precision fp8: tensorwise (one scale per tensor; torchao's default, and
+    torchtitan's until 2026-04-27: its TP then all-gathers fp8, and only it all-gathers fp8 weights under FSDP), rowwise
+    (torchtitan's default and only float8 recipe since, beside rowwise_with_gw_hp): 16-bit TP collectives. Default:
+    rowwise under torchtitan, tensorwise under fsdp and torchtune. Its GEMMs and casts are priced as tensorwise's."""
     tp_comm_overlap: bool = job_default("tp_comm_overlap")
     fp8_param_gather: bool = job_default("fp8_param_gather")
     grad_reduce_in_fp32: bool = job_default("grad_reduce_in_fp32")

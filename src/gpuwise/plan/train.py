@@ -467,14 +467,15 @@ class TrainRequest:
     May 2025, on every GPU since October 2025), flash for the others. Megatron runs Transformer Engine's attention
     instead."""
     fp8_backend: Fp8Backend | None = None
-    float8_recipe: Float8Recipe | None = None
-    """torchao's float8 recipe under --precision fp8 (torchtitan --quantize.linear.float8.recipe_name): tensorwise
-    (the default; torchtitan's TP then all-gathers fp8), rowwise or rowwise_with_gw_hp (16-bit TP all-gathers, no
-    fp8 weight all-gather). Its GEMMs and casts are priced as tensorwise's."""
     """Whose fp8 training (with --precision fp8): te (Transformer Engine: Megatron-Core, DeepSpeed, Accelerate's
     default fp8_backend, Composer/llm-foundry's amp_fp8) or torchao (torchao's float8: torchtitan, FSDP2, torchtune,
     Accelerate's fp8_backend ao); default the framework's own: te for megatron, deepspeed and hf, torchao for
     torchtitan, fsdp and torchtune. torchao's casts cost far more without --compile (docs/performance.md)."""
+    float8_recipe: Float8Recipe | None = None
+    """torchao's float8 recipe under --precision fp8: tensorwise (one scale per tensor; torchao's default, and
+    torchtitan's until 2026-04-27: its TP then all-gathers fp8, and only it all-gathers fp8 weights under FSDP), rowwise
+    (torchtitan's default and only float8 recipe since, beside rowwise_with_gw_hp): 16-bit TP collectives. Default:
+    rowwise under torchtitan, tensorwise under fsdp and torchtune. Its GEMMs and casts are priced as tensorwise's."""
     gpus_per_node: int | None = None
     """GPUs per node (default 8, or the job's GPU count when smaller)."""
     inter_node_gbps: float | None = None
@@ -945,9 +946,16 @@ def _assumptions(req: TrainRequest, framework: str, layout: Layout, mem: TrainMe
             out.append("attention: the flash-attn package's FlashAttention-2 kernels (--attn-implementation "
                        "flash_attention_2)")
         else:
-            out.append("attention: PyTorch SDPA's " + ("FlashAttention-2 kernels (its flash backend)"
-                       if req.job.sdpa_runs_flash else "cuDNN backend (torchtitan asks for it first)"
-                       if req.sdpa_backend is None else "cuDNN backend") + "; --sdpa-backend flash|cudnn to choose")
+            flash = req.job.sdpa_flash_on(req.gpu)
+            if req.sdpa_backend is not None or flash:
+                why = ""
+            elif framework == "torchtitan":
+                why = " (torchtitan asks for it first)"
+            else:
+                why = (f" (PyTorch 2.11 and later try it first on {req.gpu.name}; --sdpa-backend flash for an older "
+                       "PyTorch's default)")
+            out.append("attention: PyTorch SDPA's " + ("FlashAttention-2 kernels (its flash backend)" if flash
+                       else "cuDNN backend" + why) + "; --sdpa-backend flash|cudnn to choose")
     if req.job.te_fp8 and framework in PYTORCH_NATIVE:
         out.append("Transformer Engine fp8 under FSDP: called without is_first_microbatch, it quantizes each weight "
                    "in every forward and keeps no fp8 copy; linear inputs saved in fp8")

@@ -175,7 +175,9 @@ def _torchtitan_toml(job: _Job) -> tuple[str, str, list[str]]:
     if req.precision == "fp8":
         # fp8 all-gathers only where the plan was priced with them (--fp8-param-gather; bf16 gathers otherwise)
         fsdp = parallelism.get("data_parallel_shard_degree", 1) * lay.cp > 1 and req.fp8_param_gather
-        sections.append(("quantize.linear.float8", {"recipe_name": "tensorwise",
+        # the recipe the plan was priced with (torchtitan's default rowwise unless told; tensorwise under fsdp)
+        recipe = req.job().torchao_float8_recipe or "tensorwise"
+        sections.append(("quantize.linear.float8", {"recipe_name": recipe,
                                                     "enable_fsdp_float8_all_gather": fsdp,
                                                     "precompute_float8_dynamic_scale_for_fsdp": fsdp}))
     head = _header(job, TORCHTITAN_VERSION, TORCHTITAN_SOURCE)
