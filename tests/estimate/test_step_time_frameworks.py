@@ -56,12 +56,14 @@ def test_sdpa_flash_is_slower_than_transformer_engines_attention_on_h100(monkeyp
     assert old_tt.gemm_forward == mg.gemm_forward
 
 
-@pytest.mark.parametrize("gpu, cudnn_first", [("h100-sxm", True), ("h200-sxm", True), ("b200", True), ("gb200", True),
-                                              ("b300", False), ("gb300", False), ("rtx-5090", False),
+@pytest.mark.parametrize("gpu, cudnn_first", [("h100-sxm", True), ("h200-sxm", True), ("h20", True), ("b200", True),
+                                              ("gb200", True), ("b300", True), ("gb300", True), ("rtx-5090", False),
+                                              ("rtx-pro-6000", False), ("dgx-spark", False),
                                               ("a100-sxm-80gb", False), ("rtx-4090", False)])
 def test_sdpas_default_order_follows_pytorch_2_11_per_gpu(gpu, cudnn_first):
-    """sdp_utils.cpp check_prefer_cudnn_attention (PyTorch 2.11+, cuDNN past 9.15): cuDNN first on compute
-    capability 9.0 and 10.0 only; B300/GB300 are 10.3 and the GeForce Blackwell cards 12.0: flash first there."""
+    """sdp_utils.cpp check_prefer_cudnn_attention (PyTorch 2.11+ wheels, cuDNN 9.19 and later past its 9.15 guard):
+    cuDNN first on compute capability 9.x and 10.x (sm90, sm100, sm103); the sm12x Blackwell chips keep flash
+    first."""
     from gpuwise.estimate.job import TrainJob, sdpa_prefers_cudnn
 
     g = get_gpu(gpu)
@@ -88,7 +90,7 @@ def test_flashattention2_on_data_center_blackwell_runs_at_its_measured_rate():
         assert bwd == pytest.approx(334.0 * 322 / 291 * ratio * 0.822, rel=0.02)
         cudnn = flops / attention_s(p, flops, 0.0, backward=False) / 1e12
         assert 3.5 < cudnn / fwd < 5  # a quarter of cuDNN's forward rate
-    b300 = default_profile(get_gpu("b300"))
+    b300 = default_profile(get_gpu("b300"))  # with --sdpa-backend flash
     assert b300.sdpa_forward_efficiency == pytest.approx(default_profile(get_gpu("b200")).sdpa_forward_efficiency)
 
 

@@ -79,7 +79,13 @@ def test_configuration_maps_to_the_prediction_options() -> None:
     assert (cfg.dp, cfg.accumulation, cfg.tokens_per_step) == (2, 2, 8 * 2048)
     opts = cfg.train_options()
     assert opts["fsdp"] == "full" and opts["tp"] == 2 and opts["sp"] and opts["framework"] == "torchtitan"
-    assert opts["sdpa_backend"] == "flash"  # the bench model calls plain F.scaled_dot_product_attention
+    assert opts["sdpa_backend"] == "flash"  # the bench model calls plain F.scaled_dot_product_attention; no CUDA here
+    from gpuwise.catalog.gpus import get_gpu
+
+    # re-predicting a saved run on a CPU: PyTorch's own order on that GPU today (the H100 runs' traces show cuDNN's
+    # kernels, benchmarks/results/h100-sxm/kernels-*.json)
+    assert cfg.train_options(get_gpu("h100-sxm"))["sdpa_backend"] == "cudnn"
+    assert cfg.train_options(get_gpu("a100-sxm-80gb"))["sdpa_backend"] == "flash"
     assert opts["optimizer_impl"] == "fused"  # torchtitan's default, as bench train's
     assert _cfg(FIXTURE, "--optimizer-impl", "foreach").train_options()["optimizer_impl"] == "foreach"
     assert _cfg(FIXTURE).sharding == "ddp" and _cfg(FIXTURE, world=1).sharding == "none"

@@ -110,10 +110,14 @@ def routed_experts_16bit(framework: str, quantized: bool) -> bool:
 
 
 def sdpa_prefers_cudnn(gpu) -> bool:
-    """Whether PyTorch's SDPA (2.11 and later) tries cuDNN attention first on `gpu` by default: compute capability
-    9.0 or 10.0 (Hopper, and data-center Blackwell before Blackwell Ultra), with its bundled cuDNN past 9.15."""
+    """Whether PyTorch's SDPA (2.11 and later, whose wheels bundle cuDNN past the 9.15 guard) tries cuDNN attention
+    first on `gpu` by default: the data-center Hopper and Blackwell parts, compute capability 9.x and 10.x (sm90,
+    sm100, sm103: H100, H200, H20, B200, GB200, B300, GB300; 2.10-2.12 checked minor 0 or 3, 2.13 only the major), not
+    the sm12x GeForce, workstation and GB10 Blackwell chips. The catalog has no compute capability: the
+    architecture and the data-center segment stand for it."""
     arch = (gpu.architecture or "").split(" (")[0]
-    return gpu.vendor == "nvidia" and (arch == "Hopper" or (arch == "Blackwell" and gpu.segment == "datacenter"))
+    return gpu.vendor == "nvidia" and (arch == "Hopper" or (arch in ("Blackwell", "Blackwell Ultra")
+                                                            and gpu.segment == "datacenter"))
 
 
 def fp8_kernels_of(framework: str, backend: str | None = None) -> str:
@@ -505,10 +509,10 @@ class TrainJob:
     def sdpa_flash_on(self, gpu) -> bool:
         """`sdpa_runs_flash` on `gpu` (a catalog GPU). ROCm builds of PyTorch have no cuDNN backend, so a PyTorch
         trainer's SDPA runs its flash backend (AOTriton) on AMD GPUs whatever it asks for first. Left to SDPA's
-        default order, today's PyTorch (2.11 and later, whose bundled cuDNN is past 9.15) puts cuDNN first on sm90
-        and sm100 data-center GPUs (H100, H200, H20, B200, GB200; `sdp_utils.cpp` check_prefer_cudnn_attention,
-        unless TORCH_CUDNN_SDPA_DEPRIORITIZED is set) and flash first elsewhere (B300 and GB300 are sm103, the
-        GeForce and workstation Blackwell cards sm120); `--sdpa-backend flash` prices an older PyTorch's default."""
+        default order, today's PyTorch (2.11 and later, whose bundled cuDNN is past 9.15) puts cuDNN first on the
+        data-center Hopper and Blackwell GPUs (`sdpa_prefers_cudnn`; `sdp_utils.cpp` check_prefer_cudnn_attention,
+        unless TORCH_CUDNN_SDPA_DEPRIORITIZED is set) and flash first elsewhere (A100, Ada, the sm12x Blackwell
+        cards); `--sdpa-backend flash` prices an older PyTorch's default."""
         if self.framework != "megatron" and gpu.vendor == "amd":
             return True
         if (self.sdpa_runs_flash and self.sdpa_backend is None and not self.flash_attn_package

@@ -2,8 +2,9 @@
 
 It has exactly the parameter tensors `model/params.py` lists for the spec (so the same count as transformers;
 tests/measure/test_torch_model.py checks it), pre-norm blocks (or parallel / sandwich blocks as the spec says),
-rotary or learned positions, grouped-query attention through `F.scaled_dot_product_attention` (flash or
-memory-efficient kernels on GPUs, as gpuwise's `attention=flash` assumes) and a gated or plain MLP. Module names are
+rotary or learned positions, grouped-query attention through `F.scaled_dot_product_attention` (cuDNN's, flash or
+memory-efficient kernels on GPUs in PyTorch's own order, as gpuwise's `attention=flash` assumes:
+`train_config.plain_sdpa_backend`) and a gated or plain MLP. Module names are
 simple and stable so that tensor parallelism can address them (`blocks.N.attn.q`, `blocks.N.mlp.down` ...).
 
 What it does not build: mixture-of-experts layers, multi-head latent attention, OPT's projected embeddings. Sliding

@@ -8,15 +8,37 @@ is data parallelism (DDP or FSDP2), tensor parallelism (+ sequence parallelism) 
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, replace
 
 from ..catalog.models import LoadedModel, load_model
 from ..errors import InvalidArgument, require_positive_int
+from ..estimate.job import sdpa_prefers_cudnn
 from ..estimate.parallel import sp_splits, tp_conflict
 from ..estimate.recompute import framework_mode, recompute_plan
 from ..jsonfile import read_json_object
 from .dist import DistEnv
 from .torch_model import RECOMPUTE_MODES, check_supported
+
+
+def plain_sdpa_backend(gpu=None) -> str:
+    """The kernel a plain `F.scaled_dot_product_attention` call (the bench model's) runs first here: on a CUDA device,
+    cuDNN where PyTorch's own order puts it first (2.10 and later with a runtime cuDNN past 9.15, compute capability 9.x
+    or 10.x, TORCH_CUDNN_SDPA_DEPRIORITIZED unset: sdp_utils.cpp check_prefer_cudnn_attention), else flash; without
+    one (re-predicting a saved run on a CPU), what today's PyTorch does on catalog GPU `gpu`
+    (`estimate.job.sdpa_prefers_cudnn`), flash when no GPU is given."""
+    try:
+        import torch
+
+        if torch.cuda.is_available() and not torch.version.hip:
+            major, _ = torch.cuda.get_device_capability()
+            cudnn = torch.backends.cudnn.version() or 0
+            release = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
+            off = os.environ.get("TORCH_CUDNN_SDPA_DEPRIORITIZED", "") not in ("", "0")
+            return "cudnn" if release >= (2, 10) and major in (9, 10) and cudnn > 91500 and not off else "flash"
+    except ImportError:
+        pass
+    return "cudnn" if gpu is not None and sdpa_prefers_cudnn(gpu) else "flash"
 
 
 DEFAULT_SEQ = 2048
@@ -58,15 +80,16 @@ class BenchConfig:
     def tokens_per_step(self) -> int:
         return self.global_batch * self.seq
 
-    def train_options(self) -> dict:
-        """The same job as `gpuwise train` options."""
+    def train_options(self, gpu=None) -> dict:
+        """The same job as `gpuwise train` options (`gpu`: the catalog GPU it runs on, for SDPA's kernel when this
+        machine has no CUDA device: `plain_sdpa_backend`)."""
         sh = {"none": {}, "ddp": {"zero": 0}, "fsdp-full": {"fsdp": "full"}, "fsdp-grad-op": {"fsdp": "grad-op"}}
         return dict(num_gpus=self.world_size, seq=self.seq, global_batch=self.global_batch,
                     micro_batch=self.micro_batch, tp=self.tp, sp=self.sp, recompute=self.recompute,
                     precision=self.precision, optimizer=self.optimizer, optimizer_impl=self.optimizer_impl,
                     framework="torchtitan",
-                    # the benchmark's own model calls plain F.scaled_dot_product_attention: SDPA's flash-first order
-                    sdpa_backend="flash", gpus_per_node=self.local_world_size, **sh[self.sharding])
+                    # the benchmark's own model calls plain F.scaled_dot_product_attention: SDPA's own order
+                    sdpa_backend=plain_sdpa_backend(gpu), gpus_per_node=self.local_world_size, **sh[self.sharding])
 
     def describe(self) -> str:
         parts = [f"dp {self.dp}"] + ([f"tp {self.tp}" + (" + sp" if self.sp else "")] if self.tp > 1 else [])

@@ -68,13 +68,13 @@ def render(r: BenchResult) -> str:
         lines.append(f"full {cfg.full.id} ({cfg.full.spec.num_layers} layers): predicted {pf * 1e3:,.1f} ms per step; "
                      f"measured step scaled by the predicted ratio: {r.measured.step_time_s * pf / ps * 1e3:,.1f} ms")
     if r.prediction is not None:
-        lines.append(f"prediction: gpuwise train {cfg.full.id} --gpu {r.gpu.id} " + _flags(cfg))
+        lines.append(f"prediction: gpuwise train {cfg.full.id} --gpu {r.gpu.id} " + _flags(cfg, r.gpu))
     lines += [f"note: {n}" for n in r.notes]
     return "\n".join(lines)
 
 
-def _flags(cfg: BenchConfig) -> str:
-    o = cfg.train_options()
+def _flags(cfg: BenchConfig, gpu=None) -> str:
+    o = cfg.train_options(gpu)
     out = [f"--num-gpus {o['num_gpus']}", f"--seq {o['seq']}", f"--global-batch {o['global_batch']}",
            f"--micro-batch {o['micro_batch']}", f"--precision {o['precision']}", f"--optimizer {o['optimizer']}",
            f"--optimizer-impl {o['optimizer_impl']}",

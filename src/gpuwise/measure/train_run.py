@@ -37,7 +37,7 @@ def predict(cfg: BenchConfig, gpu: GPU | None, profile: str | None):
     """(prediction for the model as built, prediction for the full model or None)."""
     if gpu is None:
         return None, None
-    opts = cfg.train_options()
+    opts = cfg.train_options(gpu)
     pred = train(TrainRequest(model=cfg.model, gpu=gpu, profile=profile, **opts))
     full = train(TrainRequest(model=cfg.full, gpu=gpu, profile=profile, **opts)) if cfg.model is not cfg.full else None
     return pred, full
