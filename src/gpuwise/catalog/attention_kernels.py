@@ -31,8 +31,9 @@ def _data() -> dict:
     return load_toml("attention_kernels.toml")
 
 
-def _interp(seqs: list[int], values: list[float], seq: float) -> float:
-    """Linear in log2(seq) between measured lengths; the end values outside them."""
+def interp_log2(seqs: list[int], values: list[float], seq: float) -> float:
+    """Linear in log2(seq) between measured points (sequence lengths here, node counts in `estimate.comm`); the end
+    values outside them."""
     if seq <= seqs[0]:
         return float(values[0])
     if seq >= seqs[-1]:
@@ -52,13 +53,14 @@ def _throughput(family: str, seq: float, backward: bool, causal: bool, suffix: s
     seqs, row = data["seq"], data[family]
     fwd, fwd_causal = row["forward" + suffix], row["forward_causal" + suffix]
     if not backward:
-        return _interp(seqs, fwd_causal if causal else fwd, seq)
+        return interp_log2(seqs, fwd_causal if causal else fwd, seq)
     if "backward" + suffix in row:
-        bwd = _interp(seqs, row["backward" + suffix], seq)
+        bwd = interp_log2(seqs, row["backward" + suffix], seq)
     else:  # no backward chart at this head size: the 128 backward times this panel's forward over the 128 forward
-        bwd = _interp(seqs, row["backward"], seq) * _interp(seqs, fwd, seq) / _interp(seqs, row["forward"], seq)
+        bwd = (interp_log2(seqs, row["backward"], seq) * interp_log2(seqs, fwd, seq)
+               / interp_log2(seqs, row["forward"], seq))
     if causal:  # the forward's masking penalty at the same length and head size
-        bwd *= _interp(seqs, fwd_causal, seq) / _interp(seqs, fwd, seq)
+        bwd *= interp_log2(seqs, fwd_causal, seq) / interp_log2(seqs, fwd, seq)
     return bwd
 
 
@@ -98,7 +100,7 @@ def tile_factor(tiles: float, *, backward: bool) -> float:
     """Throughput of a flash kernel running `tiles` thread blocks (batch x heads on the GPU x ceil(rows /
     TILE_ROWS)) on an H100's 132 SMs over its throughput at 2,048 (<= 1)."""
     t = _data()["tiles"]
-    return _interp(t["tiles"], t["backward" if backward else "forward"], max(1.0, tiles))
+    return interp_log2(t["tiles"], t["backward" if backward else "forward"], max(1.0, tiles))
 
 
 def tiles_over_curves(tiles: float, *, backward: bool, head_dim: float = PLATEAU_HEAD_DIM,

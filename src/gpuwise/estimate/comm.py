@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ..catalog.attention_kernels import interp_log2
 from ..catalog.devices import ASSUMED_PCIE_GEN, network_defaults, pcie_x16_bytes_per_s
 from ..catalog.gpus import GPU
 from ..errors import InvalidArgument, require_positive_number
@@ -99,33 +100,30 @@ class Topology:
         even inside an NVL72 rack (`kernel_nvl_peers`), so a wider group there crosses between groups of 8 over RDMA."""
         if group <= 1 or token_bytes <= 0:
             return 0.0
-        peers = self.kernel_nvl_peers(backend) if per_node and backend else None
-        if peers is not None and group * inner > peers and self.level(group, inner) is self.intra:
+        steps = math.ceil(math.log2(group))
+        backend = backend if per_node else None
+        peers = self.kernel_nvl_peers(backend) if backend else None
+        if self.level(group, inner) is self.intra:
+            if peers is None or group * inner <= peers:
+                return self.collective_s("all_to_all", token_bytes * top_k, group, inner)
             # kernels that see NVLink nodes of `peers` ranks inside a wider NVLink domain (DeepEP on NVL72): RDMA
             # between those groups, through the GPUs' NICs
             members = max(1, min(group, peers // max(1, inner)))
-            nodes = math.ceil(group / members)
-            logical = token_bytes * nodes * (1 - (1 - 1 / nodes) ** top_k)
-            rate = self.ep_dispatch_bytes_per_s(backend, nodes)
-            return self.inter.latency_s * math.ceil(math.log2(group)) + max(
-                logical / rate, token_bytes * top_k / self.intra.busbw_bytes_per_s)
-        if self.level(group, inner) is self.intra:
-            return self.collective_s("all_to_all", token_bytes * top_k, group, inner)
-        members = self.members_per_node(group, inner)
+        else:
+            members = self.members_per_node(group, inner)
         nodes = max(2, math.ceil(group / members))
         remote = (nodes - 1) / nodes
         if per_node:
-            cross = token_bytes * (nodes - 1) * (1 - (1 - 1 / nodes) ** top_k)
+            reached = 1 - (1 - 1 / nodes) ** top_k  # the chance a token has an expert on a given node
             nvlink = token_bytes * top_k  # every copy is delivered (or forwarded) inside a node once
-            rate = self.ep_dispatch_bytes_per_s(backend, nodes) if backend else None
-            if rate is not None:
-                logical = token_bytes * nodes * (1 - (1 - 1 / nodes) ** top_k)
-                return self.inter.latency_s * math.ceil(math.log2(group)) + max(logical / rate,
-                                                                                 nvlink / self.intra.busbw_bytes_per_s)
+            if backend is not None and (rate := self.ep_dispatch_bytes_per_s(backend, nodes)) is not None:
+                # the kernels' own measured rate for the logical bytes they count (its own node included)
+                return self.inter.latency_s * steps + max(token_bytes * nodes * reached / rate,
+                                                          nvlink / self.intra.busbw_bytes_per_s)
+            cross = token_bytes * (nodes - 1) * reached
         else:
             cross = token_bytes * top_k * remote
             nvlink = token_bytes * top_k * (members - 1) / group
-        steps = math.ceil(math.log2(group))
         return self.inter.latency_s * steps + max(cross / self.inter.busbw_bytes_per_s,
                                                   nvlink / self.intra.busbw_bytes_per_s)
 
@@ -144,17 +142,7 @@ class Topology:
         if table is None:
             return None
         points = sorted((int(n), float(v)) for n, v in table["logical_gb_s"].items())
-        x = math.log2(max(nodes, 1))
-        if x <= math.log2(points[0][0]):
-            gb_s = points[0][1]
-        elif x >= math.log2(points[-1][0]):
-            gb_s = points[-1][1]
-        else:
-            for (n0, v0), (n1, v1) in zip(points, points[1:]):
-                if x <= math.log2(n1):
-                    f = (x - math.log2(n0)) / (math.log2(n1) - math.log2(n0))
-                    gb_s = v0 + f * (v1 - v0)
-                    break
+        gb_s = interp_log2([n for n, _ in points], [v for _, v in points], nodes)
         measured_nic = float(table["nic_gbps"]) / 8 * GB * float(network_defaults()["nic_busbw_efficiency"])
         return gb_s * GB * self.inter.busbw_bytes_per_s / measured_nic
 

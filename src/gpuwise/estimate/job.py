@@ -515,10 +515,9 @@ class TrainJob:
         cards); `--sdpa-backend flash` prices an older PyTorch's default."""
         if self.framework != "megatron" and gpu.vendor == "amd":
             return True
-        if (self.sdpa_runs_flash and self.sdpa_backend is None and not self.flash_attn_package
-                and sdpa_prefers_cudnn(gpu)):
-            return False
-        return self.sdpa_runs_flash
+        if self.framework in ("megatron", "torchtitan") or self.sdpa_backend is not None or self.flash_attn_package:
+            return self.sdpa_runs_flash  # the framework's or the user's own choice
+        return not sdpa_prefers_cudnn(gpu)  # SDPA's default order
 
     @property
     def expert_extras_unfused(self) -> str | None:

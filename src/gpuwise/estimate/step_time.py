@@ -593,8 +593,7 @@ def float8_tp_all_gathers(job: TrainJob, gemm: str) -> bool:
     tensor-parallel styles whenever its recipe is tensorwise, its default (torchtitan's parallelize: the
     `enable_float8_tensorwise_tp` of a float8 converter without a rowwise recipe, `TrainJob.float8_recipe`); `gemm`:
     the dtype the GEMMs run in (`flops.gemm_dtype`), fp8 only where the GPU has fp8 tensor cores."""
-    return (job.framework == "torchtitan" and gemm == "fp8" and job.fp8_kernels == "torchao"
-            and job.torchao_float8_recipe == "tensorwise")
+    return job.framework == "torchtitan" and gemm == "fp8" and job.torchao_float8_recipe == "tensorwise"
 
 
 def step_time(spec: ModelSpec, layout: Layout, job: TrainJob, *, profile: DeviceProfile, topo: Topology,
