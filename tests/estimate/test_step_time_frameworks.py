@@ -135,6 +135,27 @@ def test_rocm_sdpa_runs_aotriton_and_the_flash_attn_package_runs_ck(monkeypatch)
     assert nv_package.attention_backward == nv.attention_backward
 
 
+def test_flash_attn_triton_is_priced_at_the_fa2_papers_measured_share(monkeypatch):
+    """--attn-implementation triton (llm-foundry's attn_impl triton: flash-attn's Triton kernels of 2022): the
+    FlashAttention-2 paper (section 4.1, A100) measures FlashAttention-2 "around 1.3-1.5x faster than FlashAttention
+    in Triton in the forward pass and around 2x faster in the backward pass"; the catalog's shares must stay inside
+    what the paper states, and the block's attention must be slower than the package's FlashAttention-2 by them while
+    its GEMMs are untouched."""
+    from gpuwise.catalog.attention_kernels import flash_attn_triton_share
+
+    assert 1 / 1.5 <= flash_attn_triton_share(backward=False) <= 1 / 1.3
+    assert flash_attn_triton_share(backward=True) == pytest.approx(1 / 2, rel=0.05)
+    for gpu in ("h100-sxm", "a100-sxm-80gb", "b200"):
+        _, fa2 = _blocks(monkeypatch, gpu=gpu, framework="fsdp", attn_implementation="flash_attention_2", **ONE)
+        _, tri = _blocks(monkeypatch, gpu=gpu, framework="fsdp", attn_implementation="triton", **ONE)
+        assert tri.gemm_forward == fa2.gemm_forward and tri.gemm_backward == fa2.gemm_backward
+        assert 1.3 < tri.attention_forward / fa2.attention_forward <= 1.5
+        assert 1.8 < tri.attention_backward / fa2.attention_backward <= 2.0
+    r = gpuwise.train(MODEL, gpu="h100-sxm", framework="fsdp", attn_implementation="triton", num_gpus=8, seq=4096,
+                      global_batch=8, micro_batch=1)
+    assert any("Triton kernels" in a for a in r.assumptions)
+
+
 def test_attn_implementation_conflicts_get_one_clear_error():
     from gpuwise.errors import InvalidArgument
 
@@ -147,6 +168,10 @@ def test_attn_implementation_conflicts_get_one_clear_error():
         gpuwise.train(MODEL, gpu="h100-sxm", framework="hf", attn_implementation="eager_paged")
     with pytest.raises(InvalidArgument, match="calls PyTorch's SDPA"):  # torchtitan never calls the package
         gpuwise.train(MODEL, gpu="h100-sxm", framework="torchtitan", attn_implementation="flash_attention_2")
+    with pytest.raises(InvalidArgument, match="calls PyTorch's SDPA"):
+        gpuwise.train(MODEL, gpu="h100-sxm", framework="torchtune", attn_implementation="triton")
+    with pytest.raises(InvalidArgument, match="give one of them"):
+        gpuwise.train(MODEL, gpu="h100-sxm", framework="fsdp", attn_implementation="triton", sdpa_backend="flash")
     with pytest.raises(InvalidArgument, match="no cuDNN backend"):  # PyTorch's ROCm builds
         gpuwise.train(MODEL, gpu="mi300x", framework="torchtitan", sdpa_backend="cudnn")
     with pytest.raises(InvalidArgument, match="no cuDNN backend"):

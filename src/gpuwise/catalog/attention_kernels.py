@@ -144,6 +144,13 @@ def band_work(window: float | None, context: float) -> float:
     return max(1.0, tiles * TILE_ROWS * TILE_ROWS / kept)
 
 
+def flash_attn_triton_share(*, backward: bool) -> float:
+    """flash-attn's Triton kernels (llm-foundry's attn_impl triton) as a share of FlashAttention-2's rate on the same
+    GPU (attention_kernels.toml [flash_attn_triton]: the FlashAttention-2 paper's A100 comparison)."""
+    row = _data()["flash_attn_triton"]
+    return float(row["backward_vs_fa2" if backward else "forward_vs_fa2"])
+
+
 def sink_backward_s(family: str, rows: float) -> float:
     """Time attention sinks add to a flash backward of `rows` query rows x heads on the GPU, for `family`'s kernels
     (attention_kernels.toml `sink_backward_ns_per_row`; 0 where it is not measured)."""

@@ -45,7 +45,7 @@ CudaGraphScope = Literal["full_iteration", "attn", "mlp", "moe", "moe_router", "
 """Megatron-Core's --cuda-graph-scope values gpuwise reads (megatron/core/transformer/enums.py CudaGraphScope; mamba
 is not modelled)."""
 SdpaBackend = Literal["flash", "cudnn"]
-AttnImplementation = Literal["sdpa", "flash_attention_2"]
+AttnImplementation = Literal["sdpa", "flash_attention_2", "triton"]
 FlopsConvention = Literal["causal", "full"]
 NormType = Literal["rmsnorm", "fused_rmsnorm", "compiled_rmsnorm"]
 OffloadTarget = Literal["optimizer", "params", "activations"]
@@ -207,7 +207,8 @@ class TrainJob:
     sdpa (PyTorch's scaled_dot_product_attention) or flash_attention_2 (the flash-attn package: Axolotl's
     `flash_attention: true`, llm-foundry's attn_impl flash). The same FlashAttention-2 kernels on NVIDIA GPUs; on ROCm
     the package is Composable Kernel's build and SDPA's flash backend AOTriton, at different rates (devices.toml).
-    None: sdpa."""
+    triton: the package's Triton kernels of 2022 (flash_attn_triton.py), which llm-foundry ran as attn_impl triton (its
+    default through v0.6), at their measured share of FlashAttention-2's rate (attention_kernels.toml). None: sdpa."""
     moe_a2a_overlap: bool = False
     """Expert-parallel dispatch and combine hidden behind another micro-batch's compute (Megatron-Core
     --overlap-moe-expert-parallel-comm, DeepSeek-V3's dual micro-batch overlap): each all-to-all hides behind the part
@@ -350,13 +351,14 @@ class TrainJob:
             raise InvalidArgument("--attn-implementation chooses a PyTorch trainer's attention library, and the "
                                   "framework is megatron, which runs Transformer Engine's attention: pass --framework "
                                   "fsdp, hf, deepspeed or unsloth with it")
-        if self.attn_implementation == "flash_attention_2" and self.framework in ("torchtitan", "torchtune"):
-            raise InvalidArgument(f"--attn-implementation flash_attention_2: {self.framework} calls PyTorch's SDPA, "
-                                  "not the flash-attn package (--sdpa-backend flash chooses SDPA's FlashAttention-2 "
-                                  "kernels)")
-        if self.attn_implementation == "flash_attention_2" and self.sdpa_backend is not None:
-            raise InvalidArgument("--sdpa-backend chooses PyTorch SDPA's backend, and --attn-implementation "
-                                  "flash_attention_2 calls the flash-attn package instead of SDPA: give one of them")
+        if self.flash_attn_package and self.framework in ("torchtitan", "torchtune"):
+            raise InvalidArgument(f"--attn-implementation {self.attn_implementation}: {self.framework} calls PyTorch's "
+                                  "SDPA, not the flash-attn package (--sdpa-backend flash chooses SDPA's "
+                                  "FlashAttention-2 kernels)")
+        if self.flash_attn_package and self.sdpa_backend is not None:
+            raise InvalidArgument(f"--sdpa-backend chooses PyTorch SDPA's backend, and --attn-implementation "
+                                  f"{self.attn_implementation} calls the flash-attn package instead of SDPA: give one "
+                                  "of them")
         if self.sdpa_backend is not None and self.framework == "megatron":
             raise InvalidArgument("--sdpa-backend is PyTorch's SDPA backend, and the framework is megatron, which "
                                   "runs Transformer Engine's attention: pass --framework torchtitan, fsdp, torchtune "
@@ -530,9 +532,14 @@ class TrainJob:
 
     @property
     def flash_attn_package(self) -> bool:
-        """Whether attention calls the flash-attn package (`attn_implementation` flash_attention_2) rather than
-        PyTorch's SDPA."""
-        return self.attn_implementation == "flash_attention_2"
+        """Whether attention calls the flash-attn package (`attn_implementation` flash_attention_2, or triton: its
+        Triton kernels) rather than PyTorch's SDPA."""
+        return self.attn_implementation in ("flash_attention_2", "triton")
+
+    @property
+    def flash_attn_triton(self) -> bool:
+        """Whether attention runs the flash-attn package's Triton kernels (`attn_implementation` triton)."""
+        return self.attn_implementation == "triton"
 
     @property
     def fp8_saved(self) -> frozenset[str]:

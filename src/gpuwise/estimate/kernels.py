@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from functools import lru_cache
 
-from ..catalog.attention_kernels import PLATEAU_HEAD_DIM, PLATEAU_SEQ, tiles_over_curves
+from ..catalog.attention_kernels import PLATEAU_HEAD_DIM, PLATEAU_SEQ, flash_attn_triton_share, tiles_over_curves
 from ..catalog.attention_kernels import shape as attention_shape
 from ..catalog.devices import DeviceProfile
 
@@ -140,12 +140,15 @@ def recurrent_scan_s(profile: DeviceProfile, kind: str, flops: float, state_byte
 
 def attention_s(profile: DeviceProfile, flops: float, nbytes: float, *, backward: bool, dtype: str = "bf16",
                 sdpa: bool = False, seq: float | None = None, bandwidth: float | None = None,
-                head_dim: int | None = None, tiles: float | None = None, flash_attn: bool = False) -> float:
+                head_dim: int | None = None, tiles: float | None = None, flash_attn: bool = False,
+                triton: bool = False) -> float:
     """A flash-attention kernel: `flops` at the flash efficiency of the 16-bit peak, or its IO if larger.
 
     `flops` for the backward pass is the usual 2.5x the forward (recomputing the scores plus four matmuls).
     `sdpa`: PyTorch's scaled_dot_product_attention (FlashAttention-2 kernels) instead of the device's best kernel;
-    with `flash_attn`, the flash-attn package's kernels (`DeviceProfile.flash_attn_*`, where they differ from SDPA's).
+    with `flash_attn`, the flash-attn package's kernels (`DeviceProfile.flash_attn_*`, where they differ from SDPA's);
+    with `triton` too, that package's Triton kernels (llm-foundry's attn_impl triton) at their measured share of its
+    FlashAttention-2 rate (`attention_kernels.flash_attn_triton_share`).
     `seq`: keys each query block iterates over in one call (the sequence, or a context-parallel chunk of it); the
     profile's efficiency is the long-sequence plateau, scaled down at short lengths by the kernel family's measured
     curve (`catalog.attention_kernels`). None: the plateau. `head_dim`: the q.k head size; below 128 the same
@@ -164,6 +167,8 @@ def attention_s(profile: DeviceProfile, flops: float, nbytes: float, *, backward
         package = profile.flash_attn_backward_efficiency if backward else profile.flash_attn_forward_efficiency
         if flash_attn and package is not None:
             eff = package
+        if triton:
+            eff *= flash_attn_triton_share(backward=backward)
     else:
         eff = profile.attention_backward_efficiency if backward else profile.attention_forward_efficiency
     if seq is not None or head_dim is not None:

@@ -460,7 +460,8 @@ class TrainRequest:
     """A PyTorch trainer's attention library, as transformers' attn_implementation names it: sdpa (PyTorch's
     scaled_dot_product_attention) or flash_attention_2 (the flash-attn package; Axolotl's flash_attention: true).
     The same kernels on NVIDIA GPUs; on ROCm the package is Composable Kernel's build and SDPA's flash backend
-    AOTriton. Default sdpa."""
+    AOTriton. triton: the package's Triton kernels of 2022 (llm-foundry's attn_impl triton, its default through
+    v0.6), slower than FlashAttention-2. Default sdpa."""
     sdpa_backend: SdpaBackend | None = None
     """PyTorch SDPA's backend (torch.nn.attention.SDPBackend) for PyTorch trainers: flash (FlashAttention-2 kernels)
     or cudnn (cuDNN fused attention); default cudnn for torchtitan (which asks for it first: on Blackwell since
@@ -942,6 +943,10 @@ def _assumptions(req: TrainRequest, framework: str, layout: Layout, mem: TrainMe
                        "Kernel with TORCH_ROCM_FA_PREFER_CK=1), its backward at AOTriton's own tuning measurements, "
                        "its forward at the flash-attn CK build's rate (no AOTriton forward rate is published: read "
                        "the forward as optimistic); --attn-implementation flash_attention_2 for the flash-attn package")
+        elif req.job.flash_attn_triton:
+            out.append("attention: the flash-attn package's Triton kernels of 2022 (--attn-implementation triton, "
+                       "llm-foundry's attn_impl triton), at 0.71x FlashAttention-2's rate forward and 0.5x backward "
+                       "(the FlashAttention-2 paper's A100 comparison, held on every GPU)")
         elif req.job.flash_attn_package:
             out.append("attention: the flash-attn package's FlashAttention-2 kernels (--attn-implementation "
                        "flash_attention_2)")
