@@ -156,6 +156,22 @@ def test_flash_attn_triton_is_priced_at_the_fa2_papers_measured_share(monkeypatc
     assert any("Triton kernels" in a for a in r.assumptions)
 
 
+@pytest.mark.parametrize("gpu,options,kernel", [
+    ("h100-sxm", dict(framework="megatron"), "transformer_engine"),
+    ("h100-sxm", dict(framework="megatron", attention="unfused"), "unfused"),
+    ("h100-sxm", dict(framework="torchtitan"), "sdpa_cudnn"),
+    ("h100-sxm", dict(framework="hf", sdpa_backend="flash"), "sdpa_flash"),
+    ("a100-sxm-80gb", dict(framework="fsdp"), "sdpa_flash"),  # SDPA's order puts flash first off Hopper/Blackwell
+    ("mi300x", dict(framework="fsdp"), "sdpa_aotriton"),
+    ("h100-sxm", dict(framework="fsdp", attn_implementation="flash_attention_2"), "flash_attn"),
+    ("h100-sxm", dict(framework="fsdp", attn_implementation="triton"), "flash_attn_triton"),
+])
+def test_attention_kernel_names_what_the_step_prices(gpu, options, kernel):
+    from gpuwise.estimate.job import TrainJob
+
+    assert TrainJob(**options).attention_kernel(get_gpu(gpu)) == kernel
+
+
 def test_attn_implementation_conflicts_get_one_clear_error():
     from gpuwise.errors import InvalidArgument
 

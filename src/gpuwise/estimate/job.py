@@ -536,6 +536,23 @@ class TrainJob:
         Triton kernels) rather than PyTorch's SDPA."""
         return self.attn_implementation in ("flash_attention_2", "triton")
 
+    def attention_kernel(self, gpu) -> str:
+        """The attention kernel a step prices on `gpu` (a catalog GPU), by name: transformer_engine (Megatron: cuDNN
+        fused attention on Hopper and Blackwell), flash_attn_triton, flash_attn (the package; Composable Kernel's build
+        on ROCm), sdpa_aotriton (PyTorch's SDPA on ROCm), sdpa_flash or sdpa_cudnn; unfused when the score matrix is in
+        memory."""
+        if self.attention != "flash":
+            return "unfused"
+        if self.framework == "megatron":
+            return "transformer_engine"
+        if self.flash_attn_triton:
+            return "flash_attn_triton"
+        if self.flash_attn_package:
+            return "flash_attn"
+        if gpu.vendor == "amd":
+            return "sdpa_aotriton"
+        return "sdpa_flash" if self.sdpa_flash_on(gpu) else "sdpa_cudnn"
+
     @property
     def flash_attn_triton(self) -> bool:
         """Whether attention runs the flash-attn package's Triton kernels (`attn_implementation` triton)."""

@@ -134,6 +134,7 @@ def _train_dict(r: TrainResult) -> dict[str, Any]:
         "precision": req.precision,
         "fp8_backend": req.job.fp8_kernels if req.job.quantized_gemms else None,
         "float8_recipe": req.job.torchao_float8_recipe,
+        "attention_kernel": req.job.attention_kernel(req.gpu),
         "layers_in_bf16": sorted(req.job.bf16_layers(spec.num_layers)),
         "optimizer": req.optimizer,
         "optimizer_impl": req.job.torch_optimizer_impl,
