@@ -146,7 +146,8 @@ def band_work(window: float | None, context: float) -> float:
 
 def flash_attn_triton_share(*, backward: bool) -> float:
     """flash-attn's Triton kernels (llm-foundry's attn_impl triton) as a share of FlashAttention-2's rate on the same
-    GPU (attention_kernels.toml [flash_attn_triton]: the FlashAttention-2 paper's A100 comparison)."""
+    GPU (attention_kernels.toml [flash_attn_triton]: a proxy from the FlashAttention-2 paper's A100 comparisons, no
+    measurement of this kernel being published)."""
     row = _data()["flash_attn_triton"]
     return float(row["backward_vs_fa2" if backward else "forward_vs_fa2"])
 

@@ -208,7 +208,8 @@ class TrainJob:
     `flash_attention: true`, llm-foundry's attn_impl flash). The same FlashAttention-2 kernels on NVIDIA GPUs; on ROCm
     the package is Composable Kernel's build and SDPA's flash backend AOTriton, at different rates (devices.toml).
     triton: the package's Triton kernels of 2022 (flash_attn_triton.py), which llm-foundry ran as attn_impl triton (its
-    default through v0.6), at their measured share of FlashAttention-2's rate (attention_kernels.toml). None: sdpa."""
+    default through v0.6), at a share of FlashAttention-2's rate (attention_kernels.toml: a proxy, as no measurement of
+    that kernel is published). None: sdpa."""
     moe_a2a_overlap: bool = False
     """Expert-parallel dispatch and combine hidden behind another micro-batch's compute (Megatron-Core
     --overlap-moe-expert-parallel-comm, DeepSeek-V3's dual micro-batch overlap): each all-to-all hides behind the part

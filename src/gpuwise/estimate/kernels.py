@@ -147,7 +147,7 @@ def attention_s(profile: DeviceProfile, flops: float, nbytes: float, *, backward
     `flops` for the backward pass is the usual 2.5x the forward (recomputing the scores plus four matmuls).
     `sdpa`: PyTorch's scaled_dot_product_attention (FlashAttention-2 kernels) instead of the device's best kernel;
     with `flash_attn`, the flash-attn package's kernels (`DeviceProfile.flash_attn_*`, where they differ from SDPA's);
-    with `triton` too, that package's Triton kernels (llm-foundry's attn_impl triton) at their measured share of its
+    with `triton` too, that package's Triton kernels (llm-foundry's attn_impl triton) at a share of its
     FlashAttention-2 rate (`attention_kernels.flash_attn_triton_share`).
     `seq`: keys each query block iterates over in one call (the sequence, or a context-parallel chunk of it); the
     profile's efficiency is the long-sequence plateau, scaled down at short lengths by the kernel family's measured

@@ -945,8 +945,9 @@ def _assumptions(req: TrainRequest, framework: str, layout: Layout, mem: TrainMe
                        "the forward as optimistic); --attn-implementation flash_attention_2 for the flash-attn package")
         elif req.job.flash_attn_triton:
             out.append("attention: the flash-attn package's Triton kernels of 2022 (--attn-implementation triton, "
-                       "llm-foundry's attn_impl triton), at 0.71x FlashAttention-2's rate forward and 0.5x backward "
-                       "(the FlashAttention-2 paper's A100 comparison, held on every GPU)")
+                       "llm-foundry's attn_impl triton), at 0.71x FlashAttention-2's rate forward and 0.5x backward: a "
+                       "proxy from the FlashAttention-2 paper's A100 comparisons (no measurement of this kernel is "
+                       "published), held on every GPU")
         elif req.job.flash_attn_package:
             out.append("attention: the flash-attn package's FlashAttention-2 kernels (--attn-implementation "
                        "flash_attention_2)")
