@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
+from ..catalog.attention_kernels import flash_attn_triton_share
 from ..catalog.devices import DeviceProfile, host_op_time_ratio, network_defaults, rental_price
 from ..catalog.gpus import GPU
 from ..catalog.models import LoadedModel
@@ -936,18 +937,20 @@ def _assumptions(req: TrainRequest, framework: str, layout: Layout, mem: TrainMe
         out.append("selective recompute = the attention core only (Megatron's); with flash attention it saves almost "
                    "nothing (torchtitan's per-op policy is --ac op)")
     if req.attention == "flash" and framework != "megatron":
-        if req.gpu.vendor == "amd":
+        if req.job.flash_attn_triton:
+            fwd, bwd = (flash_attn_triton_share(backward=b) for b in (False, True))
+            out.append(f"attention: the flash-attn package's Triton kernels of 2022 (--attn-implementation triton, "
+                       f"llm-foundry's attn_impl triton), at {fwd:.2f}x the package's FlashAttention-2 rate forward "
+                       f"and {bwd:.2f}x backward: a proxy from the FlashAttention-2 paper's A100 comparisons (no "
+                       "measurement of this kernel is published), held on every GPU")
+        elif req.gpu.vendor == "amd":
             out.append("attention on ROCm: the flash-attn package's Composable Kernel build, at its measured rate"
                        if req.job.flash_attn_package else
                        "attention on ROCm: PyTorch's SDPA runs AOTriton's kernels (no cuDNN backend there; Composable "
                        "Kernel with TORCH_ROCM_FA_PREFER_CK=1), its backward at AOTriton's own tuning measurements, "
-                       "its forward at the flash-attn CK build's rate (no AOTriton forward rate is published: read "
-                       "the forward as optimistic); --attn-implementation flash_attention_2 for the flash-attn package")
-        elif req.job.flash_attn_triton:
-            out.append("attention: the flash-attn package's Triton kernels of 2022 (--attn-implementation triton, "
-                       "llm-foundry's attn_impl triton), at 0.71x FlashAttention-2's rate forward and 0.5x backward: a "
-                       "proxy from the FlashAttention-2 paper's A100 comparisons (no measurement of this kernel is "
-                       "published), held on every GPU")
+                       "its forward at the flash-attn CK build's rate (optimistic: one published AOTriton forward, "
+                       "PyTorch 2.10 on an MI300X, runs ~0.9x that at 8k tokens and ~0.75x at 2k); "
+                       "--attn-implementation flash_attention_2 for the flash-attn package")
         elif req.job.flash_attn_package:
             out.append("attention: the flash-attn package's FlashAttention-2 kernels (--attn-implementation "
                        "flash_attention_2)")

@@ -216,16 +216,20 @@ def topology_to_dict(t) -> dict[str, Any]:
                            "latency_s": t.inter.latency_s}}
 
 
-def confidence_to_dict(r: TrainResult) -> dict[str, Any]:
-    from ..plan.train import train_confidence
-
-    from ..plan.confidence import CATEGORY_NAMES
-
-    c = train_confidence(r.request, r.layout)
-    return {"category": c.category, "category_name": CATEGORY_NAMES.get(c.category, c.category),
+def _band_dict(c, names: dict[str, str]) -> dict[str, Any]:
+    """The fields a speed or memory confidence band shares in JSON."""
+    return {"category": c.category, "category_name": names.get(c.category, c.category),
             "held_out_runs": c.runs, "band_of_category": c.of_category,
             "median_abs_error": round(c.median_abs_error, 4), "p90_abs_error": round(c.p90_abs_error, 4),
-            "bias": round(c.bias, 4), "outside_validated": list(c.outside),
+            "bias": round(c.bias, 4)}
+
+
+def confidence_to_dict(r: TrainResult) -> dict[str, Any]:
+    from ..plan.confidence import CATEGORY_NAMES
+    from ..plan.train import train_confidence
+
+    c = train_confidence(r.request, r.layout)
+    return {**_band_dict(c, CATEGORY_NAMES), "outside_validated": list(c.outside),
             "note": "from published runs held out of all tuning (validation/speed_sources); error = predicted / "
                     "published throughput - 1, bias > 0: those runs ran slower than predicted"}
 
@@ -234,11 +238,8 @@ def memory_confidence_to_dict(r: TrainResult) -> dict[str, Any]:
     from ..plan.confidence import MEMORY_CATEGORY_NAMES, train_memory_confidence
 
     c = train_memory_confidence(r)
-    return {"category": c.category, "category_name": MEMORY_CATEGORY_NAMES.get(c.category, c.category),
-            "held_out_runs": c.runs, "band_of_category": c.of_category,
-            "median_abs_error": round(c.median_abs_error, 4), "p90_abs_error": round(c.p90_abs_error, 4),
-            "bias": round(c.bias, 4), "held_out_verdicts": c.verdicts, "wrong_verdicts": c.wrong_verdicts,
-            "outside_validated": list(c.outside),
+    return {**_band_dict(c, MEMORY_CATEGORY_NAMES), "held_out_verdicts": c.verdicts,
+            "wrong_verdicts": c.wrong_verdicts, "outside_validated": list(c.outside),
             "note": "from published peaks held out of all tuning (validation/memory_sources); error = predicted / "
                     "published peak per GPU - 1, bias < 0: those runs peaked higher than predicted"}
 
