@@ -147,3 +147,34 @@ def test_a_memory_prediction_names_what_no_published_measurement_covers():
     sgd = train_memory_confidence(gpuwise.train("llama-3.1-8b", gpu="h100-sxm", num_gpus=8, fsdp="full",
                                                 optimizer="sgd"))
     assert sgd.outside == ("optimizer sgd (no published memory measurement)",)
+
+
+def _eager_moe(gpu: str, **extra):
+    return gpuwise.train("qwen3-30b-a3b", gpu=gpu, num_gpus=8, ep=8, seq=4096, global_batch=64, micro_batch=1,
+                         framework="megatron", **extra)
+
+
+def test_eager_megatron_moe_on_a_grace_host_is_named_as_host_bound_risk():
+    def named(r) -> bool:
+        return any("Grace host" in o for o in train_confidence(r.request, r.layout).outside)
+
+    assert named(_eager_moe("gb200"))
+    assert not named(_eager_moe("gb200", cuda_graph_scope="attn,moe_router,moe_preprocess"))
+    assert not named(_eager_moe("b200"))  # x86 host
+    dense = gpuwise.train("llama-3.1-8b", gpu="gb200", num_gpus=8, framework="megatron", seq=4096, global_batch=64)
+    assert not named(dense)
+
+
+def test_the_host_bound_warning_matches_the_published_runs_it_cites():
+    """The warning quotes the scored eager Grace MoE runs: while gpuwise prices no host launches they stay well
+    beyond its usual error (when a change fixes them, this fails and the warning goes)."""
+    from gpuwise.catalog.gpus import get_gpu
+    from gpuwise.plan.confidence import HOST_BOUND_HOSTS
+    from validation.speed import load, score
+
+    eager = [r for r in load() if r["options"].get("framework") == "megatron" and r["category"] == "moe_ep"
+             and not r["options"].get("cuda_graph_scope") and "DeepSeek" in r["name"]
+             and get_gpu(r["gpu"]).host_cpu == "grace"]
+    errors = sorted(round(1 + score(r).error, 1) for r in eager)
+    assert errors == [1.8, 3.1]
+    assert "1.8x and 3.1x" in HOST_BOUND_HOSTS["grace"]

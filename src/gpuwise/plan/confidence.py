@@ -93,6 +93,18 @@ class SpeedConfidence:
                 f"({where}{slower})")
 
 
+HOST_BOUND_HOSTS = {
+    "grace": "eager Megatron-Core MoE layers on a Grace host (no CUDA graph scope): the host's launches, which gpuwise "
+             "does not price, can bound the step: two published eager DeepSeek-V3 runs on GB200 (2025 software, "
+             "all-to-all dispatcher) took ~32 ms per layer and micro-batch whatever their kernels (1.8x and 3.1x the "
+             "prediction), where 2026 ones with HybridEP came within 10% (docs/performance.md)",
+}
+"""Hosts on which eager Megatron-Core MoE training was published host-bound, with what the warning says. NVIDIA's
+DeepSeek-V3 GB200 guide (Megatron-LM docs/discussions/deepseek-v3-gb200-optimization @1d9edcf) calls its baseline
+host-bound; it and the DGX Cloud v25.05 GB200 run (a different layout, precision and dispatcher) both spent
+31.5-31.9 ms per layer and micro-batch. The eager Grace runs of 2026 (Kimi-K2 on GB300, Qwen3-30B-A3B on GB200,
+HybridEP) came within 10%; x86 hosts: eager MoE runs were published within gpuwise's usual error."""
+
 FP8_KERNEL_NAMES = {"te": "Transformer Engine", "compiled": "torchao's float8 under torch.compile",
                     "eager": "torchao's float8 without torch.compile"}
 
@@ -100,9 +112,10 @@ FP8_KERNEL_NAMES = {"te": "Transformer Engine", "compiled": "torchao's float8 un
 def speed_confidence(*, category: str, gpu: str, precision: str, framework: str, degrees: dict[str, int],
                      num_gpus: int, seq: int, finetune: str, power_limit_w: float | None = None,
                      optimizer: str = "adamw", fp8_kernels: str | None = None,
-                     mixer: str | None = None) -> SpeedConfidence:
+                     mixer: str | None = None, eager_moe_host: str | None = None) -> SpeedConfidence:
     """`fp8_kernels`: under fp8, whose quantization kernels are priced (`step_time.fp8_quantize_kind`); `mixer`: a
-    hybrid model's recurrent layers' kind (`LinearMixerSpec.kind`)."""
+    hybrid model's recurrent layers' kind (`LinearMixerSpec.kind`); `eager_moe_host`: the host CPU driving eager
+    Megatron-Core MoE layers (no CUDA graph scope), named where host-bound runs were published (`HOST_BOUND_HOSTS`)."""
     data = _bands()
     band, own = _band(data["held_out"], category)
     cov = data["covered"]
@@ -134,6 +147,8 @@ def speed_confidence(*, category: str, gpu: str, precision: str, framework: str,
                        "kernel measurements)")
     if optimizer not in cov.get("optimizers", ("adamw",)):
         outside.append(f"optimizer {optimizer} (no published speed run)")
+    if eager_moe_host in HOST_BOUND_HOSTS:
+        outside.append(HOST_BOUND_HOSTS[eager_moe_host])
     return SpeedConfidence(category=category, runs=int(band["runs"]), of_category=own,
                            median_abs_error=float(band["median"]), p90_abs_error=float(band["p90"]),
                            bias=float(band["bias"]), outside=tuple(outside))

@@ -890,7 +890,16 @@ def train_confidence(req: TrainRequest, layout: Layout) -> SpeedConfidence:
                             degrees={"tp": layout.tp, "pp": layout.pp, "cp": layout.cp, "ep": layout.ep},
                             num_gpus=req.num_gpus, seq=req.seq, finetune=req.finetune, power_limit_w=gpu.power_limit_w,
                             optimizer=req.optimizer,
-                            fp8_kernels=fp8_family(req), mixer=recurrent_kind(spec))
+                            fp8_kernels=fp8_family(req), mixer=recurrent_kind(spec),
+                            eager_moe_host=eager_moe_host(req))
+
+
+def eager_moe_host(req: TrainRequest) -> str | None:
+    """The host CPU (`GPU.host_cpu`, x86 when unset) of a Megatron-Core MoE run without CUDA graph scopes, whose
+    kernel launches gpuwise does not price; None for anything else."""
+    if req.model.spec.moe is None or req.job.framework != "megatron" or req.job.cuda_graph_scope:
+        return None
+    return req.gpu.host_cpu or "x86"
 
 
 def _nvfp4_bytes(kind: str) -> float:
