@@ -152,6 +152,19 @@ def flash_attn_triton_share(*, backward: bool) -> float:
     return float(row["backward_vs_fa2" if backward else "forward_vs_fa2"])
 
 
+def package_rate(package: str, *, backward: bool) -> tuple[float, str]:
+    """(share of the device's best attention rate, the kernel family whose sequence curve it follows) of a flash-attn
+    package kernel transformers calls by `package` (attention_kernels.toml [package.*]: flash_attention_3,
+    flash_attention_4)."""
+    row = _data()["package"][package]
+    return float(row["backward_vs_best" if backward else "forward_vs_best"]), str(row["curve"])
+
+
+def package_architectures(package: str) -> tuple[str, ...]:
+    """The GPU architectures a package kernel runs on (and gpuwise has its rate for)."""
+    return tuple(_data()["package"][package]["architectures"])
+
+
 def sink_backward_s(family: str, rows: float) -> float:
     """Time attention sinks add to a flash backward of `rows` query rows x heads on the GPU, for `family`'s kernels
     (attention_kernels.toml `sink_backward_ns_per_row`; 0 where it is not measured)."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, get_args
 
+from ..catalog.attention_kernels import package_architectures
 from ..errors import InvalidArgument
 from ..fields import field_default
 from ..quant.formats import MICROSCALING, MICROSCALING_SCALE_BITS
@@ -45,7 +46,7 @@ CudaGraphScope = Literal["full_iteration", "attn", "mlp", "moe", "moe_router", "
 """Megatron-Core's --cuda-graph-scope values gpuwise reads (megatron/core/transformer/enums.py CudaGraphScope; mamba
 is not modelled)."""
 SdpaBackend = Literal["flash", "cudnn"]
-AttnImplementation = Literal["sdpa", "flash_attention_2", "triton"]
+AttnImplementation = Literal["sdpa", "flash_attention_2", "flash_attention_3", "flash_attention_4", "triton"]
 FlopsConvention = Literal["causal", "full"]
 NormType = Literal["rmsnorm", "fused_rmsnorm", "compiled_rmsnorm"]
 OffloadTarget = Literal["optimizer", "params", "activations"]
@@ -133,6 +134,8 @@ FLOAT8_RECIPES: tuple[str, ...] = get_args(Float8Recipe)
 CP_COMM_TYPES: tuple[str, ...] = get_args(CpCommType)
 SDPA_BACKENDS: tuple[str, ...] = get_args(SdpaBackend)
 ATTN_IMPLEMENTATIONS: tuple[str, ...] = get_args(AttnImplementation)
+ATTN_PACKAGES: tuple[str, ...] = ("flash_attention_3", "flash_attention_4")
+"""attn_implementation values priced as a share of the device's best kernel (attention_kernels.toml [package.*])."""
 OFFLOAD_TARGETS: tuple[str, ...] = get_args(OffloadTarget)
 
 
@@ -209,7 +212,9 @@ class TrainJob:
     the package is Composable Kernel's build and SDPA's flash backend AOTriton, at different rates (devices.toml).
     triton: the package's Triton kernels of 2022 (flash_attn_triton.py), which llm-foundry ran as attn_impl triton (its
     default through v0.6), at a share of FlashAttention-2's rate (attention_kernels.toml: a proxy, as no measurement of
-    that kernel is published). None: sdpa."""
+    that kernel is published). flash_attention_3 (FlashAttention-3, Hopper) and flash_attention_4 (FlashAttention-4,
+    data-center Blackwell): the newer packages' kernels, at their papers' rates against cuDNN's (attention_kernels.toml
+    [package.*]). None: sdpa."""
     moe_a2a_overlap: bool = False
     """Expert-parallel dispatch and combine hidden behind another micro-batch's compute (Megatron-Core
     --overlap-moe-expert-parallel-comm, DeepSeek-V3's dual micro-batch overlap): each all-to-all hides behind the part
@@ -352,11 +357,11 @@ class TrainJob:
             raise InvalidArgument("--attn-implementation chooses a PyTorch trainer's attention library, and the "
                                   "framework is megatron, which runs Transformer Engine's attention: pass --framework "
                                   "fsdp, hf, deepspeed or unsloth with it")
-        if self.flash_attn_package and self.framework in ("torchtitan", "torchtune"):
+        if (self.flash_attn_package or self.attn_package) and self.framework in ("torchtitan", "torchtune"):
             raise InvalidArgument(f"--attn-implementation {self.attn_implementation}: {self.framework} calls PyTorch's "
                                   "SDPA, not the flash-attn package (--sdpa-backend flash chooses SDPA's "
                                   "FlashAttention-2 kernels)")
-        if self.flash_attn_package and self.sdpa_backend is not None:
+        if (self.flash_attn_package or self.attn_package) and self.sdpa_backend is not None:
             raise InvalidArgument(f"--sdpa-backend chooses PyTorch SDPA's backend, and --attn-implementation "
                                   f"{self.attn_implementation} calls the flash-attn package instead of SDPA: give one "
                                   "of them")
@@ -501,7 +506,7 @@ class TrainJob:
         (Transformer Engine's attention). torchtitan asks SDPA for cuDNN first (its ScaledDotProductAttention: on
         Blackwell since torchtitan #1196, 2025-05-14, on every GPU since #1776, 2025-10-09); other PyTorch trainers
         leave SDPA's default order (transformers, torchtune; flash-attn 2 in llm-foundry)."""
-        if self.framework == "megatron":
+        if self.framework == "megatron" or self.attn_package:
             return False
         if self.flash_attn_package:  # the package's FlashAttention-2 kernels
             return True
@@ -518,7 +523,8 @@ class TrainJob:
         cards); `--sdpa-backend flash` prices an older PyTorch's default."""
         if self.framework != "megatron" and gpu.vendor == "amd":
             return True
-        if self.framework in ("megatron", "torchtitan") or self.sdpa_backend is not None or self.flash_attn_package:
+        if (self.framework in ("megatron", "torchtitan") or self.sdpa_backend is not None or self.flash_attn_package
+                or self.attn_package):
             return self.sdpa_runs_flash  # the framework's or the user's own choice
         return not sdpa_prefers_cudnn(gpu)  # SDPA's default order
 
@@ -537,15 +543,37 @@ class TrainJob:
         Triton kernels) rather than PyTorch's SDPA."""
         return self.attn_implementation in ("flash_attention_2", "triton")
 
+    @property
+    def attn_package(self) -> str | None:
+        """The newer flash-attn package kernels attention calls instead of SDPA (`attn_implementation`
+        flash_attention_3 or flash_attention_4, attention_kernels.toml [package.*]); None for anything else."""
+        return self.attn_implementation if self.attn_implementation in ATTN_PACKAGES else None
+
+    def attn_gpu_problem(self, gpu) -> str | None:
+        """Why `attn_implementation` cannot run on `gpu` (a catalog GPU), or None: FlashAttention-3 runs on Hopper,
+        FlashAttention-4 is priced on data-center Blackwell (its paper's B200)."""
+        if self.attn_package is None:
+            return None
+        archs = package_architectures(self.attn_package)
+        arch = (gpu.architecture or "").split(" (")[0]
+        if gpu.vendor == "nvidia" and arch in archs and (arch == "Hopper" or gpu.segment == "datacenter"):
+            return None
+        where = ("Hopper GPUs (H100, H200, H20)" if archs == ("Hopper",)
+                 else "data-center Blackwell GPUs (B200, GB200, B300, GB300)")
+        return (f"--attn-implementation {self.attn_package}: gpuwise prices it on {where} only, and {gpu.name} is "
+                f"{gpu.architecture or 'another architecture'}; use flash_attention_2 or sdpa there")
+
     def attention_kernel(self, gpu) -> str:
         """The attention kernel a step prices on `gpu` (a catalog GPU), by name: transformer_engine (Megatron: cuDNN
-        fused attention on Hopper and Blackwell), flash_attn_triton, flash_attn (the package; Composable Kernel's build
-        on ROCm), sdpa_aotriton (PyTorch's SDPA on ROCm), sdpa_flash or sdpa_cudnn; unfused when the score matrix is in
-        memory."""
+        fused attention on Hopper and Blackwell), flash_attn_3, flash_attn_4, flash_attn_triton, flash_attn (the
+        package; Composable Kernel's build on ROCm), sdpa_aotriton (PyTorch's SDPA on ROCm), sdpa_flash or
+        sdpa_cudnn; unfused when the score matrix is in memory."""
         if self.attention != "flash":
             return "unfused"
         if self.framework == "megatron":
             return "transformer_engine"
+        if self.attn_package is not None:
+            return "flash_attn_" + self.attn_package[-1]
         if self.flash_attn_triton:
             return "flash_attn_triton"
         if self.flash_attn_package:

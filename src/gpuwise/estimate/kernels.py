@@ -13,7 +13,8 @@ from __future__ import annotations
 import math
 from functools import lru_cache
 
-from ..catalog.attention_kernels import PLATEAU_HEAD_DIM, PLATEAU_SEQ, flash_attn_triton_share, tiles_over_curves
+from ..catalog.attention_kernels import (PLATEAU_HEAD_DIM, PLATEAU_SEQ, flash_attn_triton_share, package_rate,
+                                        tiles_over_curves)
 from ..catalog.attention_kernels import shape as attention_shape
 from ..catalog.devices import DeviceProfile
 
@@ -141,14 +142,16 @@ def recurrent_scan_s(profile: DeviceProfile, kind: str, flops: float, state_byte
 def attention_s(profile: DeviceProfile, flops: float, nbytes: float, *, backward: bool, dtype: str = "bf16",
                 sdpa: bool = False, seq: float | None = None, bandwidth: float | None = None,
                 head_dim: int | None = None, tiles: float | None = None, flash_attn: bool = False,
-                triton: bool = False) -> float:
+                triton: bool = False, package: str | None = None) -> float:
     """A flash-attention kernel: `flops` at the flash efficiency of the 16-bit peak, or its IO if larger.
 
     `flops` for the backward pass is the usual 2.5x the forward (recomputing the scores plus four matmuls).
     `sdpa`: PyTorch's scaled_dot_product_attention (FlashAttention-2 kernels) instead of the device's best kernel;
     with `flash_attn`, the flash-attn package's kernels (`DeviceProfile.flash_attn_*`, where they differ from SDPA's);
     with `triton` too, that package's Triton kernels (llm-foundry's attn_impl triton) at a share of its
-    FlashAttention-2 rate (`attention_kernels.flash_attn_triton_share`).
+    FlashAttention-2 rate (`attention_kernels.flash_attn_triton_share`). `package`: a flash-attn package kernel
+    transformers calls by that name (flash_attention_3 on Hopper, flash_attention_4 on Blackwell), at its measured share
+    of the device's best kernel along its own family's curve (`attention_kernels.package_rate`).
     `seq`: keys each query block iterates over in one call (the sequence, or a context-parallel chunk of it); the
     profile's efficiency is the long-sequence plateau, scaled down at short lengths by the kernel family's measured
     curve (`catalog.attention_kernels`). None: the plateau. `head_dim`: the q.k head size; below 128 the same
@@ -171,8 +174,12 @@ def attention_s(profile: DeviceProfile, flops: float, nbytes: float, *, backward
             eff *= flash_attn_triton_share(backward=backward)
     else:
         eff = profile.attention_backward_efficiency if backward else profile.attention_forward_efficiency
+    family = profile.sdpa_kernel if sdpa else profile.attention_kernel
+    if package is not None and not sdpa:
+        share, family = package_rate(package, backward=backward)
+        eff *= share
     if seq is not None or head_dim is not None:
-        eff *= attention_shape(profile.sdpa_kernel if sdpa else profile.attention_kernel,
+        eff *= attention_shape(family,
                                PLATEAU_SEQ if seq is None else seq, backward=backward,
                                head_dim=PLATEAU_HEAD_DIM if head_dim is None else head_dim)
     if tiles is not None:

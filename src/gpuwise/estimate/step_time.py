@@ -298,7 +298,8 @@ def _block_time(profile: DeviceProfile, spec: ModelSpec, layer: int, *, tokens: 
                 whole_sequence: bool = False, sdpa_flash: bool | None = None,
                 weight_cached: bool = False, transpose_cached: bool = True,
                 fp8_kernels: str | None = None, permute_fused: bool = False, flash_attn: bool = False,
-                extras_unfused: str | None = None, triton_attn: bool = False) -> _BlockTime:
+                extras_unfused: str | None = None, triton_attn: bool = False,
+                attn_package: str | None = None) -> _BlockTime:
     """`whole_sequence`: each attention kernel covers the whole context (Ulysses all-to-all CP: all tokens, 1/cp of
     the heads) rather than one rank's chunk of it. `sdpa_flash`: attention runs SDPA's FlashAttention-2 kernels
     (`TrainJob.sdpa_runs_flash`; None: every framework but Megatron). `weight_cached`: fp8 weights quantized once per
@@ -306,7 +307,8 @@ def _block_time(profile: DeviceProfile, spec: ModelSpec, layer: int, *, tokens: 
     quantizes fp8 operands, "te" or "torchao" (`TrainJob.fp8_kernels`; None: the framework's own). `permute_fused`:
     an MoE layer's permute and unpermute run as fused kernels (`TrainJob.moe_permute_fused`). `flash_attn`: the
     flash-attn package's kernels rather than SDPA's flash backend (`TrainJob.flash_attn_package`), its Triton ones
-    with `triton_attn` (`TrainJob.flash_attn_triton`). `extras_unfused`:
+    with `triton_attn` (`TrainJob.flash_attn_triton`), or FlashAttention-3 / -4 with `attn_package`
+    (`TrainJob.attn_package`). `extras_unfused`:
     an expert bias and a clamped activation run as PyTorch ops of their own, with routing probabilities of this
     dtype (`TrainJob.expert_extras_unfused`); None: fused or absent."""
     fp8_kernels = fp8_kernels_of(framework, fp8_kernels)
@@ -314,14 +316,14 @@ def _block_time(profile: DeviceProfile, spec: ModelSpec, layer: int, *, tokens: 
         sdpa_flash = framework != "megatron"
     key = (id(profile), id(spec), block_signature(spec, layer), tokens, seq_local, cp, tp, ep, dtype, e, recompute,
            frozen_base, framework, attention, compile, etp, whole_sequence, sdpa_flash, weight_cached, transpose_cached,
-           fp8_kernels, permute_fused, flash_attn, extras_unfused, triton_attn)
+           fp8_kernels, permute_fused, flash_attn, extras_unfused, triton_attn, attn_package)
     hit = _CACHE.get(key)
     if hit is not None:
         return hit[0]
     return remember(_CACHE, key, _time_block(profile, spec, layer, tokens, seq_local, cp, tp, ep, dtype, e, recompute,
                                              frozen_base, framework, attention, compile, etp, whole_sequence,
                                              sdpa_flash, weight_cached, transpose_cached, fp8_kernels, permute_fused,
-                                             flash_attn, extras_unfused, triton_attn),
+                                             flash_attn, extras_unfused, triton_attn, attn_package),
                     profile, spec)
 
 
@@ -330,7 +332,8 @@ def _time_block(profile: DeviceProfile, spec: ModelSpec, layer: int, tokens: int
                 attention: str, compile: bool, etp: int | None, whole_sequence: bool = False,
                 sdpa_flash: bool = False, weight_cached: bool = False,
                 transpose_cached: bool = True, fp8_kernels: str = "te", permute_fused: bool = False,
-                flash_attn: bool = False, extras_unfused: str | None = None, triton_attn: bool = False) -> _BlockTime:
+                flash_attn: bool = False, extras_unfused: str | None = None, triton_attn: bool = False,
+                attn_package: str | None = None) -> _BlockTime:
     if spec.parallel_hybrid:
         raise_untimed_linear(spec)
     if spec.hybrid and recompute_plan(recompute).kind == "op":
@@ -390,10 +393,10 @@ def _time_block(profile: DeviceProfile, spec: ModelSpec, layer: int, tokens: int
         work = ops.attention_flops * band_work(window, queries)
         attn_f = attention_s(profile, work, attn_bytes, backward=False, dtype=attn_dtype,
                              sdpa=sdpa_flash, seq=kernel_seq, head_dim=hd, tiles=tiles, flash_attn=flash_attn,
-                             triton=triton_attn)
+                             triton=triton_attn, package=attn_package)
         attn_b = attention_s(profile, 2.5 * work, 2 * attn_bytes, backward=True, dtype=attn_dtype,
                              sdpa=sdpa_flash, seq=kernel_seq, head_dim=hd, tiles=tiles, flash_attn=flash_attn,
-                             triton=triton_attn)
+                             triton=triton_attn, package=attn_package)
         if spec.attention_sinks and framework == "megatron":  # Transformer Engine runs sinks on cuDNN only
             attn_b += sink_backward_s("cudnn", (tokens // seq_local) * heads * queries)
     scan_f = scan_b = 0.0
@@ -678,7 +681,7 @@ def step_time(spec: ModelSpec, layout: Layout, job: TrainJob, *, profile: Device
                              whole_sequence=cp_type == "a2a", sdpa_flash=sdpa_flash,
                              weight_cached=job.fp8_weight_cache, fp8_kernels=job.fp8_kernels,
                              permute_fused=job.moe_permute_fused, flash_attn=job.flash_attn_package,
-                             triton_attn=job.flash_attn_triton,
+                             triton_attn=job.flash_attn_triton, attn_package=job.attn_package,
                              extras_unfused=job.expert_extras_unfused,
                              transpose_cached=job.fp8_transpose_cache
                              or not fp8_gemm_needs_transpose(profile.gpu.architecture))

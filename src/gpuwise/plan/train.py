@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
-from ..catalog.attention_kernels import flash_attn_triton_share
+from ..catalog.attention_kernels import flash_attn_triton_share, package_rate
 from ..catalog.devices import DeviceProfile, host_op_time_ratio, network_defaults, rental_price
 from ..catalog.gpus import GPU
 from ..catalog.models import LoadedModel
@@ -581,6 +581,8 @@ class TrainRequest:
                        fp8_transpose_cache=fp8_transpose_cached(self.gpu.architecture,
                                                                 disabled=self.disable_parameter_transpose_cache
                                                                 or self.no_fp8_weight_transpose_cache))
+        if (problem := job.attn_gpu_problem(self.gpu)) is not None:
+            raise InvalidArgument(problem)
         for name in MEGATRON_OPTIONS:
             problem = megatron_option_problem(name, framework, self.precision, self.fp8_param_gather,
                                               self.gpu.vendor)
@@ -952,6 +954,12 @@ def _assumptions(req: TrainRequest, framework: str, layout: Layout, mem: TrainMe
                        f"llm-foundry's attn_impl triton), at {fwd:.2f}x the package's FlashAttention-2 rate forward "
                        f"and {bwd:.2f}x backward: a proxy from the FlashAttention-2 paper's A100 comparisons (no "
                        "measurement of this kernel is published), held on every GPU")
+        elif req.job.attn_package is not None:
+            fwd, bwd = (package_rate(req.job.attn_package, backward=b)[0] for b in (False, True))
+            name = "FlashAttention-3" if req.job.attn_package.endswith("3") else "FlashAttention-4"
+            out.append(f"attention: {name} (--attn-implementation {req.job.attn_package}), at {fwd:.2f}x the rate of "
+                       f"cuDNN's fused attention on {req.gpu.name} forward and {bwd:.2f}x backward "
+                       "(catalog/data/attention_kernels.toml: its paper's comparison)")
         elif req.gpu.vendor == "amd":
             out.append("attention on ROCm: the flash-attn package's Composable Kernel build, at its measured rate"
                        if req.job.flash_attn_package else
