@@ -165,6 +165,8 @@ def test_flash_attn_triton_is_priced_within_the_fa2_papers_triton_comparison(mon
     ("mi300x", dict(framework="fsdp"), "sdpa_aotriton"),
     ("h100-sxm", dict(framework="fsdp", attn_implementation="flash_attention_2"), "flash_attn"),
     ("h100-sxm", dict(framework="fsdp", attn_implementation="triton"), "flash_attn_triton"),
+    ("h200-sxm", dict(framework="deepspeed", attn_implementation="flash_attention_3"), "flash_attn_3"),
+    ("b200", dict(framework="hf", attn_implementation="flash_attention_4"), "flash_attn_4"),
 ])
 def test_attention_kernel_names_what_the_step_prices(gpu, options, kernel):
     from gpuwise.estimate.job import TrainJob
@@ -387,3 +389,53 @@ def test_torchtitan_runs_its_experts_as_one_grouped_gemm(monkeypatch):
     seen = {framework: first_block(monkeypatch, "qwen3-30b-a3b", framework=framework, **one)[1]
             for framework in ("torchtitan", "megatron")}
     assert seen["torchtitan"].gemm_forward < 0.7 * seen["megatron"].gemm_forward
+
+
+def test_flash_attention_3_and_4_are_priced_from_their_papers_and_a_published_kernel_ratio():
+    """FlashAttention-3 (transformers' attn_implementation "flash_attention_3", Hopper) runs at the FA3 paper's own
+    FA3 / cuDNN ratio (H100, head dim 128, 16k: causal forward 616 / 539; the causal backward, each non-causal backward
+    times its forward's causal share, (561 x 616 / 648) / (516 x 539 / 595)) along FA3's sequence curve.
+    FlashAttention-4 on a B200 is checked against ml-engineering's kernel benchmark (FA4 on a B200 over FA3 on an
+    H200, Llama-3.1-8B's attention shape, causal, forward + backward: 1.88x at 8K, 1.95x at 32K)."""
+    from gpuwise.catalog._toml import load_toml
+
+    paper = load_toml("attention_kernels.toml")
+    fa3, cudnn = paper["fa3"], paper["cudnn"]
+    h200 = default_profile(get_gpu("h200-sxm"))
+    b200 = default_profile(get_gpu("b200"))
+    flops = 1e12
+    for backward, expected in ((False, fa3["forward_causal"][-1] / cudnn["forward_causal"][-1]),
+                               (True, (fa3["backward"][-1] * fa3["forward_causal"][-1] / fa3["forward"][-1])
+                                / (cudnn["backward"][-1] * cudnn["forward_causal"][-1] / cudnn["forward"][-1]))):
+        best = attention_s(h200, flops, 0.0, backward=backward)
+        ours = attention_s(h200, flops, 0.0, backward=backward, package="flash_attention_3")
+        assert best / ours == pytest.approx(expected, rel=0.005)
+
+    def pair(profile, package, seq):  # forward + backward of one causal attention, gpuwise's FLOP convention
+        return (attention_s(profile, flops, 0.0, backward=False, seq=seq, package=package)
+                + attention_s(profile, 2.5 * flops, 0.0, backward=True, seq=seq, package=package))
+
+    for seq, measured in ((8192, 1.88), (32768, 1.95)):
+        ratio = pair(h200, "flash_attention_3", seq) / pair(b200, "flash_attention_4", seq)
+        assert ratio == pytest.approx(measured, rel=0.05)
+
+
+def test_flash_attention_3_and_4_run_only_where_gpuwise_has_their_rates(monkeypatch):
+    from gpuwise.errors import InvalidArgument
+
+    deepspeed = dict(framework="deepspeed", zero=3, num_gpus=8, seq=32768, global_batch=8, micro_batch=1)
+    for gpu, package in (("a100-sxm-80gb", "flash_attention_3"), ("b200", "flash_attention_3"),
+                         ("h100-sxm", "flash_attention_4"), ("mi300x", "flash_attention_3")):
+        with pytest.raises(InvalidArgument, match="prices it on"):
+            gpuwise.train(MODEL, gpu=gpu, attn_implementation=package, **deepspeed)
+    with pytest.raises(InvalidArgument, match="calls PyTorch's SDPA"):
+        gpuwise.train(MODEL, gpu="h100-sxm", framework="torchtitan", attn_implementation="flash_attention_3")
+    with pytest.raises(InvalidArgument, match="give one of them"):
+        gpuwise.train(MODEL, gpu="h100-sxm", framework="hf", attn_implementation="flash_attention_3",
+                      sdpa_backend="cudnn")
+    _, sdpa = _blocks(monkeypatch, gpu="h100-sxm", framework="hf", **ONE)  # SDPA's cuDNN backend
+    _, fa3 = _blocks(monkeypatch, gpu="h100-sxm", framework="hf", attn_implementation="flash_attention_3", **ONE)
+    assert fa3.gemm_forward == sdpa.gemm_forward
+    assert 1.05 < sdpa.attention_forward / fa3.attention_forward < 1.25
+    r = gpuwise.train(MODEL, gpu="h200-sxm", attn_implementation="flash_attention_3", **deepspeed)
+    assert any("FlashAttention-3" in a for a in r.assumptions)

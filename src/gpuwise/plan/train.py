@@ -461,8 +461,9 @@ class TrainRequest:
     """A PyTorch trainer's attention library, as transformers' attn_implementation names it: sdpa (PyTorch's
     scaled_dot_product_attention) or flash_attention_2 (the flash-attn package; Axolotl's flash_attention: true).
     The same kernels on NVIDIA GPUs; on ROCm the package is Composable Kernel's build and SDPA's flash backend
-    AOTriton. triton: the package's Triton kernels of 2022 (llm-foundry's attn_impl triton, its default through
-    v0.6), slower than FlashAttention-2. Default sdpa."""
+    AOTriton. flash_attention_3 (FlashAttention-3, Hopper) and flash_attention_4 (FlashAttention-4, data-center
+    Blackwell): faster than cuDNN's attention by their papers' figures. triton: the package's Triton kernels of 2022
+    (llm-foundry's attn_impl triton, its default through v0.6), slower than FlashAttention-2. Default sdpa."""
     sdpa_backend: SdpaBackend | None = None
     """PyTorch SDPA's backend (torch.nn.attention.SDPBackend) for PyTorch trainers: flash (FlashAttention-2 kernels)
     or cudnn (cuDNN fused attention); default cudnn for torchtitan (which asks for it first: on Blackwell since
