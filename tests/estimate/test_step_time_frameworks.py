@@ -428,6 +428,9 @@ def test_flash_attention_3_and_4_run_only_where_gpuwise_has_their_rates(monkeypa
                          ("h100-sxm", "flash_attention_4"), ("mi300x", "flash_attention_3")):
         with pytest.raises(InvalidArgument, match="prices it on"):
             gpuwise.train(MODEL, gpu=gpu, attn_implementation=package, **deepspeed)
+    with pytest.raises(InvalidArgument, match="prices it on"):  # the planner runs the same check
+        gpuwise.plan(MODEL, gpu="a100-sxm-80gb", num_gpus=8, seq=8192, global_batch=64, framework="deepspeed",
+                     attn_implementation="flash_attention_3")
     with pytest.raises(InvalidArgument, match="calls PyTorch's SDPA"):
         gpuwise.train(MODEL, gpu="h100-sxm", framework="torchtitan", attn_implementation="flash_attention_3")
     with pytest.raises(InvalidArgument, match="give one of them"):

@@ -121,6 +121,21 @@ def sdpa_prefers_cudnn(gpu) -> bool:
                                                             and gpu.segment == "datacenter"))
 
 
+def attn_package_problem(attn_implementation: str | None, gpu) -> str | None:
+    """Why `attn_implementation` cannot run on `gpu` (a catalog GPU), or None: FlashAttention-3 runs on Hopper,
+    FlashAttention-4 is priced on data-center Blackwell (its paper's B200) (attention_kernels.toml [package.*])."""
+    if attn_implementation not in ATTN_PACKAGES:
+        return None
+    archs = package_architectures(attn_implementation)
+    arch = (gpu.architecture or "").split(" (")[0]
+    if gpu.vendor == "nvidia" and arch in archs and (arch == "Hopper" or gpu.segment == "datacenter"):
+        return None
+    where = ("Hopper GPUs (H100, H200, H20)" if archs == ("Hopper",)
+             else "data-center Blackwell GPUs (B200, GB200, B300, GB300)")
+    return (f"--attn-implementation {attn_implementation}: gpuwise prices it on {where} only, and {gpu.name} is "
+            f"{gpu.architecture or 'another architecture'}; use flash_attention_2 or sdpa there")
+
+
 def fp8_kernels_of(framework: str, backend: str | None = None) -> str:
     """Whose kernels run a job's fp8: `backend` when given, else the framework's own (Transformer Engine for
     `TE_FP8`, torchao's float8 for the PyTorch-native trainers)."""
@@ -548,20 +563,6 @@ class TrainJob:
         """The newer flash-attn package kernels attention calls instead of SDPA (`attn_implementation`
         flash_attention_3 or flash_attention_4, attention_kernels.toml [package.*]); None for anything else."""
         return self.attn_implementation if self.attn_implementation in ATTN_PACKAGES else None
-
-    def attn_gpu_problem(self, gpu) -> str | None:
-        """Why `attn_implementation` cannot run on `gpu` (a catalog GPU), or None: FlashAttention-3 runs on Hopper,
-        FlashAttention-4 is priced on data-center Blackwell (its paper's B200)."""
-        if self.attn_package is None:
-            return None
-        archs = package_architectures(self.attn_package)
-        arch = (gpu.architecture or "").split(" (")[0]
-        if gpu.vendor == "nvidia" and arch in archs and (arch == "Hopper" or gpu.segment == "datacenter"):
-            return None
-        where = ("Hopper GPUs (H100, H200, H20)" if archs == ("Hopper",)
-                 else "data-center Blackwell GPUs (B200, GB200, B300, GB300)")
-        return (f"--attn-implementation {self.attn_package}: gpuwise prices it on {where} only, and {gpu.name} is "
-                f"{gpu.architecture or 'another architecture'}; use flash_attention_2 or sdpa there")
 
     def attention_kernel(self, gpu) -> str:
         """The attention kernel a step prices on `gpu` (a catalog GPU), by name: transformer_engine (Megatron: cuDNN

@@ -184,7 +184,7 @@ class PlanRequest:
                 grad_reduce_in_fp32=self.grad_reduce_in_fp32, moe_a2a_overlap=self.moe_a2a_overlap,
                 moe_token_dispatcher=self.moe_token_dispatcher, pad=self.moe_pad_expert_input_to_capacity,
                 moment_dtypes=(self.exp_avg_dtype, self.exp_avg_sq_dtype),
-                permute_fusion=self.moe_permute_fusion)) is not None:
+                permute_fusion=self.moe_permute_fusion, attn_implementation=self.attn_implementation)) is not None:
             raise InvalidArgument(problem)
         if self.moe_a2a_overlap and self.ep == 1:
             raise InvalidArgument("--moe-a2a-overlap needs expert parallelism: --ep > 1")

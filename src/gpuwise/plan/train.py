@@ -19,7 +19,7 @@ from ..estimate.comm import Topology
 from ..estimate.flops import StepFlops, gemm_dtype, job_flops, utilization
 from ..estimate.job import (FSDP2_OFFLOAD_ALL, PYTORCH_NATIVE, AttnImplementation, Attention, CpCommType,
                             CudaGraphScope, Finetune, FlexBackend, Float8Recipe, FlopsConvention, Fp8Backend,
-                            Framework, MoeDispatcher, NormType,
+                            Framework, MoeDispatcher, NormType, attn_package_problem,
                             OffloadTarget, Optimizer, OptimizerImpl, Precision, QUANTIZED_PRECISIONS, Recompute,
                             SdpaBackend, StateDtype, TrainJob, NVFP4_ELEMENT_BYTES, NVFP4_WEIGHT_CACHE_BYTES,
                             fp8_transpose_cached, job_default, routed_experts_16bit)
@@ -306,7 +306,7 @@ def recipe_problem(framework: str, *, spec, gpu: GPU, precision: str, finetune: 
                    fp8_backend: str | None, bf16_layers: tuple[int, int], sdpa_backend: str | None, optimizer: str,
                    compile: bool, tp_comm_overlap: bool, fp8_param_gather: bool, grad_reduce_in_fp32: bool,
                    moe_a2a_overlap: bool, moe_token_dispatcher: str, pad: bool, moment_dtypes: tuple,
-                   permute_fusion: bool) -> str | None:
+                   permute_fusion: bool, attn_implementation: str | None = None) -> str | None:
     """The first reason, in one line, why `framework` cannot run this recipe, or None: the checks `gpuwise train`
     and `gpuwise plan` share (precision and its kernels, layers kept in bf16, the attention backend, trainer
     options, optimizer, model layers, Megatron-Core's MoE options), in that order."""
@@ -317,6 +317,7 @@ def recipe_problem(framework: str, *, spec, gpu: GPU, precision: str, finetune: 
                                     num_layers=spec.num_layers),
         lambda: nvfp4_shape_problem(spec, tp) if precision == "nvfp4" and framework == "torchtitan" else None,
         lambda: sdpa_backend_problem(sdpa_backend, gpu),
+        lambda: attn_package_problem(attn_implementation, gpu),
         lambda: trainer_option_problem(framework, precision=precision, compile=compile,
                                        tp_comm_overlap=tp_comm_overlap, fp8_param_gather=fp8_param_gather,
                                        grad_reduce_in_fp32=grad_reduce_in_fp32),
@@ -582,8 +583,6 @@ class TrainRequest:
                        fp8_transpose_cache=fp8_transpose_cached(self.gpu.architecture,
                                                                 disabled=self.disable_parameter_transpose_cache
                                                                 or self.no_fp8_weight_transpose_cache))
-        if (problem := job.attn_gpu_problem(self.gpu)) is not None:
-            raise InvalidArgument(problem)
         for name in MEGATRON_OPTIONS:
             problem = megatron_option_problem(name, framework, self.precision, self.fp8_param_gather,
                                               self.gpu.vendor)
@@ -602,7 +601,7 @@ class TrainRequest:
                 grad_reduce_in_fp32=self.grad_reduce_in_fp32, moe_a2a_overlap=self.moe_a2a_overlap,
                 moe_token_dispatcher=self.moe_token_dispatcher, pad=self.moe_pad_expert_input_to_capacity,
                 moment_dtypes=(self.exp_avg_dtype, self.exp_avg_sq_dtype),
-                permute_fusion=self.moe_permute_fusion)) is not None:
+                permute_fusion=self.moe_permute_fusion, attn_implementation=self.attn_implementation)) is not None:
             raise InvalidArgument(problem)
         if (self.exp_avg_dtype or self.exp_avg_sq_dtype) and self.sharding == "ddp":
             # Megatron's OptimizerConfig asserts the distributed optimizer
