@@ -31,13 +31,15 @@ def test_offload_never_makes_a_step_faster(case, offload):
     assert off.perf.step.step_time_s > base.perf.step.step_time_s
 
 
-def test_cpu_optimizer_streams_the_host_states_at_host_memory_speed():
+def test_cpu_optimizer_streams_the_host_states_at_the_measured_cpu_adam_rate():
     r = gpuwise.train("llama-3.1-8b", gpu="h100-sxm", num_gpus=8, zero=2, seq=4096, global_batch=8,
                       offload=("optimizer",))
     from gpuwise.catalog.devices import network_defaults
 
     host = network_defaults()["host_memory_gb_s_per_gpu"] * 1e9
-    # fp32 master + two Adam moments + the bf16 gradient partition for 1/8 of 8.03B parameters, read and written:
-    # at least 2 x 14 B per param
+    # host memory: fp32 master + two Adam moments + the bf16 gradient partition for 1/8 of 8.03B parameters; the
+    # step reads and writes the 12 B of states, reads the 2 B gradient once and writes the 2 B new weight: 28 B per
+    # parameter at the CPU Adam rate (the gradient is not streamed as a state, devices.toml's derivation)
     assert r.memory.cpu == pytest.approx(14 * 8.03e9 / 8, rel=0.01)
-    assert r.perf.step.breakdown["offload"] >= 2 * r.memory.cpu / host
+    cpu_step = 28 * 8.03e9 / 8 / host
+    assert cpu_step <= r.perf.step.breakdown["offload"] < cpu_step * 1.1  # + the weights' copy back over PCIe

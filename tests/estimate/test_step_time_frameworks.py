@@ -392,11 +392,14 @@ def test_torchtitan_runs_its_experts_as_one_grouped_gemm(monkeypatch):
 
 
 def test_flash_attention_3_and_4_are_priced_from_their_papers_and_a_published_kernel_ratio():
-    """FlashAttention-3 (transformers' attn_implementation "flash_attention_3", Hopper) runs at the FA3 paper's own
-    FA3 / cuDNN ratio (H100, head dim 128, 16k: causal forward 616 / 539; the causal backward, each non-causal backward
-    times its forward's causal share, (561 x 616 / 648) / (516 x 539 / 595)) along FA3's sequence curve.
-    FlashAttention-4 on a B200 is checked against ml-engineering's kernel benchmark (FA4 on a B200 over FA3 on an
-    H200, Llama-3.1-8B's attention shape, causal, forward + backward: 1.88x at 8K, 1.95x at 32K)."""
+    """FlashAttention-3 (transformers' attn_implementation "flash_attention_3", Hopper): the catalog's shares must be
+    the FA3 paper's own FA3 / cuDNN ratios (H100, head dim 128, 16k: causal forward 616 / 539; the causal backward,
+    each non-causal backward times its forward's causal share, (561 x 616 / 648) / (516 x 539 / 595)), a consistency
+    check of the rounded constants against the paper's figures in the same file. FlashAttention-4 on a B200 against
+    ml-engineering's measurements (FA4 on a B200 over FA3 on an H200, Llama-3.1-8B's attention, causal, forward +
+    backward): its kernel benchmark's 1.95x at 32K is the point FA4's backward share was fitted to; 1.88x at 8K and
+    the in-step 1.87x at 8K (bench_decompose.py: 834 / 447 TFLOP/s) were not, and gpuwise, whose two kernels share one
+    sequence curve, holds 1.95x at every length: they check it within 5%."""
     from gpuwise.catalog._toml import load_toml
 
     paper = load_toml("attention_kernels.toml")
@@ -415,7 +418,7 @@ def test_flash_attention_3_and_4_are_priced_from_their_papers_and_a_published_ke
         return (attention_s(profile, flops, 0.0, backward=False, seq=seq, package=package)
                 + attention_s(profile, 2.5 * flops, 0.0, backward=True, seq=seq, package=package))
 
-    for seq, measured in ((8192, 1.88), (32768, 1.95)):
+    for seq, measured in ((8192, 1.88), (8192, 834 / 447), (32768, 1.95)):
         ratio = pair(h200, "flash_attention_3", seq) / pair(b200, "flash_attention_4", seq)
         assert ratio == pytest.approx(measured, rel=0.05)
 

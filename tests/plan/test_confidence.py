@@ -4,6 +4,7 @@ what in its configuration no published run covers."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -175,6 +176,7 @@ def test_the_host_bound_warning_matches_the_published_runs_it_cites():
     eager = [r for r in load() if r["options"].get("framework") == "megatron" and r["category"] == "moe_ep"
              and not r["options"].get("cuda_graph_scope") and "DeepSeek" in r["name"]
              and get_gpu(r["gpu"]).host_cpu == "grace"]
-    errors = sorted(round(1 + score(r).error, 1) for r in eager)
-    assert errors == [1.8, 3.1]
-    assert "1.8x and 3.1x" in HOST_BOUND_HOSTS["grace"]
+    ratios = sorted(1 + score(r).error for r in eager)
+    assert len(ratios) == 2 and min(ratios) > 1.5
+    quoted = [float(x) for x in re.findall(r"([0-9.]+)x", HOST_BOUND_HOSTS["grace"].split("prediction")[0])[-2:]]
+    assert quoted == pytest.approx(ratios, abs=0.1)

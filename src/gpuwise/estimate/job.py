@@ -121,19 +121,24 @@ def sdpa_prefers_cudnn(gpu) -> bool:
                                                             and gpu.segment == "datacenter"))
 
 
+def _package_runs_on(package: str, gpu) -> bool:
+    arch = (gpu.architecture or "").split(" (")[0]
+    return (gpu.vendor == "nvidia" and arch in package_architectures(package)
+            and (arch == "Hopper" or gpu.segment == "datacenter"))
+
+
 def attn_package_problem(attn_implementation: str | None, gpu) -> str | None:
     """Why `attn_implementation` cannot run on `gpu` (a catalog GPU), or None: FlashAttention-3 runs on Hopper,
     FlashAttention-4 is priced on data-center Blackwell (its paper's B200) (attention_kernels.toml [package.*])."""
-    if attn_implementation not in ATTN_PACKAGES:
+    if attn_implementation not in ATTN_PACKAGES or _package_runs_on(attn_implementation, gpu):
         return None
     archs = package_architectures(attn_implementation)
-    arch = (gpu.architecture or "").split(" (")[0]
-    if gpu.vendor == "nvidia" and arch in archs and (arch == "Hopper" or gpu.segment == "datacenter"):
-        return None
-    where = ("Hopper GPUs (H100, H200, H20)" if archs == ("Hopper",)
-             else "data-center Blackwell GPUs (B200, GB200, B300, GB300)")
+    where = ("Hopper GPUs (sm90: H100, H200, H800, H20)" if archs == ("Hopper",)
+             else "data-center Blackwell GPUs (sm100/sm103: B200, GB200, B300, GB300)")
+    sibling = next((p for p in ATTN_PACKAGES if p != attn_implementation and _package_runs_on(p, gpu)), None)
+    instead = f"use {sibling} there" if sibling else "use flash_attention_2 or sdpa there"
     return (f"--attn-implementation {attn_implementation}: gpuwise prices it on {where} only, and {gpu.name} is "
-            f"{gpu.architecture or 'another architecture'}; use flash_attention_2 or sdpa there")
+            f"{gpu.architecture or 'another architecture'}; {instead}")
 
 
 def fp8_kernels_of(framework: str, backend: str | None = None) -> str:
@@ -228,8 +233,9 @@ class TrainJob:
     triton: the package's Triton kernels of 2022 (flash_attn_triton.py), which llm-foundry ran as attn_impl triton (its
     default through v0.6), at a share of FlashAttention-2's rate (attention_kernels.toml: a proxy, as no measurement of
     that kernel is published). flash_attention_3 (FlashAttention-3, Hopper) and flash_attention_4 (FlashAttention-4,
-    data-center Blackwell): the newer packages' kernels, at their papers' rates against cuDNN's (attention_kernels.toml
-    [package.*]). None: sdpa."""
+    data-center Blackwell): the newer packages' kernels, at shares of cuDNN's rate (attention_kernels.toml [package.*]:
+    FA3's from its paper, FA4's forward from its paper's claim, its backward fitted to a published kernel benchmark).
+    None: sdpa."""
     moe_a2a_overlap: bool = False
     """Expert-parallel dispatch and combine hidden behind another micro-batch's compute (Megatron-Core
     --overlap-moe-expert-parallel-comm, DeepSeek-V3's dual micro-batch overlap): each all-to-all hides behind the part
@@ -373,9 +379,10 @@ class TrainJob:
                                   "framework is megatron, which runs Transformer Engine's attention: pass --framework "
                                   "fsdp, hf, deepspeed or unsloth with it")
         if (self.flash_attn_package or self.attn_package) and self.framework in ("torchtitan", "torchtune"):
+            closest = ("--sdpa-backend cudnn chooses cuDNN's attention, the closest to it" if self.attn_package
+                       else "--sdpa-backend flash chooses SDPA's FlashAttention-2 kernels")
             raise InvalidArgument(f"--attn-implementation {self.attn_implementation}: {self.framework} calls PyTorch's "
-                                  "SDPA, not the flash-attn package (--sdpa-backend flash chooses SDPA's "
-                                  "FlashAttention-2 kernels)")
+                                  f"SDPA, not the flash-attn package ({closest})")
         if (self.flash_attn_package or self.attn_package) and self.sdpa_backend is not None:
             raise InvalidArgument(f"--sdpa-backend chooses PyTorch SDPA's backend, and --attn-implementation "
                                   f"{self.attn_implementation} calls the flash-attn package instead of SDPA: give one "

@@ -13,8 +13,13 @@ from __future__ import annotations
 import math
 from functools import lru_cache
 
-from ..catalog.attention_kernels import (PLATEAU_HEAD_DIM, PLATEAU_SEQ, flash_attn_triton_share, package_rate,
-                                        tiles_over_curves)
+from ..catalog.attention_kernels import (
+    PLATEAU_HEAD_DIM,
+    PLATEAU_SEQ,
+    flash_attn_triton_share,
+    package_rate,
+    tiles_over_curves,
+)
 from ..catalog.attention_kernels import shape as attention_shape
 from ..catalog.devices import DeviceProfile
 
@@ -150,8 +155,9 @@ def attention_s(profile: DeviceProfile, flops: float, nbytes: float, *, backward
     with `flash_attn`, the flash-attn package's kernels (`DeviceProfile.flash_attn_*`, where they differ from SDPA's);
     with `triton` too, that package's Triton kernels (llm-foundry's attn_impl triton) at a share of its
     FlashAttention-2 rate (`attention_kernels.flash_attn_triton_share`). `package`: a flash-attn package kernel
-    transformers calls by that name (flash_attention_3 on Hopper, flash_attention_4 on Blackwell), at its measured share
-    of the device's best kernel along its own family's curve (`attention_kernels.package_rate`).
+    transformers calls by that name (flash_attention_3 on Hopper, flash_attention_4 on Blackwell), at its published
+    share of the device's best kernel along its own family's curve (`attention_kernels.package_rate`); with `sdpa`
+    (SDPA's kernels) it does not apply, and `TrainJob.sdpa_runs_flash` never sets both.
     `seq`: keys each query block iterates over in one call (the sequence, or a context-parallel chunk of it); the
     profile's efficiency is the long-sequence plateau, scaled down at short lengths by the kernel family's measured
     curve (`catalog.attention_kernels`). None: the plateau. `head_dim`: the q.k head size; below 128 the same

@@ -312,6 +312,9 @@ class ModelStates:
     group (tp x cp x dp / (ep x etp) ranks), not the dense one."""
     expert_params_on_rank: float = 0.0
     """Part of `params_on_rank` in routed experts."""
+    cpu_grads: float = 0.0
+    """Part of `cpu`: the gradients ZeRO-Offload reduces straight into host memory (DeepSpeed), which the CPU
+    optimizer step reads once, where it reads and writes the other host states."""
     fp8_gathered_params: float = 0.0
     """Part of `params_on_rank` the data-parallel all-gathers move in fp8 (1 B) instead of the working dtype:
     torchao's float8 all-gather under FSDP2 (torchtitan's enable_fsdp_float8_all_gather, `--fp8-param-gather`) sends
@@ -431,11 +434,13 @@ def _model_states(spec: ModelSpec, layout: Layout, stage: int, job: TrainJob) ->
     if job.optimizer_in_backward and held.params:
         # Each gradient is stepped and freed as soon as it is ready: about one block's gradients live at a time.
         acc["grads"] *= min(1.0, held.largest_layer / held.params)
+    cpu_grads = 0.0
     if "optimizer" in offload and job.framework == "deepspeed":
         # ZeRO-Offload reduces each gradient bucket straight into host memory, where the optimizer runs.
+        cpu_grads = acc["grads"]
         acc["cpu"] += acc["grads"]
         acc["grads"] = 0.0
-    return ModelStates(params=acc["params"], master_weights=acc["master"], grads=acc["grads"],
+    return ModelStates(params=acc["params"], master_weights=acc["master"], grads=acc["grads"], cpu_grads=cpu_grads,
                        optimizer=acc["optimizer"], cpu=acc["cpu"], trainable_params=trainable,
                        params_on_rank=held.params, layer_params=held.largest_layer,
                        # fp8 parameters travel in fp8 (--fp8-param-gather); the transpose is rebuilt locally

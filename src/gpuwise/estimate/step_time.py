@@ -572,12 +572,15 @@ def _copy_exposed(copy: float, window: float) -> float:
 
 
 def _offload_s(profile: DeviceProfile, offload: frozenset[str], trained: float, params: float, working_bytes: float,
-               grad_bytes: float, host_bytes: float, fwd_window: float, bwd_window: float) -> float:
+               grad_bytes: float, host_bytes: float, fwd_window: float, bwd_window: float,
+               host_grads: float = 0.0) -> float:
     """Exposed seconds of CPU offload per step (ZeRO-Offload's schedule, without its delayed parameter update).
 
     Optimizer offload: the gradient shards go to the host during the backward (hidden behind it up to its length),
-    the CPU optimizer streams the host states through host DRAM twice (read and write) plus the gradients and the
-    new working weights, and the updated weights come back before the next forward. Parameter offload: the shards
+    the CPU optimizer reads and writes the host states (`host_bytes`, less `host_grads`, the gradients DeepSpeed
+    reduces into host memory, which it reads once) and reads the gradients and writes the new working weights, at
+    the rate published DeepSpeed CPU Adam steps reach (devices.toml `host_memory_gb_s_per_gpu`, also used for FSDP2's
+    CPU AdamW, unmeasured), and the updated weights come back before the next forward. Parameter offload: the shards
     come to the GPU for the forward and again for the backward, prefetched behind that compute.
     """
     pcie = host_copy_bytes_per_s(profile)
@@ -585,7 +588,7 @@ def _offload_s(profile: DeviceProfile, offload: frozenset[str], trained: float, 
     t = 0.0
     if "optimizer" in offload:
         down = trained * grad_bytes / pcie
-        cpu = (2 * host_bytes + trained * (grad_bytes + working_bytes)) / host
+        cpu = (2 * (host_bytes - host_grads) + trained * (grad_bytes + working_bytes)) / host
         up = trained * working_bytes / pcie
         t += _copy_exposed(down, bwd_window) + cpu + up
     if "params" in offload:
@@ -825,7 +828,7 @@ def step_time(spec: ModelSpec, layout: Layout, job: TrainJob, *, profile: Device
     if offload - {"activations"}:
         held_shard = sum(held / (shards if sh.params else 1) for _, held, _, shards, _, _ in flows)
         breakdown["offload"] = _offload_s(profile, offload, stepped, held_shard, working_bytes, grad_bytes, host_bytes,
-                                          fwd_window, bwd_window)
+                                          fwd_window, bwd_window, host_grads=states.cpu_grads)
     breakdown["overhead"] = STEP_HOST_OVERHEAD_S
     total = sum(breakdown.values())
     return StepTime(step_time_s=total, breakdown=breakdown, microbatch_s=mb_time, num_microbatches=m,
