@@ -119,10 +119,6 @@ class DeviceProfile:
         return peak * self.matmul_efficiency.get(key, self.matmul_efficiency["default"]) * self.matmul_shape_efficiency
 
 
-def _arch_key(gpu: GPU) -> str:
-    return (gpu.architecture or "").split(" (")[0]
-
-
 @lru_cache(maxsize=1)
 def _data() -> dict:
     return load_toml("devices.toml")
@@ -164,14 +160,14 @@ def _default_profile(gpu: GPU) -> DeviceProfile:
     sources: dict[str, str] = {}
     _merge(values, data["generic"], "generic default (no public measurement for this architecture)", sources)
     archs = data.get("architecture", {})
-    arch = dict(archs.get(_arch_key(gpu)) or {})
+    arch = dict(archs.get(gpu.architecture_family) or {})
     like = arch.pop("like", None)  # an architecture without measurements of its own takes a sibling's
     if like:
         base = archs[like]
-        _merge(values, {**base, "source": f"{base['source']} (taken for {_arch_key(gpu)}: {arch['source']})"},
+        _merge(values, {**base, "source": f"{base['source']} (taken for {gpu.architecture_family}: {arch['source']})"},
                f"{like} default", sources)
     if arch:
-        _merge(values, arch, f"{_arch_key(gpu)} default", sources)
+        _merge(values, arch, f"{gpu.architecture_family} default", sources)
     own = dict(data.get("gpu", {}).get(gpu.id) or {})
     measured_at_w = gpu.tdp_w  # the board power its own measurements ran at
     sibling = own.pop("same_die_as", None)

@@ -88,6 +88,11 @@ class GPU:
         """Dense peak FLOP/s for a dtype, or None when unknown."""
         return self.peak_flops.get(dtype)
 
+    @property
+    def architecture_family(self) -> str:
+        """The architecture without its parenthesized detail ("Hopper", "Blackwell Ultra", "CDNA 3"); "" unknown."""
+        return (self.architecture or "").split(" (")[0]
+
 
 _VENDOR_WORDS = re.compile(r"\b(nvidia|geforce|tesla|amd|instinct|intel|google|apple)\b")
 

@@ -154,10 +154,6 @@ class Topology:
         return lv.latency_s * steps + message_bytes * bus_factor(op, group) / self.busbw(op, group, inner)
 
 
-def _arch(gpu: GPU) -> str:
-    return (gpu.architecture or "").split(" (")[0]
-
-
 def default_gpus_per_node(gpu: GPU) -> int:
     """GPUs in one NVLink domain (server or rack) of this kind when the job does not say (data/devices.toml [network]
     gpus_per_node, by GPU id or segment, else the default: an HGX/DGX server's 8; GB200: its NVL72 rack)."""
@@ -177,7 +173,8 @@ def topology(gpu: GPU, *, num_gpus: int, gpus_per_node: int | None = None, inter
     per_node = gpus_per_node or min(num_gpus, default_gpus_per_node(gpu))
     intra = _intra_level(gpu, per_node, net)
     intra = _measured(intra, over, "intra_node")
-    gbps = inter_node_gbps or float(net["inter_node_gbps"].get(_arch(gpu), net["inter_node_gbps"]["default"]))
+    by_arch = net["inter_node_gbps"]
+    gbps = inter_node_gbps or float(by_arch.get(gpu.architecture_family, by_arch["default"]))
     eff = float(net["nic_busbw_efficiency"])
     inter = Level(f"{gbps:g} Gb/s per GPU", gbps / 8 * GB * eff, float(net["inter_node_latency_us"]) * 1e-6,
                   net["nic_source"])

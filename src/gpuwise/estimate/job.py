@@ -116,13 +116,13 @@ def sdpa_prefers_cudnn(gpu) -> bool:
     sm100, sm103: H100, H200, H20, B200, GB200, B300, GB300; 2.10-2.12 checked minor 0 or 3, 2.13 only the major), not
     the sm12x GeForce, workstation and GB10 Blackwell chips. The catalog has no compute capability: the
     architecture and the data-center segment stand for it."""
-    arch = (gpu.architecture or "").split(" (")[0]
+    arch = gpu.architecture_family
     return gpu.vendor == "nvidia" and (arch == "Hopper" or (arch in ("Blackwell", "Blackwell Ultra")
                                                             and gpu.segment == "datacenter"))
 
 
 def _package_runs_on(package: str, gpu) -> bool:
-    arch = (gpu.architecture or "").split(" (")[0]
+    arch = gpu.architecture_family
     return (gpu.vendor == "nvidia" and arch in package_architectures(package)
             and (arch == "Hopper" or gpu.segment == "datacenter"))
 

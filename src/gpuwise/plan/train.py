@@ -463,9 +463,9 @@ class TrainRequest:
     scaled_dot_product_attention) or flash_attention_2 (the flash-attn package; Axolotl's flash_attention: true).
     The same kernels on NVIDIA GPUs; on ROCm the package is Composable Kernel's build and SDPA's flash backend
     AOTriton. flash_attention_3 (FlashAttention-3, Hopper) and flash_attention_4 (FlashAttention-4, data-center
-    Blackwell): priced as shares of cuDNN's attention rate (at 16k tokens FA3 1.14x, FA4 1.3x forward and 1.0x
-    backward; see docs/performance.md). triton: the package's Triton kernels of 2022
-    (llm-foundry's attn_impl triton, its default through v0.6), slower than FlashAttention-2. Default sdpa."""
+    Blackwell): priced as shares of cuDNN's attention rate (catalog attention_kernels.toml [package.*]). triton: the
+    package's Triton kernels of 2022 (llm-foundry's attn_impl triton, its default through v0.6), slower than
+    FlashAttention-2. Default sdpa."""
     sdpa_backend: SdpaBackend | None = None
     """PyTorch SDPA's backend (torch.nn.attention.SDPBackend) for PyTorch trainers: flash (FlashAttention-2 kernels)
     or cudnn (cuDNN fused attention); default cudnn for torchtitan (which asks for it first: on Blackwell since
@@ -956,14 +956,12 @@ def _assumptions(req: TrainRequest, framework: str, layout: Layout, mem: TrainMe
                        f"and {bwd:.2f}x backward: a proxy from the FlashAttention-2 paper's A100 comparisons (no "
                        "measurement of this kernel is published), held on every GPU")
         elif req.job.attn_package is not None:
-            fwd, bwd = (package_rate(req.job.attn_package, backward=b)[0] for b in (False, True))
-            name = "FlashAttention-3" if req.job.attn_package.endswith("3") else "FlashAttention-4"
-            how = ("the FlashAttention-3 paper's comparison" if name.endswith("3") else
-                   "the FlashAttention-4 paper's forward claim and a published kernel benchmark's backward")
+            (fwd, curve), (bwd, _) = (package_rate(req.job.attn_package, backward=b) for b in (False, True))
+            name = "FlashAttention-" + req.job.attn_package[-1]
             out.append(f"attention: {name} (--attn-implementation {req.job.attn_package}), at {fwd:.2f}x the rate of "
                        f"cuDNN's fused attention on {req.gpu.name} forward and {bwd:.2f}x backward at 16k tokens and "
-                       f"head dim 128, along FlashAttention-3's sequence curve (catalog/data/attention_kernels.toml: "
-                       f"{how})")
+                       f"head dim 128, along the {curve} family's sequence curve (catalog/data/attention_kernels.toml "
+                       "[package.*] gives each share's source)")
         elif req.gpu.vendor == "amd":
             out.append("attention on ROCm: the flash-attn package's Composable Kernel build, at its measured rate"
                        if req.job.flash_attn_package else
