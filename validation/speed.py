@@ -90,7 +90,7 @@ def score(row: dict) -> Scored:
     capacity = row.get("device_memory_gib", r.request.gpu.memory_bytes / GiB)
     required = r.memory.required / GiB
     from gpuwise.plan.confidence import speed_category
-    from gpuwise.plan.train import fp8_family, recurrent_kind
+    from gpuwise.plan.train import attention_share, fp8_family, recurrent_kind
 
     req, lay = r.request, r.layout
     rule = speed_category(moe=req.model.spec.moe is not None, cp=lay.cp, seq=req.seq, vendor=req.gpu.vendor,
@@ -100,6 +100,7 @@ def score(row: dict) -> Scored:
               "seq": req.seq, "finetune": req.finetune, "optimizer": req.optimizer,
               "power_limit_w": req.gpu.power_limit_w,
               "fp8_kernels": fp8_family(req), "mixer": recurrent_kind(req.model.spec),
+              "attention_share": attention_share(req, lay),
               "degrees": {"tp": lay.tp, "pp": lay.pp, "cp": lay.cp, "ep": lay.ep}}
     return Scored(row["category"], row["split"], row["name"], row["metric"], published, predicted, error,
                   required <= capacity, required, capacity, rule, config)
@@ -200,6 +201,8 @@ BANDS = ROOT / "src/gpuwise/catalog/data/speed_validation.toml"
 
 def bands_toml(scored: list[Scored]) -> str:
     """`catalog/data/speed_validation.toml`: the held-out bands per category and what the scored runs cover."""
+    from gpuwise.plan.confidence import ATTENTION_DOMINATED
+
     recent = [s for s in scored if s.category != LEGACY]
     held = [s for s in recent if s.split == "held-out"]
     out = ["# Written by `python -m validation.speed --write-bands` from the held-out part of validation/speed_sources/",
@@ -208,12 +211,15 @@ def bands_toml(scored: list[Scored]) -> str:
 
     def section(name: str, sel: list[Scored]) -> None:
         sm = summarize(sel)
+        errors = [s.error for s in sel]
         out.extend([f"[held_out.{name}]", f"runs = {sm.rows}", f"median = {sm.median:.4f}", f"p90 = {sm.p90:.4f}",
-                    f"bias = {sm.bias:.4f}", ""])
+                    f"bias = {sm.bias:.4f}", f"low = {min(errors):.4f}", f"high = {max(errors):.4f}", ""])
 
     for cat in sorted({s.category for s in held}):
         section(cat, [s for s in held if s.category == cat])
     section("all", held)
+    # across the categories: steps whose FLOPs are mostly attention (gpuwise.plan.confidence.ATTENTION_DOMINATED)
+    section("attention_dominated", [s for s in held if s.config["attention_share"] >= ATTENTION_DOMINATED])
     cover = [s.config for s in scored]
 
     def strings(key: str) -> str:

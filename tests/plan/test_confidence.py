@@ -11,7 +11,7 @@ import pytest
 import gpuwise
 from gpuwise.catalog._toml import load_toml
 from gpuwise.cli import main
-from gpuwise.plan.confidence import MIN_ROWS, speed_category, speed_confidence
+from gpuwise.plan.confidence import ATTENTION_DOMINATED, MIN_ROWS, speed_category, speed_confidence
 from gpuwise.plan.train import train_confidence
 
 BASE = dict(moe=False, cp=1, seq=8192, vendor="nvidia", architecture="Hopper", precision="bf16",
@@ -91,6 +91,66 @@ def test_text_and_json_carry_the_band_and_the_warnings(capsys):
     assert doc["category"] == "dense_fsdp" and doc["held_out_runs"] >= 1
     assert 0 < doc["median_abs_error"] <= doc["p90_abs_error"]
     assert any(o.startswith("GPU l40s") for o in doc["outside_validated"])
+
+
+LONG_DEEPSPEED = dict(gpu="h200-sxm", num_gpus=8, global_batch=8, micro_batch=1, zero=3, framework="deepspeed",
+                     recompute="full", offload=("optimizer",), fused_loss=True)
+
+
+def _attention_share_by_hand(seq: int) -> float:
+    """Llama-3.1-8B's causal attention core over its forward FLOPs per token, from its shapes: scores and values
+    2 x 2 x heads x head_dim per key, (seq + 1) / 2 keys on average; the weight matmuls 2 x their parameters (the
+    32 blocks and the LM head)."""
+    h, layers, heads, head_dim, kv, ffn, vocab = 4096, 32, 32, 128, 8, 14336, 128256
+    core = layers * 4 * heads * head_dim * (seq + 1) / 2
+    weights = layers * (h * heads * head_dim * 2 + 2 * h * kv * head_dim + 3 * h * ffn) + vocab * h
+    return core / (core + 2 * weights)
+
+
+def test_an_attention_dominated_step_answers_to_the_attention_dominated_band():
+    """Past ATTENTION_DOMINATED of its FLOPs in attention, a step reports the held-out attention-dominated band
+    when it is wider than its category's, with the range of those runs' errors; below it, its category's."""
+    bands = _bands()["held_out"]
+    attention, dense = bands["attention_dominated"], bands["dense_fsdp"]
+    assert attention["runs"] >= MIN_ROWS and attention["low"] < 0 < attention["high"]
+    long = gpuwise.train("llama-3.1-8b", seq=262144, **LONG_DEEPSPEED)
+    c = train_confidence(long.request, long.layout)
+    assert c.attention_share == pytest.approx(_attention_share_by_hand(262144), rel=0.02)
+    assert c.attention_share >= ATTENTION_DOMINATED and c.category == "dense_fsdp"
+    assert attention["p90"] > dense["p90"]  # so the wider band is the attention-dominated one
+    assert (c.runs, c.p90_abs_error, c.error_range) == (attention["runs"], attention["p90"],
+                                                       (attention["low"], attention["high"]))
+    assert f"from {100 * attention['low']:+.0f}% to {100 * attention['high']:+.0f}%" in c.describe()
+    short = gpuwise.train("llama-3.1-8b", seq=8192, **LONG_DEEPSPEED)
+    c = train_confidence(short.request, short.layout)
+    assert c.attention_share == pytest.approx(_attention_share_by_hand(8192), rel=0.02)
+    assert c.attention_share < ATTENTION_DOMINATED and c.error_range is None
+    assert (c.runs, c.p90_abs_error) == (dense["runs"], dense["p90"])
+
+
+def test_the_attention_dominated_band_never_narrows_a_categorys():
+    bands = _bands()["held_out"]
+    for category, band in bands.items():
+        if category in ("all", "attention_dominated") or band["runs"] < MIN_ROWS:
+            continue
+        c = speed_confidence(category=category, gpu="h100-sxm", precision="bf16", framework="megatron",
+                             degrees={}, num_gpus=8, seq=131072, finetune="full", attention_share=0.9)
+        assert c.p90_abs_error == max(band["p90"], bands["attention_dominated"]["p90"])
+        assert (c.error_range is None) == (band["p90"] >= bands["attention_dominated"]["p90"])
+
+
+def test_json_carries_the_attention_share_and_which_band(capsys):
+    argv = ["train", "llama-3.1-8b", "--gpu", "h200", "--num-gpus", "8", "--seq", "262144", "--global-batch", "8",
+            "--micro-batch", "1", "--zero", "3", "--framework", "deepspeed", "--recompute", "full", "--offload",
+            "optimizer", "--fused-loss", "--json"]
+    assert main(argv) == 0
+    doc = json.loads(capsys.readouterr().out)["speed_confidence"]
+    band = _bands()["held_out"]["attention_dominated"]
+    assert doc["band"] == "attention_dominated" and doc["error_range"] == [band["low"], band["high"]]
+    assert doc["attention_flops_share"] >= ATTENTION_DOMINATED
+    assert main(argv[:argv.index("262144")] + ["8192"] + argv[argv.index("262144") + 1:]) == 0
+    doc = json.loads(capsys.readouterr().out)["speed_confidence"]
+    assert doc["band"] == "category" and doc["error_range"] is None
 
 
 def test_fp8_kernels_no_published_run_used_are_named(monkeypatch):

@@ -10,6 +10,7 @@ land in each test's tmp_path.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import urllib.error
@@ -217,6 +218,21 @@ def test_a_model_that_does_not_fit_shows_the_doctors_remedies(page, base_url, tm
     assert rows.count() == len(doctor["remedies"])
     assert rows.first.locator("td").first.inner_text().strip() == doctor["remedies"][0]["change"]
     page.shot(tmp_path / "does-not-fit.png")
+
+
+def test_an_attention_dominated_step_shows_its_band_and_range(page, base_url) -> None:
+    """A 256K-token step, 82% attention: the page names the attention-dominated band and its runs' range, as the CLI
+    does, instead of the category's."""
+    q = {"model": "llama-3.1-8b", "gpu": "h200-sxm", "num_gpus": "8", "seq": "262144", "global_batch": "8",
+         "micro_batch": "1", "zero": "3", "framework": "deepspeed", "recompute": "full", "offload": "optimizer",
+         "fused_loss": "true"}
+    band = api(base_url, "train", **q)["speed_confidence"]
+    assert band["band"] == "attention_dominated"
+    page.open(task="train", **q)
+    shown = page.fact("speed-how-sure")
+    low, high = (f"{'+' if v >= 0 else ''}{math.floor(100 * v + 0.5)}%" for v in band["error_range"])  # Math.round
+    assert f"{band['held_out_runs']} held-out published runs, attention-dominated steps" in shown, shown
+    assert f"ranged from {low} to {high}" in shown, shown
 
 
 def test_training_view_shows_mfu_with_its_denominator_and_the_plans(page, base_url, tmp_path) -> None:

@@ -38,6 +38,15 @@ CATEGORY_NAMES = {
 LONG_CONTEXT = 32768
 MIN_ROWS = 3
 """A category's own band needs this many held-out runs; below it the band of all held-out runs is used."""
+ATTENTION_DOMINATED = 0.5
+"""Share of a step's forward FLOPs in the attention core (scores and values) from which a prediction also answers to
+the band of the held-out runs that share it (`[held_out.attention_dominated]`), and reports that band when it is
+wider than its category's. Such steps spend most of their time in the flash-attention kernels, whose speed moved with
+their software more than anything gpuwise prices: held-out runs of 2024 stacks (NeMo 24.03's long-sequence Llama-2-7B)
+ran 18-21% slower than predicted, calibration runs of 2026 stacks (DeepSpeed with FlashAttention-3 / -4 at 64K-256K)
+13-20% faster, and gpuwise's own H100 run measured cuDNN 9.19 6-16% above the mid-2024 cuDNN rates the profiles
+carry, at the same clock (docs/performance.md, "Attention-dominated steps"). A dense data-parallel category's band
+(6% typical) would understate that."""
 
 
 def speed_category(*, moe: bool, cp: int, seq: int, vendor: str, architecture: str, precision: str,
@@ -82,11 +91,21 @@ class SpeedConfidence:
     """Median signed error of those runs (positive: they ran slower than predicted)."""
     outside: tuple[str, ...]
     """What in this configuration no scored published run covers."""
+    attention_share: float = 0.0
+    """Share of the step's forward FLOPs in the attention core."""
+    error_range: tuple[float, float] | None = None
+    """Lowest and highest signed error of the band's runs, where the band is the attention-dominated one (None: the
+    category's band)."""
 
     def describe(self) -> str:
         name = CATEGORY_NAMES.get(self.category, self.category)
         where = f"{name}, {self.runs} held-out published runs" if self.of_category else \
             f"all {self.runs} held-out published runs; {name} has fewer than {MIN_ROWS}"
+        if self.error_range is not None:
+            low, high = self.error_range
+            where = (f"attention-dominated steps, {self.runs} held-out published runs: "
+                     f"{100 * self.attention_share:.0f}% of this step's FLOPs are attention, and such runs ranged "
+                     f"from {100 * low:+.0f}% to {100 * high:+.0f}% with the software of their attention kernels")
         slower = f"; on them gpuwise was {100 * self.bias:.0f}% too fast (median)" if self.bias > 0.05 else \
             (f"; on them gpuwise was {100 * -self.bias:.0f}% too slow (median)" if self.bias < -0.05 else "")
         return (f"±{100 * self.median_abs_error:.0f}% typical, ±{100 * self.p90_abs_error:.0f}% for 9 in 10 "
@@ -112,12 +131,20 @@ FP8_KERNEL_NAMES = {"te": "Transformer Engine", "compiled": "torchao's float8 un
 def speed_confidence(*, category: str, gpu: str, precision: str, framework: str, degrees: dict[str, int],
                      num_gpus: int, seq: int, finetune: str, power_limit_w: float | None = None,
                      optimizer: str = "adamw", fp8_kernels: str | None = None,
-                     mixer: str | None = None, eager_moe_host: str | None = None) -> SpeedConfidence:
+                     mixer: str | None = None, eager_moe_host: str | None = None,
+                     attention_share: float = 0.0) -> SpeedConfidence:
     """`fp8_kernels`: under fp8, whose quantization kernels are priced (`step_time.fp8_quantize_kind`); `mixer`: a
     hybrid model's recurrent layers' kind (`LinearMixerSpec.kind`); `eager_moe_host`: the host CPU driving eager
-    Megatron-Core MoE layers (no CUDA graph scope), named where host-bound runs were published (`HOST_BOUND_HOSTS`)."""
+    Megatron-Core MoE layers (no CUDA graph scope), named where host-bound runs were published (`HOST_BOUND_HOSTS`);
+    `attention_share`: the step's forward FLOPs in the attention core over all its forward FLOPs
+    (`ATTENTION_DOMINATED`)."""
     data = _bands()
     band, own = _band(data["held_out"], category)
+    error_range = None
+    attention = data["held_out"].get("attention_dominated")
+    if (attention_share >= ATTENTION_DOMINATED and attention and attention["runs"] >= MIN_ROWS
+            and attention["p90"] > band["p90"]):
+        band, own, error_range = attention, True, (float(attention["low"]), float(attention["high"]))
     cov = data["covered"]
     outside = []
     if gpu not in cov["gpus"]:
@@ -151,7 +178,8 @@ def speed_confidence(*, category: str, gpu: str, precision: str, framework: str,
         outside.append(HOST_BOUND_HOSTS[eager_moe_host])
     return SpeedConfidence(category=category, runs=int(band["runs"]), of_category=own,
                            median_abs_error=float(band["median"]), p90_abs_error=float(band["p90"]),
-                           bias=float(band["bias"]), outside=tuple(outside))
+                           bias=float(band["bias"]), outside=tuple(outside), attention_share=attention_share,
+                           error_range=error_range)
 
 
 MEMORY_CATEGORY_NAMES = {

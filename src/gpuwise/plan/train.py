@@ -894,7 +894,13 @@ def train_confidence(req: TrainRequest, layout: Layout) -> SpeedConfidence:
                             num_gpus=req.num_gpus, seq=req.seq, finetune=req.finetune, power_limit_w=gpu.power_limit_w,
                             optimizer=req.optimizer,
                             fp8_kernels=fp8_family(req), mixer=recurrent_kind(spec),
-                            eager_moe_host=eager_moe_host(req))
+                            eager_moe_host=eager_moe_host(req), attention_share=attention_share(req, layout))
+
+
+def attention_share(req: TrainRequest, layout: Layout) -> float:
+    """The step's forward FLOPs in the attention core (scores and values) over all its forward FLOPs."""
+    forward = job_flops(req.model.spec, req.job, global_batch=req.global_batch, pp=layout.pp).forward
+    return forward.attention_core / forward.total if forward.total > 0 else 0.0
 
 
 def eager_moe_host(req: TrainRequest) -> str | None:

@@ -229,7 +229,10 @@ def confidence_to_dict(r: TrainResult) -> dict[str, Any]:
     from ..plan.train import train_confidence
 
     c = train_confidence(r.request, r.layout)
-    return {**_band_dict(c, CATEGORY_NAMES), "outside_validated": list(c.outside),
+    return {**_band_dict(c, CATEGORY_NAMES), "attention_flops_share": round(c.attention_share, 4),
+            "band": "category" if c.error_range is None else "attention_dominated",
+            "error_range": None if c.error_range is None else [round(v, 4) for v in c.error_range],
+            "outside_validated": list(c.outside),
             "note": "from published runs held out of all tuning (validation/speed_sources); error = predicted / "
                     "published throughput - 1, bias > 0: those runs ran slower than predicted"}
 

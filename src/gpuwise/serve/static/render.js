@@ -153,8 +153,13 @@ function howSure(c, what) {
     : `; fits / does not fit right on ${c.held_out_verdicts - c.wrong_verdicts} of ${c.held_out_verdicts} held-out runs`;
   const outside = c.outside_validated && c.outside_validated.length
     ? `; outside what was validated: ${c.outside_validated.join("; ")}` : "";
+  const signed = (x) => `${x < 0 ? "" : "+"}${Math.round(100 * x)}%`;
+  const band = c.band === "attention_dominated" && c.error_range
+    ? `attention-dominated steps: ${Math.round(100 * c.attention_flops_share)}% of this step's FLOPs are attention, ` +
+      `and such runs ranged from ${signed(c.error_range[0])} to ${signed(c.error_range[1])}`
+    : (c.category_name || c.category);
   return `how sure (${what}): ${pct(c.median_abs_error)} typical, ${pct(c.p90_abs_error)} for 9 in 10 ` +
-    `(${c.held_out_runs} held-out published runs, ${c.category_name || c.category})${verdicts}${outside}`;
+    `(${c.held_out_runs} held-out published runs, ${band})${verdicts}${outside}`;
 }
 
 export function trainVerdict(t, { pasted = false } = {}) {
