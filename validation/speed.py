@@ -90,7 +90,7 @@ def score(row: dict) -> Scored:
     capacity = row.get("device_memory_gib", r.request.gpu.memory_bytes / GiB)
     required = r.memory.required / GiB
     from gpuwise.plan.confidence import speed_category
-    from gpuwise.plan.train import attention_share, fp8_family, recurrent_kind
+    from gpuwise.plan.train import fp8_family, recurrent_kind
 
     req, lay = r.request, r.layout
     rule = speed_category(moe=req.model.spec.moe is not None, cp=lay.cp, seq=req.seq, vendor=req.gpu.vendor,
@@ -100,7 +100,7 @@ def score(row: dict) -> Scored:
               "seq": req.seq, "finetune": req.finetune, "optimizer": req.optimizer,
               "power_limit_w": req.gpu.power_limit_w,
               "fp8_kernels": fp8_family(req), "mixer": recurrent_kind(req.model.spec),
-              "attention_share": attention_share(req, lay),
+              "attention_share": r.flops.forward.attention_share,
               "degrees": {"tp": lay.tp, "pp": lay.pp, "cp": lay.cp, "ep": lay.ep}}
     return Scored(row["category"], row["split"], row["name"], row["metric"], published, predicted, error,
                   required <= capacity, required, capacity, rule, config)

@@ -96,6 +96,6 @@ def test_a_power_limit_no_published_run_used_is_named_outside_what_was_validated
     from gpuwise.plan.train import train_confidence
 
     odd = gpuwise.train("llama-3.1-8b", gpu="h100-sxm", power_limit=450, **job)
-    assert any("450 W power limit" in o for o in train_confidence(odd.request, odd.layout).outside)
+    assert any("450 W power limit" in o for o in train_confidence(odd).outside)
     meta = gpuwise.train("llama-3.1-8b", gpu="h100-sxm-hbm2e", power_limit=500, **job)
-    assert not any("power limit" in o for o in train_confidence(meta.request, meta.layout).outside)
+    assert not any("power limit" in o for o in train_confidence(meta).outside)

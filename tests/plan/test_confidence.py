@@ -39,7 +39,7 @@ def _bands():
 
 def test_a_prediction_reports_its_categorys_held_out_band():
     r = gpuwise.train("llama-3.1-8b", gpu="h100-sxm", num_gpus=8, fsdp="full", framework="torchtitan", ac="op")
-    c = train_confidence(r.request, r.layout)
+    c = train_confidence(r)
     band = _bands()["held_out"]["dense_fsdp"]
     assert c.category == "dense_fsdp"
     if band["runs"] >= MIN_ROWS:
@@ -58,13 +58,13 @@ def test_a_category_with_too_few_held_out_runs_takes_the_band_of_all():
 
 def test_configurations_outside_the_validated_runs_are_named():
     r = gpuwise.train("llama-3.1-8b", gpu="l40s", finetune="qlora", framework="unsloth")
-    c = train_confidence(r.request, r.layout)
+    c = train_confidence(r)
     joined = "; ".join(c.outside)
     assert "GPU l40s" in joined and "qlora fine-tuning" in joined and "framework unsloth" in joined
     # LoRA has published speed runs (MLPerf's Llama 2 70B LoRA): not named
     lora = gpuwise.train("llama-2-70b", gpu="h100-sxm", num_gpus=8, seq=8192, global_batch=8, micro_batch=1,
                          framework="megatron", precision="fp8", finetune="lora", lora_targets="q,k,v,o")
-    assert not any("fine-tuning" in o for o in train_confidence(lora.request, lora.layout).outside)
+    assert not any("fine-tuning" in o for o in train_confidence(lora).outside)
     covered = _bands()["covered"]
     tp, seq, gpus = 2 * covered["max_degree"]["tp"], 2 * covered["max_seq"], 2 * covered["max_gpus"]
     c = speed_confidence(category="megatron_3d", gpu="h100-sxm", precision="bf16", framework="megatron",
@@ -78,7 +78,7 @@ def test_an_optimizer_no_published_run_used_is_named():
     base = dict(gpu="h100-sxm", num_gpus=8, fsdp="full", framework="torchtitan", ac="op")
     for optimizer, named in (("adamw", False), ("sgd", True)):
         r = gpuwise.train("llama-3.1-8b", optimizer=optimizer, **base)
-        c = train_confidence(r.request, r.layout)
+        c = train_confidence(r)
         assert any("optimizer sgd" in o for o in c.outside) is named
 
 
@@ -114,7 +114,7 @@ def test_an_attention_dominated_step_answers_to_the_attention_dominated_band():
     attention, dense = bands["attention_dominated"], bands["dense_fsdp"]
     assert attention["runs"] >= MIN_ROWS and attention["low"] < 0 < attention["high"]
     long = gpuwise.train("llama-3.1-8b", seq=262144, **LONG_DEEPSPEED)
-    c = train_confidence(long.request, long.layout)
+    c = train_confidence(long)
     assert c.attention_share == pytest.approx(_attention_share_by_hand(262144), rel=0.02)
     assert c.attention_share >= ATTENTION_DOMINATED and c.category == "dense_fsdp"
     assert attention["p90"] > dense["p90"]  # so the wider band is the attention-dominated one
@@ -122,7 +122,7 @@ def test_an_attention_dominated_step_answers_to_the_attention_dominated_band():
                                                        (attention["low"], attention["high"]))
     assert f"from {100 * attention['low']:+.0f}% to {100 * attention['high']:+.0f}%" in c.describe()
     short = gpuwise.train("llama-3.1-8b", seq=8192, **LONG_DEEPSPEED)
-    c = train_confidence(short.request, short.layout)
+    c = train_confidence(short)
     assert c.attention_share == pytest.approx(_attention_share_by_hand(8192), rel=0.02)
     assert c.attention_share < ATTENTION_DOMINATED and c.error_range is None
     assert (c.runs, c.p90_abs_error) == (dense["runs"], dense["p90"])
@@ -161,13 +161,13 @@ def test_fp8_kernels_no_published_run_used_are_named(monkeypatch):
     assert {"te", "compiled"} <= set(covered) and "eager" not in covered  # every torchao run published compiled
     base = dict(gpu="h100-sxm", num_gpus=8, framework="torchtitan", precision="fp8")
     eager, compiled = gpuwise.train("llama-3.1-8b", **base), gpuwise.train("llama-3.1-8b", **base, compile=True)
-    outside = train_confidence(eager.request, eager.layout).outside
+    outside = train_confidence(eager).outside
     assert any(o.startswith("fp8 quantized by torchao's float8 without torch.compile") for o in outside), outside
-    assert not any("fp8 quantized" in o for o in train_confidence(compiled.request, compiled.layout).outside)
+    assert not any("fp8 quantized" in o for o in train_confidence(compiled).outside)
     data = dict(_bands())
     data["covered"] = dict(data["covered"], fp8_kernels=["te", "compiled", "eager"])
     monkeypatch.setattr(confidence, "_bands", lambda: data)
-    assert not any("fp8 quantized" in o for o in train_confidence(eager.request, eager.layout).outside)
+    assert not any("fp8 quantized" in o for o in train_confidence(eager).outside)
 
 
 @pytest.mark.parametrize("framework, band", [
@@ -217,7 +217,7 @@ def _eager_moe(gpu: str, **extra):
 
 def test_eager_megatron_moe_on_a_grace_host_is_named_as_host_bound_risk():
     def named(r) -> bool:
-        return any("Grace host" in o for o in train_confidence(r.request, r.layout).outside)
+        return any("Grace host" in o for o in train_confidence(r).outside)
 
     assert named(_eager_moe("gb200"))
     assert not named(_eager_moe("gb200", cuda_graph_scope="attn,moe_router,moe_preprocess"))

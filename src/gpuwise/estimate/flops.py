@@ -56,6 +56,11 @@ class FlopsBreakdown:
     def attention_core(self) -> float:
         return self.attention_scores + self.attention_values
 
+    @property
+    def attention_share(self) -> float:
+        """The attention core's share of these FLOPs (0 without any)."""
+        return self.attention_core / self.total if self.total > 0 else 0.0
+
     def as_dict(self) -> dict[str, float]:
         return {k: getattr(self, k) for k in self.__slots__}
 

@@ -883,8 +883,9 @@ def recurrent_kind(spec) -> str | None:
     return spec.linear.kind if spec.linear is not None and spec.num_linear_layers else None
 
 
-def train_confidence(req: TrainRequest, layout: Layout) -> SpeedConfidence:
+def train_confidence(r: TrainResult) -> SpeedConfidence:
     """The error band of this configuration's category on held-out published runs, and what lies outside them."""
+    req, layout = r.request, r.layout
     gpu, spec = req.gpu, req.model.spec
     category = speed_category(moe=spec.moe is not None, cp=layout.cp, seq=req.seq, vendor=gpu.vendor,
                               architecture=gpu.architecture or "", precision=req.precision,
@@ -894,13 +895,7 @@ def train_confidence(req: TrainRequest, layout: Layout) -> SpeedConfidence:
                             num_gpus=req.num_gpus, seq=req.seq, finetune=req.finetune, power_limit_w=gpu.power_limit_w,
                             optimizer=req.optimizer,
                             fp8_kernels=fp8_family(req), mixer=recurrent_kind(spec),
-                            eager_moe_host=eager_moe_host(req), attention_share=attention_share(req, layout))
-
-
-def attention_share(req: TrainRequest, layout: Layout) -> float:
-    """The step's forward FLOPs in the attention core (scores and values) over all its forward FLOPs."""
-    forward = job_flops(req.model.spec, req.job, global_batch=req.global_batch, pp=layout.pp).forward
-    return forward.attention_core / forward.total if forward.total > 0 else 0.0
+                            eager_moe_host=eager_moe_host(req), attention_share=r.flops.forward.attention_share)
 
 
 def eager_moe_host(req: TrainRequest) -> str | None:

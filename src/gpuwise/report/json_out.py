@@ -228,7 +228,7 @@ def confidence_to_dict(r: TrainResult) -> dict[str, Any]:
     from ..plan.confidence import CATEGORY_NAMES
     from ..plan.train import train_confidence
 
-    c = train_confidence(r.request, r.layout)
+    c = train_confidence(r)
     return {**_band_dict(c, CATEGORY_NAMES), "attention_flops_share": round(c.attention_share, 4),
             "band": "category" if c.error_range is None else "attention_dominated",
             "error_range": None if c.error_range is None else [round(v, 4) for v in c.error_range],

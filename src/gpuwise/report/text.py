@@ -307,7 +307,7 @@ def render_train_perf(r) -> str:
     lines.append(f"  {p.tokens_per_s:,.0f} tokens/s, {p.tokens_per_s_per_gpu:,.0f} per GPU")
     from ..plan.train import train_confidence
 
-    conf = train_confidence(r.request, r.layout)
+    conf = train_confidence(r)
     lines.append(f"  how sure: {conf.describe()}")
     if conf.outside:
         lines.append(f"  outside what was validated: {'; '.join(conf.outside)}")
