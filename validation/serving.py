@@ -15,6 +15,7 @@ constants may be chosen on calibration rows only.
 from __future__ import annotations
 
 import math
+import re
 import statistics
 import sys
 from dataclasses import dataclass
@@ -208,7 +209,23 @@ def resolve(row: dict) -> tuple[str, str, dict] | str:
     for key in ("max_num_seqs", "max_num_batched_tokens"):
         if key in row:
             opts[key] = int(row[key])
+    if opts["engine"] == "sglang":
+        opts["sglang_version"] = _sglang_version(row)
     return model, gpu, opts
+
+
+SGLANG_BEFORE_PREFILL_GRAPHS = "0.5.9"
+"""Stands for an SGLang row whose version is not printed and whose date precedes v0.5.10 (released 2026-04-06, the
+first to graph prefill by default): every version before 0.5.10 behaves alike in what gpuwise models."""
+
+
+def _sglang_version(row: dict) -> str | None:
+    """The row's SGLang version (the first x.y[.z] in its engine_version); when none is printed, 0.5.9 for a row
+    dated before April 2026 and the newest (None) after."""
+    found = re.search(r"\d+\.\d+(?:\.\d+)?", str(row.get("engine_version") or ""))
+    if found:
+        return found[0]
+    return SGLANG_BEFORE_PREFILL_GRAPHS if str(row.get("date", "")) < "2026-04" else None
 
 
 def score(rows: list[dict]) -> tuple[list[Scored], list[tuple[str, str]]]:

@@ -95,15 +95,16 @@ def test_sglangs_eager_prefill_reproduces_its_source():
     Llama-3.1-8B-Instruct-FP8 at TP 8 with 1,024 prompt tokens (PR #13094: gpuwise's launches less the same pass's
     kernels), and DeepSeek-V3's one-token prefill took 82.6 ms eager, host-bound (PR #12160: gpuwise's launches); both
     within a factor of 1.35 now that an fp8 pass launches its activation-quantize kernels too (DeepSeek's came out
-    at 0.67 of its source without them)."""
+    at 0.67 of its source without them). Both PRs measured SGLang before 0.5.10, whose prefill ran eagerly by
+    default."""
     import gpuwise
 
     llama = gpuwise.infer("llama-3.1-8b", gpu="h100-sxm", num_gpus=8, engine="sglang", weights="fp8",
-                          prompt_tokens=1024, output_tokens=16).prefill
+                          prompt_tokens=1024, output_tokens=16, sglang_version="0.5.5").prefill
     saved = llama.host_s - (llama.gemm_s + llama.attention_s + llama.stream_s + llama.comm_s)
     assert 10.3e-3 / 1.35 < saved < 10.3e-3 * 1.35
     ds = gpuwise.infer("deepseek-v3", gpu="h200-sxm", num_gpus=8, engine="sglang", prompt_tokens=1,
-                       output_tokens=16).prefill
+                       output_tokens=16, sglang_version="0.5.5").prefill
     assert 82.6e-3 / 1.35 < ds.host_s < 82.6e-3 * 1.35 and ds.bound == "host"
 
 

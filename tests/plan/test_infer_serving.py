@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
@@ -272,16 +273,49 @@ def test_sglang_runs_prompt_chunks_alone_unless_mixed_chunk_is_on() -> None:
 
 
 def test_sglangs_piecewise_cuda_graph_removes_the_prefill_launches(capsys) -> None:
-    """--enable-piecewise-cuda-graph (SGLang's option): a short prompt's pass no longer waits for its launches, so the
-    static TTFT falls to the kernels' time; decode is unchanged; other engines refuse the option."""
+    """SGLang graphs its prefill by default since 0.5.10 (--enable-piecewise-cuda-graph before, --disable-... after):
+    a short prompt's pass no longer waits for its launches, so the static TTFT falls to the kernels' time; decode is
+    unchanged; other engines refuse SGLang's options."""
     base = dict(model=load_model("llama-3.1-8b"), gpu=get_gpu("h100-sxm"), num_gpus=8, engine="sglang",
                 prompt_tokens=1024, output_tokens=16)
-    eager = infer(InferRequest(**base))
-    graphed = infer(InferRequest(**base, enable_piecewise_cuda_graph=True))
-    assert eager.prefill.bound == "host" and graphed.prefill.host_s == 0.0
+    eager = infer(InferRequest(**base, sglang_version="0.5.9"))
+    graphed = infer(InferRequest(**base))
+    assert eager.prefill.bound == "host" and eager.prefill.host_s > 0 and graphed.prefill.host_s == 0.0
     assert graphed.ttft_s < eager.ttft_s and graphed.tpot_s == pytest.approx(eager.tpot_s)
-    code, _, err = run(capsys, "infer", "llama-3.1-8b", "--gpu", "h100-sxm", "--enable-piecewise-cuda-graph")
-    assert code == 2 and "SGLang" in err
+    assert infer(InferRequest(**base, sglang_version="0.5.9", enable_piecewise_cuda_graph=True)).ttft_s \
+        == pytest.approx(graphed.ttft_s)
+    assert infer(InferRequest(**base, sglang_version="v0.5.10.post1")).ttft_s == pytest.approx(graphed.ttft_s)
+    assert infer(InferRequest(**base, disable_piecewise_cuda_graph=True)).ttft_s == pytest.approx(eager.ttft_s)
+    assert any("piecewise CUDA graphs" in a and "0.5.10" in a for a in graphed.assumptions)
+    assert any("eagerly" in a and "0.5.9" in a for a in eager.assumptions)
+    for argv in (["--enable-piecewise-cuda-graph"], ["--disable-piecewise-cuda-graph"], ["--sglang-version", "0.5.9"],
+                 ["--engine", "sglang", "--sglang-version", "latest"],
+                 ["--engine", "sglang", "--enable-piecewise-cuda-graph", "--disable-piecewise-cuda-graph"]):
+        code, _, err = run(capsys, "infer", "llama-3.1-8b", "--gpu", "h100-sxm", *argv)
+        assert code == 2 and ("SGLang" in err or "contradict" in err), (argv, err)
+
+
+def test_sglang_keeps_prefill_eager_where_its_rules_say() -> None:
+    """ServerArgs turns the piecewise graphs off on GPUs without CUDA, for multimodal checkpoints, blacklisted
+    architectures, DP attention and PD disaggregation; an MLA model graphs passes of at most 2,048 tokens."""
+    from gpuwise.estimate.infer_time import engine_perf
+    from gpuwise.plan.infer import sglang_prefill_graph_rows
+
+    eng = engine_perf("sglang")
+
+    def rows(model="llama-3.1-8b", gpu="h100-sxm", **kw):
+        return sglang_prefill_graph_rows(InferRequest(model=load_model(model), gpu=get_gpu(gpu), engine="sglang",
+                                                      **kw), eng)[0]
+
+    assert rows() == math.inf and rows(model="deepseek-r1", num_gpus=8) == 2048
+    assert rows(gpu="mi300x") == 0 and rows(model="llama-4-scout", num_gpus=4) == 0
+    assert rows(model="qwen3-next-80b-a3b-thinking", num_gpus=4) == 0 and rows(model="deepseek-v3.2", num_gpus=8) == 0
+    assert rows(model="deepseek-r1", num_gpus=8, enable_dp_attention=True) == 0
+    assert rows(request_rate=5.0, pd_disaggregation="1P1D") == 0
+    assert rows(sglang_version="0.5.9") == 0
+    r1 = dict(model=load_model("deepseek-r1"), gpu=get_gpu("h200"), num_gpus=8, engine="sglang", output_tokens=4)
+    short, long = infer(InferRequest(**r1, prompt_tokens=1024)), infer(InferRequest(**r1, prompt_tokens=4096))
+    assert short.prefill.host_s == 0.0 and long.prefill.host_s > 0
 
 
 def test_a_request_beyond_the_models_context_is_said() -> None:

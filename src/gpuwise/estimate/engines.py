@@ -7,6 +7,7 @@ the CUDA-context figure with a measurement.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Literal, get_args
 
@@ -163,6 +164,20 @@ def vllm_version(text: str | None) -> tuple[int, int]:
     if len(parts) < 2 or not parts[0].isdigit() or not parts[1].isdigit():
         raise ValueError(f"not a vLLM version: '{text}' (expected e.g. 0.11.0)")
     return int(parts[0]), int(parts[1])
+
+
+def release_version(text: str, engine: str) -> tuple[int, int, int]:
+    """'0.5.10' or 'v0.5.10.post1' -> (0, 5, 10); '0.5' -> (0, 5, 0) (what follows the numbers is ignored). Raises
+    ValueError for text that does not start with a version."""
+    m = _RELEASE.match(text.strip().lower())
+    if m is None:
+        raise ValueError(f"not a {engine} version: '{text}' (expected e.g. 0.5.10)")
+    return int(m[1]), int(m[2]), int(m[3] or 0)
+
+
+_RELEASE = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?")
+
+
 LLAMACPP = LlamaCppDefaults()
 
 DEFAULT_CONTEXT = 4096

@@ -65,9 +65,16 @@ class EnginePerf:
     """A MoE layer's routed experts run as the Triton fused_moe call (vLLM, SGLang): the profile's measured
     `fused_moe_call_s` stands for the routing, sort, quantization, grouped GEMM and sum kernels' fixed cost."""
     prefill_host_s_per_kernel: float = 0.0
-    """Host time per kernel of a prefill pass the engine runs eagerly (SGLang's "extend" without
-    --enable-piecewise-cuda-graph): the CPU launches the block's kernels one by one, so a short prefill takes
+    """Host time per kernel of a prefill pass the engine runs eagerly (SGLang's "extend" where its piecewise CUDA
+    graphs are off: before 0.5.10 by default, plan/infer.sglang_prefill_graph_rows): the CPU launches the block's
+    kernels one by one, so a short prefill takes
     max(its kernels' GPU time, the launches); 0: prefill costs no host time beyond the kernels (graphed or compiled)."""
+    prefill_graphs_from: str = ""
+    """The first version that graphs prefill by default (SGLang 0.5.10: piecewise CUDA graphs), '' if none does."""
+    prefill_graph_rows_mla: int = 0
+    """MLA models: the most tokens a graphed prefill pass takes (longer ones run eagerly); others: every chunk."""
+    prefill_graph_eager_families: tuple[str, ...] = ()
+    """Model types whose prefill the engine never graphs (its architecture blacklist)."""
 
 
 FUSED_MOE_KERNELS = 6
@@ -131,7 +138,9 @@ def engine_perf(name: str) -> EnginePerf:
                       float(r.get("frontend_latency_ms", 0.0)) * 1e-3, float(r.get("frontend_request_ms", 0.0)) * 1e-3,
                       float(r.get("frontend_token_us", 0.0)) * 1e-6,
                       float(r.get("step_overhead_us_per_request", 0.0)) * 1e-6, bool(r.get("paged_decode", False)),
-                      bool(r.get("fused_moe", False)), float(r.get("prefill_host_us_per_kernel", 0.0)) * 1e-6)
+                      bool(r.get("fused_moe", False)), float(r.get("prefill_host_us_per_kernel", 0.0)) * 1e-6,
+                      str(r.get("prefill_graphs_from", "")), int(r.get("prefill_graph_rows_mla", 0)),
+                      tuple(r.get("prefill_graph_eager_families", ())))
 
 
 def decode_kv_bandwidth(profile: DeviceProfile, engine: EnginePerf, spec: ModelSpec) -> float:

@@ -73,6 +73,9 @@ class StepCost:
     prefill_host_s: float = 0.0
     """Host time to launch a step with prompt chunks that the engine runs eagerly (SGLang's extend): such a step's
     kernels take at least this long (`EnginePerf.prefill_host_s_per_kernel`); 0: graphed or compiled."""
+    prefill_graph_rows: float = 0.0
+    """A step of at most this many rows replays CUDA graphs instead (SGLang's piecewise graphs: no `prefill_host_s`
+    floor); 0: none does, inf: every step."""
     state_s_per_request: float = 0.0
     """Hybrid models: seconds to read and write one running request's recurrent state (all its recurrent layers)
     in a step; 0 for attention-only models."""
@@ -97,8 +100,8 @@ class StepCost:
                 requests: int = 0, prefill_rows: int | None = None) -> float:
         """`prefill_rows`: the step's prompt-chunk rows, for the prefill attention's thread blocks (None: as many as
         its rate is quoted at)."""
-        return _step_seconds(self, self.rows_time(rows), self.head_time(logits_rows), kv_tokens, attention_pairs,
-                             requests, prefill_rows)
+        return _step_seconds(self, rows, self.rows_time(rows), self.head_time(logits_rows), kv_tokens,
+                             attention_pairs, requests, prefill_rows)
 
     def rows_time(self, rows: int) -> float:
         return _interp(self.rows_grid, self.rows_s, rows)
@@ -107,9 +110,10 @@ class StepCost:
         return _interp(self.head_grid, self.head_s, rows)
 
 
-def _step_seconds(cost, rows_s: float, head_s: float, kv_tokens: float, attention_pairs: float,
+def _step_seconds(cost, rows: int, rows_s: float, head_s: float, kv_tokens: float, attention_pairs: float,
                   requests: int, prefill_rows: int | None = None) -> float:
-    """One step: its kernels (at least the eager launches of a step with prompt chunks), then the host's time."""
+    """One step of `rows` rows: its kernels (at least the eager launches of a step with prompt chunks, unless it
+    replays CUDA graphs), then the host's time."""
     attention = attention_pairs * cost.prefill_attention_s_per_pair
     if attention > 0 and prefill_rows and cost.attention_heads > 0:
         # (the chunks' rows taken together: a few more blocks where several prompts share the step)
@@ -117,7 +121,7 @@ def _step_seconds(cost, rows_s: float, head_s: float, kv_tokens: float, attentio
                                        head_dim=cost.attention_head_dim, sms=cost.attention_sms)
     kernels = (rows_s + head_s + kv_tokens * cost.kv_read_s_per_token + attention
                + requests * cost.state_s_per_request)
-    if attention_pairs > 0 and kernels < cost.prefill_host_s:
+    if attention_pairs > 0 and kernels < cost.prefill_host_s and rows > cost.prefill_graph_rows:
         kernels = cost.prefill_host_s
     return kernels + cost.step_overhead_s + requests * cost.step_overhead_s_per_request
 
@@ -386,7 +390,8 @@ class _Memo:
     again and again)."""
 
     __slots__ = ("cost", "rows", "head", "kv_read_s_per_token", "prefill_attention_s_per_pair", "step_overhead_s",
-                 "step_overhead_s_per_request", "prefill_host_s", "state_s_per_request", "attention_heads",
+                 "step_overhead_s_per_request", "prefill_host_s", "prefill_graph_rows", "state_s_per_request",
+                 "attention_heads",
                  "attention_head_dim", "attention_sms", "attention_window", "full_pair_weight", "window_pair_weight")
 
     def __init__(self, cost: StepCost) -> None:
@@ -396,6 +401,7 @@ class _Memo:
         self.step_overhead_s = cost.step_overhead_s
         self.step_overhead_s_per_request = cost.step_overhead_s_per_request
         self.prefill_host_s = cost.prefill_host_s
+        self.prefill_graph_rows = cost.prefill_graph_rows
         self.state_s_per_request = cost.state_s_per_request
         self.attention_heads = cost.attention_heads
         self.attention_head_dim = cost.attention_head_dim
@@ -418,8 +424,8 @@ class _Memo:
 
     def seconds(self, rows: int, logits_rows: int, kv_tokens: float, attention_pairs: float,
                 requests: int = 0, prefill_rows: int | None = None) -> float:
-        return _step_seconds(self, self.rows_time(rows), self.head_time(logits_rows), kv_tokens, attention_pairs,
-                             requests, prefill_rows)
+        return _step_seconds(self, rows, self.rows_time(rows), self.head_time(logits_rows), kv_tokens,
+                             attention_pairs, requests, prefill_rows)
 
 
 class _Req:

@@ -62,6 +62,7 @@ def spec_from_hf_config(raw: Any) -> ModelSpec:
     if not isinstance(model_type, str) or not model_type:
         raise ConfigError("config.json has no 'model_type'")
     notes: tuple[str, ...] = ()
+    wrapper = None
     if model_type in MULTIMODAL_WRAPPERS:  # the language model is text_config
         text_type, tower, tie_default = MULTIMODAL_WRAPPERS[model_type]
         text = raw.get("text_config")
@@ -78,7 +79,7 @@ def spec_from_hf_config(raw: Any) -> ModelSpec:
         text.setdefault("torch_dtype", raw.get("torch_dtype") or raw.get("dtype"))
         if "quantization_config" in raw:
             text.setdefault("quantization_config", raw["quantization_config"])
-        raw = text
+        raw, wrapper = text, model_type
         model_type = str(text["model_type"])
         notes = (f"language model only: the vision tower and projector ({tower}) are not counted",)
     family = _ALIASES.get(model_type, model_type)
@@ -96,7 +97,7 @@ def spec_from_hf_config(raw: Any) -> ModelSpec:
     from dataclasses import replace
 
     hidden_p, attn_p = _dropout(raw, family)
-    return replace(spec, notes=spec.notes + notes, hidden_dropout=hidden_p, attention_dropout=attn_p)
+    return replace(spec, notes=spec.notes + notes, hidden_dropout=hidden_p, attention_dropout=attn_p, wrapper=wrapper)
 
 
 # Dropout probabilities: config keys per meaning, and the class defaults where they are not 0

@@ -236,6 +236,9 @@ class ModelSpec:
     """transformers caches K/V broadcast to all query heads for this architecture (Falcon's new decoder)."""
     notes: tuple[str, ...] = field(default_factory=tuple)
     """What was assumed or left out while parsing (e.g. 'vision tower not counted')."""
+    wrapper: str | None = None
+    """The vision-language config whose language model this is (its model_type: llama4, qwen3_5 ...); None for a
+    text-only checkpoint. Engines treat such checkpoints as multimodal (SGLang graphs no multimodal prefill)."""
 
     def __post_init__(self) -> None:
         positive = {

@@ -18,7 +18,7 @@ from ..catalog.gpus import GPU
 from ..catalog.models import LoadedModel
 from ..errors import InvalidArgument, require_positive_int, require_positive_number
 from ..estimate.comm import Topology, topology
-from ..estimate.engines import DEFAULT_CONTEXT, Engine
+from ..estimate.engines import DEFAULT_CONTEXT, Engine, release_version
 from ..estimate.infer_time import ENGINES, EnginePerf, PassTime, engine_perf, forward_pass_s
 from ..estimate.inference_memory import inference_memory
 from ..estimate.kv_cache import kv_bytes_per_token, state_bytes_per_sequence
@@ -107,9 +107,15 @@ class InferRequest:
     """Under load, SGLang: put prompt chunks into the decode steps (SGLang --enable-mixed-chunk) instead of running
     them in steps of their own ahead of the decodes, SGLang's default."""
     enable_piecewise_cuda_graph: bool = False
-    """SGLang: capture prefill in piecewise CUDA graphs (SGLang --enable-piecewise-cuda-graph), so a prompt's pass
-    no longer waits for its kernels' launches from the host (catalog/data/engine_perf.toml prefill_host_us_per_kernel);
-    off by default, SGLang's default."""
+    """SGLang before 0.5.10: capture prefill in piecewise CUDA graphs (SGLang --enable-piecewise-cuda-graph), so a
+    prompt's pass no longer waits for its kernels' launches from the host (catalog/data/engine_perf.toml
+    prefill_host_us_per_kernel); SGLang's default since 0.5.10."""
+    disable_piecewise_cuda_graph: bool = False
+    """SGLang 0.5.10 and later: run prefill eagerly (SGLang --disable-piecewise-cuda-graph) instead of in the
+    piecewise CUDA graphs it captures by default."""
+    sglang_version: str | None = None
+    """SGLang's version (e.g. 0.5.9): before 0.5.10 its prefill ran eagerly unless --enable-piecewise-cuda-graph
+    (default: the newest, which graphs it)."""
     offline: bool = False
     """Under load: the engine's in-process API with no HTTP server (vLLM's LLM class, trtllm-bench, SGLang's
     Engine): no frontend taking requests in and streaming tokens (catalog/data/engine_perf.toml)."""
@@ -179,6 +185,18 @@ class InferRequest:
         if self.enable_piecewise_cuda_graph and self.engine != "sglang":
             raise InvalidArgument(f"--enable-piecewise-cuda-graph is SGLang's option (vLLM compiles and graphs its "
                                   f"prefill by default); this engine is {self.engine}")
+        sglang_only = [n for n, v in (("--disable-piecewise-cuda-graph", self.disable_piecewise_cuda_graph),
+                                      ("--sglang-version", self.sglang_version)) if v]
+        if sglang_only and self.engine != "sglang":
+            raise InvalidArgument(f"{sglang_only[0]} is SGLang's; this engine is {self.engine}")
+        if self.enable_piecewise_cuda_graph and self.disable_piecewise_cuda_graph:
+            raise InvalidArgument("--enable-piecewise-cuda-graph and --disable-piecewise-cuda-graph contradict each "
+                                  "other: give one")
+        if self.sglang_version is not None:
+            try:
+                release_version(self.sglang_version, "SGLang")
+            except ValueError as exc:
+                raise InvalidArgument(f"--sglang-version: {exc}") from None
         if self.enable_mixed_chunk and self.engine != "sglang":
             raise InvalidArgument(f"--enable-mixed-chunk is SGLang's option (the other engines always mix prompt "
                                   f"chunks into decode steps); this engine is {self.engine}")
@@ -264,7 +282,54 @@ class KernelSetup:
     topo: Topology
     dtype: str
     step: Callable[[int, int, float, bool, int], PassTime]
-    """step(rows, sequences, context, decode, logits_rows): one forward pass (estimate/infer_time.forward_pass_s)."""
+    """step(rows, sequences, context, decode, logits_rows): one forward pass (estimate/infer_time.forward_pass_s),
+    a prefill pass launched eagerly where the engine launches prefill from the host
+    (`EnginePerf.prefill_host_s_per_kernel`)."""
+    graphed_step: Callable[[int, int, float, bool, int], PassTime]
+    """The same pass replayed from CUDA graphs: no host launches (for prefill passes of at most
+    `prefill_graph_rows` tokens)."""
+    prefill_graph_rows: float = 0.0
+    """Prefill passes of at most this many tokens replay CUDA graphs (SGLang's piecewise graphs; inf: every chunk,
+    0: none); `sglang_prefill_graph_rows`."""
+    prefill_graph_note: str = ""
+    """Why prefill is or is not graphed (SGLang; '' for the other engines)."""
+
+    def prefill_step(self, rows: int, seqs: int, ctx: float, logits: int) -> PassTime:
+        """A prefill pass of `rows` tokens as the engine launches it (graphed up to `prefill_graph_rows`)."""
+        return (self.graphed_step if rows <= self.prefill_graph_rows else self.step)(rows, seqs, ctx, False, logits)
+
+
+def sglang_prefill_graph_rows(req: InferRequest, eng: EnginePerf) -> tuple[float, str]:
+    """Prompt tokens up to which SGLang's prefill passes replay its piecewise CUDA graphs (inf: every chunk, 0: none,
+    always 0 for the other engines) and why, by SGLang's rules (catalog/data/engine_perf.toml): on by default since
+    0.5.10 (--enable-piecewise-cuda-graph before), off where ServerArgs turns it off for what gpuwise can express
+    (a GPU other than CUDA, a blacklisted architecture, a multimodal checkpoint, DP attention, PD disaggregation);
+    MLA models graph at most `prefill_graph_rows_mla` tokens."""
+    if req.engine != "sglang" or not eng.prefill_host_s_per_kernel:
+        return 0.0, ""
+    spec = req.model.spec
+    first = eng.prefill_graphs_from
+    new = bool(first) and (req.sglang_version is None or release_version(req.sglang_version, "SGLang")
+                           >= release_version(first, "SGLang"))
+    if req.disable_piecewise_cuda_graph:
+        return 0.0, "prefill runs eagerly (--disable-piecewise-cuda-graph)"
+    if not (new or req.enable_piecewise_cuda_graph):
+        return 0.0, (f"prefill runs eagerly (SGLang {req.sglang_version}: piecewise CUDA graphs by default only since "
+                     f"{first}; --enable-piecewise-cuda-graph before)")
+    off = (f"a GPU without CUDA ({req.gpu.vendor})" if req.gpu.vendor in ("amd", "intel", "apple", "google") else
+           f"{spec.family} (its architecture blacklist)"
+           if spec.family in eng.prefill_graph_eager_families else
+           f"a multimodal checkpoint ({spec.wrapper})" if spec.wrapper else
+           "DP attention" if req.enable_dp_attention else
+           "PD disaggregation" if req.pd_disaggregation else None)
+    why = "--enable-piecewise-cuda-graph" if req.enable_piecewise_cuda_graph else f"SGLang's default since {first}"
+    if off:
+        return 0.0, f"prefill runs eagerly: SGLang turns its piecewise CUDA graphs ({why}) off for {off}"
+    if spec.mla is not None and eng.prefill_graph_rows_mla:
+        return float(eng.prefill_graph_rows_mla), (f"prefill passes of up to {eng.prefill_graph_rows_mla:,} tokens "
+                                                   f"replay piecewise CUDA graphs ({why}; MLA's limit), longer ones "
+                                                   "run eagerly")
+    return math.inf, f"prefill replays piecewise CUDA graphs ({why}): no host launches"
 
 
 def kernel_setup(req: InferRequest) -> KernelSetup:
@@ -281,8 +346,8 @@ def kernel_setup(req: InferRequest) -> KernelSetup:
                          max_num_batched_tokens=req.max_num_batched_tokens if vllm else None,
                          mem_fraction_static=req.mem_fraction_static, enable_dp_attention=req.enable_dp_attention))
     eng = engine_perf(req.engine)
-    if req.enable_piecewise_cuda_graph:
-        eng = replace(eng, prefill_host_s_per_kernel=0.0)
+    graph_rows, graph_note = sglang_prefill_graph_rows(req, eng)
+    graphed = replace(eng, prefill_host_s_per_kernel=0.0)
     profile = device_profile(req.gpu, req.profile)
     topo = topology(req.gpu, num_gpus=req.num_gpus, overrides=network_overrides(req.profile))
     w = mem.weights
@@ -290,13 +355,19 @@ def kernel_setup(req: InferRequest) -> KernelSetup:
     dtype = _compute_dtype(req.gpu, w.name, w.kind)
     kv_e = mem.kv.bytes
 
-    def step(rows: int, seqs: int, ctx: float, decode: bool, logits: int) -> PassTime:
-        return forward_pass_s(spec, profile=profile, topo=topo, engine=eng, dtype=dtype, weight_bytes_per_param=wbpp,
+    def pass_s(e: EnginePerf, rows: int, seqs: int, ctx: float, decode: bool, logits: int) -> PassTime:
+        return forward_pass_s(spec, profile=profile, topo=topo, engine=e, dtype=dtype, weight_bytes_per_param=wbpp,
                               kv_bytes_per_element=kv_e, rows=rows, sequences=seqs, context=ctx,
                               num_gpus=req.num_gpus, decode=decode, logits_rows=logits,
                               expert_parallel=req.enable_expert_parallel, dp_attention=req.enable_dp_attention)
 
-    return KernelSetup(mem, eng, profile, topo, dtype, step)
+    def step(rows: int, seqs: int, ctx: float, decode: bool, logits: int) -> PassTime:
+        return pass_s(eng, rows, seqs, ctx, decode, logits)
+
+    def graphed_step(rows: int, seqs: int, ctx: float, decode: bool, logits: int) -> PassTime:
+        return pass_s(graphed, rows, seqs, ctx, decode, logits)
+
+    return KernelSetup(mem, eng, profile, topo, dtype, step, graphed_step, graph_rows, graph_note)
 
 
 def infer(req: InferRequest) -> InferResult:
@@ -315,7 +386,7 @@ def infer(req: InferRequest) -> InferResult:
         for done in range(0, req.prompt_tokens, chunk):
             n = min(chunk, req.prompt_tokens - done)
             last = done + n >= req.prompt_tokens
-            passes.append(step(prompts * n, prompts, done + n, False, prompts if last else 0))
+            passes.append(ks.prefill_step(prompts * n, prompts, done + n, prompts if last else 0))
         return replace(passes[0], seconds=sum(p.seconds for p in passes))
 
     def decode_s(seqs: int) -> tuple[float, PassTime, PassTime]:
@@ -352,7 +423,7 @@ def infer(req: InferRequest) -> InferResult:
                        request_s=request_s, output_tokens_per_s_per_sequence=1 / tpot, output_tokens_per_s=out_per_s,
                        requests_per_s=rps, compute_bound_batch=turn, usd_per_gpu_hour=price, usd_source=price_source,
                        usd_per_million_output_tokens=usd_per_m, samples_curve=tuple(curve), serving=serving,
-                       assumptions=_assumptions(req, eng, mem, dtype))
+                       assumptions=_assumptions(req, eng, mem, dtype, ks.prefill_graph_note))
 
 
 def serving_model(req: InferRequest, ks: KernelSetup) -> tuple[StepCost, serve.LoadSpec, int, str]:
@@ -370,6 +441,7 @@ def serving_model(req: InferRequest, ks: KernelSetup) -> tuple[StepCost, serve.L
     wl = load.workload
     cost = serve.step_cost(ks.step, spec=spec, profile=ks.profile, engine=eng, kv_bytes_per_element=mem.kv.bytes,
                            tp=tp, max_rows=load.limits.max_num_batched_tokens,
+                           prefill_graph_rows=ks.prefill_graph_rows,
                            mean_context=statistics.fmean(p + o / 2 for p, o in zip(wl.prompt_tokens, wl.output_tokens)),
                            mean_prompt=statistics.fmean(wl.prompt_tokens))
     return cost, load, capacity, cap_reason
@@ -444,7 +516,8 @@ def _frontend_note(fe: serve.Frontend | None, engine: str, offline: bool) -> str
             "latency per request (catalog/data/engine_perf.toml; --offline drops it)")
 
 
-def _assumptions(req: InferRequest, eng: EnginePerf, mem: FitResult, dtype: str) -> tuple[str, ...]:
+def _assumptions(req: InferRequest, eng: EnginePerf, mem: FitResult, dtype: str,
+                 prefill_note: str = "") -> tuple[str, ...]:
     out = [f"weights {mem.weights.name}, KV cache {mem.kv.name} (as `gpuwise fit` resolves them)",
            f"engine {eng.name}: {'CUDA graphs' if eng.cuda_graphs else 'eager launches'}, "
            f"{eng.multi_gpu} across GPUs, {eng.step_overhead_s * 1e3:.1f} ms per decode step outside the kernels"
@@ -452,6 +525,10 @@ def _assumptions(req: InferRequest, eng: EnginePerf, mem: FitResult, dtype: str)
               "scheduling)" if eng.step_overhead_s_per_request else "")
            + ("; decode attention streams its paged KV cache at the paged kernel's measured bandwidth where one "
               "is known (Hopper: 55% of HBM peak)" if eng.paged_decode else ""),
+           *([f"SGLang: {prefill_note}"
+              + ("" if "replays" in prefill_note and "eagerly" not in prefill_note else
+                 f"; an eager pass takes at least its kernels' launches, {eng.prefill_host_s_per_kernel * 1e6:.0f} us "
+                 "each (catalog/data/engine_perf.toml)")] if prefill_note else []),
            "static batch: every sequence has the same prompt and output length; tpot averages the growing context"]
     if (req.prompt_tokens, req.output_tokens) == (DEFAULT_PROMPT, DEFAULT_OUTPUT):
         from .roofline import DEFAULT_SEQ

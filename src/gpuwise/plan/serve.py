@@ -122,11 +122,12 @@ def chat_lengths(n: int, mean_prompt: float, mean_output: float, *, seed: int = 
 
 
 def step_cost(step, *, spec, profile, engine, kv_bytes_per_element: float, tp: int, max_rows: int,
-              mean_context: float, mean_prompt: float) -> StepCost:
+              mean_context: float, mean_prompt: float, prefill_graph_rows: float = 0.0) -> StepCost:
     """The per-step cost of the simulation from the kernel model.
 
     `step(rows, sequences, context, decode, logits_rows) -> PassTime` is the infer path's own forward pass, so the
-    static answer and the simulation price the same kernels. The row grid doubles from 1 to `max_rows`.
+    static answer and the simulation price the same kernels. The row grid doubles from 1 to `max_rows`. Steps with
+    prompt chunks of at most `prefill_graph_rows` tokens replay CUDA graphs (no eager launch floor).
     """
     grid: list[int] = []
     m = 1
@@ -174,6 +175,7 @@ def step_cost(step, *, spec, profile, engine, kv_bytes_per_element: float, tp: i
                     step_overhead_s=engine.step_overhead_s,
                     step_overhead_s_per_request=engine.step_overhead_s_per_request,
                     prefill_host_s=step(1, 1, 1, False, 1).host_s if engine.prefill_host_s_per_kernel else 0.0,
+                    prefill_graph_rows=prefill_graph_rows,
                     state_s_per_request=2 * state_bytes_per_sequence(spec, tp) / profile.bandwidth if hybrid else 0.0,
                     attention_heads=spec.num_heads / tp, attention_head_dim=attention_head_dim(spec),
                     attention_sms=profile.gpu.sm_count)
