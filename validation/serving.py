@@ -211,7 +211,19 @@ def resolve(row: dict) -> tuple[str, str, dict] | str:
             opts[key] = int(row[key])
     if opts["engine"] == "sglang":
         opts["sglang_version"] = _sglang_version(row)
+    elif opts["engine"] == "vllm":
+        opts.update(_vllm_version(row))
     return model, gpu, opts
+
+
+def _vllm_version(row: dict) -> dict:
+    """vLLM's version as `infer` options: `vllm_version` from 0.10 (the V1 engine, whose memory rule gpuwise models);
+    an older or unprinted one is priced with the newest memory rule, as before 2026-11-28, and synchronous
+    scheduling (asynchronous by default only since 0.14)."""
+    found = re.search(r"\d+\.\d+(?:\.\d+)?", str(row.get("engine_version") or ""))
+    if found and tuple(int(x) for x in found[0].split(".")[:2]) >= (0, 10):
+        return {"vllm_version": found[0]}
+    return {"no_async_scheduling": True}
 
 
 SGLANG_BEFORE_PREFILL_GRAPHS = "0.5.9"

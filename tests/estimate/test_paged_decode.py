@@ -76,14 +76,15 @@ def test_a_latent_cache_keeps_flashmla_at_copy_bandwidth():
 
 
 def test_vllm_waits_for_its_host_per_running_request_and_sglang_does_not():
-    """vLLM without --async-scheduling prepares step n + 1 after step n: PR #23914's sync/async throughputs on A100
-    (1014/1025 tps at batch 32, 4039/4258 at batch 256) put the hidden host time at 0.34 and 3.26 ms per step,
-    13 us per running request; SGLang's overlap scheduler runs it beside the GPU."""
+    """vLLM before 0.14 without --async-scheduling prepares step n + 1 after step n: PR #23914's sync/async
+    throughputs on A100 (1014/1025 tps at batch 32, 4039/4258 at batch 256) put the hidden host time at 0.34 and
+    3.26 ms per step, 13 us per running request; SGLang's overlap scheduler runs it beside the GPU."""
     vllm, sglang = engine_perf("vllm"), engine_perf("sglang")
     slope = (256 / 4039 - 256 / 4258 - (32 / 1014 - 32 / 1025)) / (256 - 32)
     assert vllm.step_overhead_s_per_request == pytest.approx(slope, rel=0.03)
     assert sglang.step_overhead_s_per_request == 0.0
-    req, ks = _setup("qwen3-8b", "vllm", batch=1)
+    req, ks = _setup("qwen3-8b", "vllm", batch=1, vllm_version="0.11.0")  # synchronous before 0.14
+    assert _setup("qwen3-8b", "vllm", batch=1)[1].eng.step_overhead_s_per_request == 0.0  # asynchronous since
     from gpuwise.estimate.infer_time import forward_pass_s
 
     def overhead(seqs: int) -> float:

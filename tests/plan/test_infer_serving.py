@@ -295,6 +295,31 @@ def test_sglangs_piecewise_cuda_graph_removes_the_prefill_launches(capsys) -> No
         assert code == 2 and ("SGLang" in err or "contradict" in err), (argv, err)
 
 
+def test_vllm_schedules_asynchronously_from_0_14(capsys) -> None:
+    """vLLM 0.14 turned async scheduling on by default (release notes; --no-async-scheduling turns it off,
+    --async-scheduling turned it on before): the host's time per running request then overlaps the GPU, so a loaded
+    engine's TPOT is shorter than with synchronous scheduling by about that time per step."""
+    base = dict(model=load_model("llama-3.1-8b"), gpu=get_gpu("h100-sxm"), engine="vllm", request_rate=20.0,
+                num_prompts=200, prompt_tokens=500, output_tokens=200)
+    newest = infer(InferRequest(**base)).serving.result
+    old = infer(InferRequest(**base, vllm_version="0.11.0")).serving.result
+    assert newest.tpot_s.p50 < old.tpot_s.p50
+    assert infer(InferRequest(**base, vllm_version="0.14.0")).serving.result.tpot_s.p50 \
+        == pytest.approx(newest.tpot_s.p50)
+    assert infer(InferRequest(**base, no_async_scheduling=True)).serving.result.tpot_s.p50 \
+        == pytest.approx(infer(InferRequest(**base, vllm_version="0.19", no_async_scheduling=True))
+                         .serving.result.tpot_s.p50)
+    synced = infer(InferRequest(**base, no_async_scheduling=True))
+    assert synced.serving.result.tpot_s.p50 > newest.tpot_s.p50
+    assert any("synchronous scheduling" in a for a in synced.assumptions)
+    assert infer(InferRequest(**base, vllm_version="0.11.0", async_scheduling=True)).serving.result.tpot_s.p50 \
+        < old.tpot_s.p50
+    for argv in (["--engine", "sglang", "--async-scheduling"], ["--async-scheduling", "--no-async-scheduling"],
+                 ["--vllm-version", "0.9.2"], ["--engine", "trtllm", "--vllm-version", "0.11.0"]):
+        code, _, err = run(capsys, "infer", "llama-3.1-8b", "--gpu", "h100-sxm", *argv)
+        assert code == 2 and ("vLLM" in err or "contradict" in err), (argv, err)
+
+
 def test_sglang_keeps_prefill_eager_where_its_rules_say() -> None:
     """ServerArgs turns the piecewise graphs off on GPUs without CUDA, for multimodal checkpoints, blacklisted
     architectures, DP attention and PD disaggregation; an MLA model graphs passes of at most 2,048 tokens."""

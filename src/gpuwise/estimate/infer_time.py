@@ -75,6 +75,9 @@ class EnginePerf:
     """MLA models: the most tokens a graphed prefill pass takes (longer ones run eagerly); others: every chunk."""
     prefill_graph_eager_families: tuple[str, ...] = ()
     """Model types whose prefill the engine never graphs (its architecture blacklist)."""
+    async_scheduling_from: str = ""
+    """The first version that schedules step n + 1 while step n runs by default (vLLM 0.14: async scheduling), so
+    `step_overhead_s_per_request` no longer shows; '' if none does."""
 
 
 FUSED_MOE_KERNELS = 6
@@ -140,7 +143,7 @@ def engine_perf(name: str) -> EnginePerf:
                       float(r.get("step_overhead_us_per_request", 0.0)) * 1e-6, bool(r.get("paged_decode", False)),
                       bool(r.get("fused_moe", False)), float(r.get("prefill_host_us_per_kernel", 0.0)) * 1e-6,
                       str(r.get("prefill_graphs_from", "")), int(r.get("prefill_graph_rows_mla", 0)),
-                      tuple(r.get("prefill_graph_eager_families", ())))
+                      tuple(r.get("prefill_graph_eager_families", ())), str(r.get("async_scheduling_from", "")))
 
 
 def decode_kv_bandwidth(profile: DeviceProfile, engine: EnginePerf, spec: ModelSpec) -> float:

@@ -18,7 +18,7 @@ from ..catalog.gpus import GPU
 from ..catalog.models import LoadedModel
 from ..errors import InvalidArgument, require_positive_int, require_positive_number
 from ..estimate.comm import Topology, topology
-from ..estimate.engines import DEFAULT_CONTEXT, Engine, release_version
+from ..estimate.engines import DEFAULT_CONTEXT, Engine, release_version, vllm_version
 from ..estimate.infer_time import ENGINES, EnginePerf, PassTime, engine_perf, forward_pass_s
 from ..estimate.inference_memory import inference_memory
 from ..estimate.kv_cache import kv_bytes_per_token, state_bytes_per_sequence
@@ -113,6 +113,16 @@ class InferRequest:
     disable_piecewise_cuda_graph: bool = False
     """SGLang 0.5.10 and later: run prefill eagerly (SGLang --disable-piecewise-cuda-graph) instead of in the
     piecewise CUDA graphs it captures by default."""
+    vllm_version: str | None = None
+    """vLLM's version, e.g. 0.11.0 (default: the newest checked, 0.19; 0.10 and later): its memory rule (as in
+    `fit`) and, under load, its scheduling: synchronous before 0.14 unless --async-scheduling, asynchronous since
+    unless --no-async-scheduling."""
+    async_scheduling: bool = False
+    """vLLM before 0.14: schedule step n + 1 while step n runs (vLLM --async-scheduling), hiding the host's time per
+    running request; vLLM's default since 0.14."""
+    no_async_scheduling: bool = False
+    """vLLM 0.14 and later: schedule synchronously (vLLM --no-async-scheduling): the GPU waits for the host's time
+    per running request every step."""
     sglang_version: str | None = None
     """SGLang's version (e.g. 0.5.9): before 0.5.10 its prefill ran eagerly unless --enable-piecewise-cuda-graph
     (default: the newest, which graphs it)."""
@@ -185,6 +195,13 @@ class InferRequest:
         if self.enable_piecewise_cuda_graph and self.engine != "sglang":
             raise InvalidArgument(f"--enable-piecewise-cuda-graph is SGLang's option (vLLM compiles and graphs its "
                                   f"prefill by default); this engine is {self.engine}")
+        vllm_only = [n for n, v in (("--vllm-version", self.vllm_version),
+                                    ("--async-scheduling", self.async_scheduling),
+                                    ("--no-async-scheduling", self.no_async_scheduling)) if v]
+        if vllm_only and self.engine != "vllm":
+            raise InvalidArgument(f"{vllm_only[0]} is vLLM's; this engine is {self.engine}")
+        if self.async_scheduling and self.no_async_scheduling:
+            raise InvalidArgument("--async-scheduling and --no-async-scheduling contradict each other: give one")
         sglang_only = [n for n, v in (("--disable-piecewise-cuda-graph", self.disable_piecewise_cuda_graph),
                                       ("--sglang-version", self.sglang_version)) if v]
         if sglang_only and self.engine != "sglang":
@@ -299,6 +316,16 @@ class KernelSetup:
         return (self.graphed_step if rows <= self.prefill_graph_rows else self.step)(rows, seqs, ctx, False, logits)
 
 
+def asynchronous_scheduling(req: InferRequest, eng: EnginePerf) -> bool:
+    """vLLM schedules step n + 1 while step n runs: by default since 0.14 (`EnginePerf.async_scheduling_from`;
+    --no-async-scheduling turns it off), with --async-scheduling before. Its exclusions (pipeline parallelism, the
+    CPU backend, drafts other than EAGLE/MTP) are not layouts `infer` serves."""
+    if req.no_async_scheduling:
+        return False
+    first = eng.async_scheduling_from
+    return req.async_scheduling or bool(first) and vllm_version(req.vllm_version) >= vllm_version(first)
+
+
 def sglang_prefill_graph_rows(req: InferRequest, eng: EnginePerf) -> tuple[float, str]:
     """Prompt tokens up to which SGLang's prefill passes replay its piecewise CUDA graphs (inf: every chunk, 0: none,
     always 0 for the other engines) and why, by SGLang's rules (catalog/data/engine_perf.toml): on by default since
@@ -344,8 +371,11 @@ def kernel_setup(req: InferRequest) -> KernelSetup:
                          gpu_memory_utilization=req.gpu_memory_utilization if vllm else None,
                          max_num_seqs=req.max_num_seqs if vllm else None,
                          max_num_batched_tokens=req.max_num_batched_tokens if vllm else None,
-                         mem_fraction_static=req.mem_fraction_static, enable_dp_attention=req.enable_dp_attention))
+                         mem_fraction_static=req.mem_fraction_static, enable_dp_attention=req.enable_dp_attention,
+                         vllm_version=req.vllm_version))
     eng = engine_perf(req.engine)
+    if eng.step_overhead_s_per_request and asynchronous_scheduling(req, eng):
+        eng = replace(eng, step_overhead_s_per_request=0.0)
     graph_rows, graph_note = sglang_prefill_graph_rows(req, eng)
     graphed = replace(eng, prefill_host_s_per_kernel=0.0)
     profile = device_profile(req.gpu, req.profile)
@@ -522,7 +552,10 @@ def _assumptions(req: InferRequest, eng: EnginePerf, mem: FitResult, dtype: str,
            f"engine {eng.name}: {'CUDA graphs' if eng.cuda_graphs else 'eager launches'}, "
            f"{eng.multi_gpu} across GPUs, {eng.step_overhead_s * 1e3:.1f} ms per decode step outside the kernels"
            + (f" plus {eng.step_overhead_s_per_request * 1e6:.0f} us of host time per running request (synchronous "
-              "scheduling)" if eng.step_overhead_s_per_request else "")
+              "scheduling" + (", vLLM before 0.14 or --no-async-scheduling" if eng.async_scheduling_from else "")
+              + ")" if eng.step_overhead_s_per_request else
+              "; asynchronous scheduling (vLLM's default since 0.14): the host's work per request overlaps the GPU"
+              if eng.async_scheduling_from else "")
            + ("; decode attention streams its paged KV cache at the paged kernel's measured bandwidth where one "
               "is known (Hopper: 55% of HBM peak)" if eng.paged_decode else ""),
            *([f"SGLang: {prefill_note}"
