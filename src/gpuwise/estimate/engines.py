@@ -166,6 +166,9 @@ def vllm_version(text: str | None) -> tuple[int, int]:
     return int(parts[0]), int(parts[1])
 
 
+_RELEASE = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?")
+
+
 def release_version(text: str, engine: str) -> tuple[int, int, int]:
     """'0.5.10' or 'v0.5.10.post1' -> (0, 5, 10); '0.5' -> (0, 5, 0) (what follows the numbers is ignored). Raises
     ValueError for text that does not start with a version."""
@@ -173,9 +176,6 @@ def release_version(text: str, engine: str) -> tuple[int, int, int]:
     if m is None:
         raise ValueError(f"not a {engine} version: '{text}' (expected e.g. 0.5.10)")
     return int(m[1]), int(m[2]), int(m[3] or 0)
-
-
-_RELEASE = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?")
 
 
 LLAMACPP = LlamaCppDefaults()

@@ -453,7 +453,7 @@ def infer(req: InferRequest) -> InferResult:
                        request_s=request_s, output_tokens_per_s_per_sequence=1 / tpot, output_tokens_per_s=out_per_s,
                        requests_per_s=rps, compute_bound_batch=turn, usd_per_gpu_hour=price, usd_source=price_source,
                        usd_per_million_output_tokens=usd_per_m, samples_curve=tuple(curve), serving=serving,
-                       assumptions=_assumptions(req, eng, mem, dtype, ks.prefill_graph_note))
+                       assumptions=_assumptions(req, eng, mem, dtype, ks))
 
 
 def serving_model(req: InferRequest, ks: KernelSetup) -> tuple[StepCost, serve.LoadSpec, int, str]:
@@ -547,7 +547,7 @@ def _frontend_note(fe: serve.Frontend | None, engine: str, offline: bool) -> str
 
 
 def _assumptions(req: InferRequest, eng: EnginePerf, mem: FitResult, dtype: str,
-                 prefill_note: str = "") -> tuple[str, ...]:
+                 ks: KernelSetup | None = None) -> tuple[str, ...]:
     out = [f"weights {mem.weights.name}, KV cache {mem.kv.name} (as `gpuwise fit` resolves them)",
            f"engine {eng.name}: {'CUDA graphs' if eng.cuda_graphs else 'eager launches'}, "
            f"{eng.multi_gpu} across GPUs, {eng.step_overhead_s * 1e3:.1f} ms per decode step outside the kernels"
@@ -558,10 +558,10 @@ def _assumptions(req: InferRequest, eng: EnginePerf, mem: FitResult, dtype: str,
               if eng.async_scheduling_from else "")
            + ("; decode attention streams its paged KV cache at the paged kernel's measured bandwidth where one "
               "is known (Hopper: 55% of HBM peak)" if eng.paged_decode else ""),
-           *([f"SGLang: {prefill_note}"
-              + ("" if "replays" in prefill_note and "eagerly" not in prefill_note else
+           *([f"SGLang: {ks.prefill_graph_note}"
+              + ("" if ks.prefill_graph_rows == math.inf else
                  f"; an eager pass takes at least its kernels' launches, {eng.prefill_host_s_per_kernel * 1e6:.0f} us "
-                 "each (catalog/data/engine_perf.toml)")] if prefill_note else []),
+                 "each (catalog/data/engine_perf.toml)")] if ks is not None and ks.prefill_graph_note else []),
            "static batch: every sequence has the same prompt and output length; tpot averages the growing context"]
     if (req.prompt_tokens, req.output_tokens) == (DEFAULT_PROMPT, DEFAULT_OUTPUT):
         from .roofline import DEFAULT_SEQ
