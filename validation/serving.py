@@ -220,10 +220,16 @@ def _vllm_version(row: dict) -> dict:
     """vLLM's version as `infer` options: `vllm_version` from 0.10 (the V1 engine, whose memory rule gpuwise models);
     an older or unprinted one is priced with the newest memory rule, as before 2026-11-28, and synchronous
     scheduling (asynchronous by default only since 0.14)."""
-    found = re.search(r"\d+\.\d+(?:\.\d+)?", str(row.get("engine_version") or ""))
-    if found and tuple(int(x) for x in found[0].split(".")[:2]) >= (0, 10):
-        return {"vllm_version": found[0]}
+    found = _printed_version(row)
+    if found and tuple(int(x) for x in found.split(".")[:2]) >= (0, 10):
+        return {"vllm_version": found}
     return {"no_async_scheduling": True}
+
+
+def _printed_version(row: dict) -> str | None:
+    """The first x.y[.z] in the row's `engine_version` (e.g. '0.5.13' of '0.5.13.post1 (ROCm 7.2 image)')."""
+    found = re.search(r"\d+\.\d+(?:\.\d+)?", str(row.get("engine_version") or ""))
+    return found[0] if found else None
 
 
 SGLANG_BEFORE_PREFILL_GRAPHS = "0.5.9"
@@ -234,9 +240,9 @@ first to graph prefill by default): every version before 0.5.10 behaves alike in
 def _sglang_version(row: dict) -> str | None:
     """The row's SGLang version (the first x.y[.z] in its engine_version); when none is printed, 0.5.9 for a row
     dated before April 2026 and the newest (None) after."""
-    found = re.search(r"\d+\.\d+(?:\.\d+)?", str(row.get("engine_version") or ""))
+    found = _printed_version(row)
     if found:
-        return found[0]
+        return found
     return SGLANG_BEFORE_PREFILL_GRAPHS if str(row.get("date", "")) < "2026-04" else None
 
 

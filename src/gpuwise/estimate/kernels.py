@@ -173,9 +173,9 @@ def attention_s(profile: DeviceProfile, flops: float, nbytes: float, *, backward
         return nbytes / bw if nbytes > 0 else 0.0
     if sdpa:
         eff = profile.sdpa_backward_efficiency if backward else profile.sdpa_forward_efficiency
-        package = profile.flash_attn_backward_efficiency if backward else profile.flash_attn_forward_efficiency
-        if flash_attn and package is not None:
-            eff = package
+        own = profile.flash_attn_backward_efficiency if backward else profile.flash_attn_forward_efficiency
+        if flash_attn and own is not None:
+            eff = own
         if triton:
             eff *= flash_attn_triton_share(backward=backward)
     else:
