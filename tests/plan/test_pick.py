@@ -215,6 +215,10 @@ def test_serve_sizes_replicas_for_the_rate_and_the_targets():
      "--request-rate, --slo-ttft-ms apply to --task serve"),
     (["--task", "serve", "--request-rate", "2", "--engine", "hf"], "vllm, sglang, trtllm or llamacpp"),
     (["--task", "serve", "--request-rate", "2", "--slo-tpot-ms", "1", "--gpus", "h100-sxm,l4"], "best reachable"),
+    (["--task", "serve", "--request-rate", "2", "--sglang-version", "0.5.9"], "SGLang's; this engine is vllm"),
+    (["--task", "serve", "--request-rate", "2", "--vllm-version", "0.9.2"], "before 0.10"),
+    (["--task", "train", "--vllm-version", "0.11.0"], "applies to --task infer or serve"),
+    (["--engine", "sglang", "--sglang-version", "latest"], "not a SGLang version"),
 ])
 def test_serve_bad_options_are_one_line(capsys, argv, needle):
     from gpuwise.cli import main
@@ -225,6 +229,30 @@ def test_serve_bad_options_are_one_line(capsys, argv, needle):
         code = exc.code
     out, err = capsys.readouterr()
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and needle in err, err
+
+
+def test_serve_and_infer_price_the_engine_version_given():
+    """pick takes infer's --vllm-version and --sglang-version: vLLM 0.11 schedules synchronously (2 ms per step and
+    13 us per running request outside the kernels, against 0.5 ms from 0.14), so a replica decodes more slowly there
+    than on the newest, and one-batch costs rise with it; SGLang before 0.5.10 runs its prefill eagerly."""
+    from gpuwise.catalog.gpus import get_gpu
+    from gpuwise.catalog.models import load_model
+    from gpuwise.plan.pick import pick
+    from gpuwise.plan.pick_request import PickRequest
+
+    base = dict(model=load_model("llama-3.1-8b"), gpus=(get_gpu("h100-sxm"),), mig=False, max_gpus=1,
+                output_tokens=200)
+
+    def first(prompt_tokens=1000, **kw):
+        return pick(PickRequest(**base, prompt_tokens=prompt_tokens, **kw)).ranked[0]
+
+    new, old = first(task="serve", request_rate=5.0), first(task="serve", request_rate=5.0, vllm_version="0.11.0")
+    assert old.latency["tpot_s"] > new.latency["tpot_s"] + 1e-3
+    assert first(vllm_version="0.11.0").usd_per_million_tokens > first().usd_per_million_tokens
+    # a 64-token prompt's pass: SGLang 0.5.9 launches its ~400 kernels from the host (longer than they run), 0.5.10
+    # and later replay them as graphs
+    short = dict(task="serve", request_rate=5.0, engine="sglang", prompt_tokens=64)
+    assert first(**short, sglang_version="0.5.9").latency["ttft_s"] > first(**short).latency["ttft_s"] + 5e-3
 
 
 def test_serve_search_skips_only_what_cannot_rank():

@@ -78,6 +78,9 @@ class EnginePerf:
     async_scheduling_from: str = ""
     """The first version that schedules step n + 1 while step n runs by default (vLLM 0.14: async scheduling), so
     `step_overhead_s_per_request` no longer shows; '' if none does."""
+    async_step_overhead_s: float | None = None
+    """`step_overhead_s` when the engine schedules asynchronously (the host's part of the step overlaps the GPU);
+    None: the same either way."""
 
 
 FUSED_MOE_KERNELS = 6
@@ -143,7 +146,8 @@ def engine_perf(name: str) -> EnginePerf:
                       float(r.get("step_overhead_us_per_request", 0.0)) * 1e-6, bool(r.get("paged_decode", False)),
                       bool(r.get("fused_moe", False)), float(r.get("prefill_host_us_per_kernel", 0.0)) * 1e-6,
                       str(r.get("prefill_graphs_from", "")), int(r.get("prefill_graph_rows_mla", 0)),
-                      tuple(r.get("prefill_graph_eager_families", ())), str(r.get("async_scheduling_from", "")))
+                      tuple(r.get("prefill_graph_eager_families", ())), str(r.get("async_scheduling_from", "")),
+                      float(r["async_step_overhead_us"]) * 1e-6 if "async_step_overhead_us" in r else None)
 
 
 def decode_kv_bandwidth(profile: DeviceProfile, engine: EnginePerf, spec: ModelSpec) -> float:

@@ -35,6 +35,20 @@ def require_scheduler_limits(max_num_seqs: int | None, max_num_batched_tokens: i
         if v is not None:
             require_positive_int(name, v, MAX_TOKENS)
 
+
+def require_vllm_version(text: str | None) -> None:
+    """--vllm-version: a version gpuwise models (0.10, the V1 engine, and later), or None for the newest."""
+    if text is None:
+        return
+    try:
+        version = engines.vllm_version(text)
+    except ValueError as exc:
+        raise InvalidArgument(f"--vllm-version: {exc}") from None
+    if version < engines.VLLM_OLDEST:
+        raise InvalidArgument(f"--vllm-version {text}: vLLM before 0.10 (the V0 engine) sized its KV pool by other "
+                              "rules, which gpuwise does not model")
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FitRequest:
     """Inference memory of a model on GPUs: the options of `gpuwise fit`."""
@@ -91,14 +105,7 @@ class FitRequest:
         if self.gpu_memory_utilization is not None and not 0 < self.gpu_memory_utilization <= 1:
             raise InvalidArgument(f"--gpu-memory-utilization must be in (0, 1], got {self.gpu_memory_utilization}")
         require_scheduler_limits(self.max_num_seqs, self.max_num_batched_tokens)
-        if self.vllm_version is not None:
-            try:
-                version = engines.vllm_version(self.vllm_version)
-            except ValueError as exc:
-                raise InvalidArgument(f"--vllm-version: {exc}") from None
-            if version < engines.VLLM_OLDEST:
-                raise InvalidArgument(f"--vllm-version {self.vllm_version}: vLLM before 0.10 (the V0 engine) sized "
-                                      "its KV pool by other rules, which gpuwise does not model")
+        require_vllm_version(self.vllm_version)
         knobs = [n for n, v in (("--vllm-version", self.vllm_version),
                                 ("--gpu-memory-utilization", self.gpu_memory_utilization),
                                 ("--max-num-seqs", self.max_num_seqs),

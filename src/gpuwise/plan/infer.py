@@ -25,7 +25,7 @@ from ..estimate.kv_cache import kv_bytes_per_token, state_bytes_per_sequence
 from ..fields import field_default
 from ..quant.formats import matrix_bytes_per_param
 from . import serve
-from .fit import FitRequest, FitResult, fit, require_scheduler_limits
+from .fit import FitRequest, FitResult, fit, require_scheduler_limits, require_vllm_version
 from .serve import ServingAnswer
 from ..estimate.serving import StepCost
 
@@ -195,25 +195,18 @@ class InferRequest:
         if self.enable_piecewise_cuda_graph and self.engine != "sglang":
             raise InvalidArgument(f"--enable-piecewise-cuda-graph is SGLang's option (vLLM compiles and graphs its "
                                   f"prefill by default); this engine is {self.engine}")
-        vllm_only = [n for n, v in (("--vllm-version", self.vllm_version),
-                                    ("--async-scheduling", self.async_scheduling),
+        require_engine_versions(self.engine, self.vllm_version, self.sglang_version)
+        vllm_only = [n for n, v in (("--async-scheduling", self.async_scheduling),
                                     ("--no-async-scheduling", self.no_async_scheduling)) if v]
         if vllm_only and self.engine != "vllm":
             raise InvalidArgument(f"{vllm_only[0]} is vLLM's; this engine is {self.engine}")
         if self.async_scheduling and self.no_async_scheduling:
             raise InvalidArgument("--async-scheduling and --no-async-scheduling contradict each other: give one")
-        sglang_only = [n for n, v in (("--disable-piecewise-cuda-graph", self.disable_piecewise_cuda_graph),
-                                      ("--sglang-version", self.sglang_version)) if v]
-        if sglang_only and self.engine != "sglang":
-            raise InvalidArgument(f"{sglang_only[0]} is SGLang's; this engine is {self.engine}")
+        if self.disable_piecewise_cuda_graph and self.engine != "sglang":
+            raise InvalidArgument(f"--disable-piecewise-cuda-graph is SGLang's; this engine is {self.engine}")
         if self.enable_piecewise_cuda_graph and self.disable_piecewise_cuda_graph:
             raise InvalidArgument("--enable-piecewise-cuda-graph and --disable-piecewise-cuda-graph contradict each "
                                   "other: give one")
-        if self.sglang_version is not None:
-            try:
-                release_version(self.sglang_version, "SGLang")
-            except ValueError as exc:
-                raise InvalidArgument(f"--sglang-version: {exc}") from None
         if self.enable_mixed_chunk and self.engine != "sglang":
             raise InvalidArgument(f"--enable-mixed-chunk is SGLang's option (the other engines always mix prompt "
                                   f"chunks into decode steps); this engine is {self.engine}")
@@ -316,6 +309,20 @@ class KernelSetup:
         return (self.graphed_step if rows <= self.prefill_graph_rows else self.step)(rows, seqs, ctx, False, logits)
 
 
+def require_engine_versions(engine: str, vllm: str | None, sglang: str | None) -> None:
+    """--vllm-version and --sglang-version, as `infer` and `pick` take them: each for its own engine, and a version
+    gpuwise models."""
+    for name, value, owner in (("--vllm-version", vllm, "vllm"), ("--sglang-version", sglang, "sglang")):
+        if value is not None and engine != owner:
+            raise InvalidArgument(f"{name} is {'vLLM' if owner == 'vllm' else 'SGLang'}'s; this engine is {engine}")
+    require_vllm_version(vllm)
+    if sglang is not None:
+        try:
+            release_version(sglang, "SGLang")
+        except ValueError as exc:
+            raise InvalidArgument(f"--sglang-version: {exc}") from None
+
+
 def asynchronous_scheduling(req: InferRequest, eng: EnginePerf) -> bool:
     """vLLM schedules step n + 1 while step n runs: by default since 0.14 (`EnginePerf.async_scheduling_from`;
     --no-async-scheduling turns it off), with --async-scheduling before. Its exclusions (pipeline parallelism, the
@@ -374,8 +381,9 @@ def kernel_setup(req: InferRequest) -> KernelSetup:
                          mem_fraction_static=req.mem_fraction_static, enable_dp_attention=req.enable_dp_attention,
                          vllm_version=req.vllm_version))
     eng = engine_perf(req.engine)
-    if eng.step_overhead_s_per_request and asynchronous_scheduling(req, eng):
-        eng = replace(eng, step_overhead_s_per_request=0.0)
+    if asynchronous_scheduling(req, eng):
+        eng = replace(eng, step_overhead_s_per_request=0.0, step_overhead_s=(
+            eng.step_overhead_s if eng.async_step_overhead_s is None else eng.async_step_overhead_s))
     graph_rows, graph_note = sglang_prefill_graph_rows(req, eng)
     graphed = replace(eng, prefill_host_s_per_kernel=0.0)
     profile = device_profile(req.gpu, req.profile)

@@ -11,7 +11,7 @@ from ..errors import MAX_TOKENS, InvalidArgument, require_positive_int, require_
 from ..estimate.engines import Engine
 from ..estimate.job import Finetune, job_default
 from ..fields import field_default
-from .infer import InferRequest
+from .infer import InferRequest, require_engine_versions
 
 Task = Literal["infer", "serve", "train", "finetune"]
 PickPrecision = Literal["bf16", "fp16", "fp8", "fp32"]
@@ -74,6 +74,10 @@ class PickRequest:
     """infer: output tokens per sequence."""
     engine: Engine = field_default(InferRequest, "engine")
     """infer: serving engine."""
+    vllm_version: str | None = None
+    """infer/serve, vLLM: its version, as `gpuwise infer --vllm-version` takes it (default: the newest checked)."""
+    sglang_version: str | None = None
+    """infer/serve, SGLang: its version, as `gpuwise infer --sglang-version` takes it (default: the newest)."""
     request_rate: float | None = None
     """serve: requests per second to sustain (Poisson arrivals; required for --task serve)."""
     slo_ttft_ms: float | None = None
@@ -115,6 +119,11 @@ class PickRequest:
             raise InvalidArgument("--finetune applies to --task finetune")
         if self.task in ("infer", "serve") and (self.seq or self.global_batch or self.train_tokens):
             raise InvalidArgument("--seq, --global-batch and --train-tokens apply to --task train or finetune")
+        versions = [n for n, v in (("--vllm-version", self.vllm_version), ("--sglang-version", self.sglang_version))
+                    if v is not None]
+        if versions and self.task not in ("infer", "serve"):
+            raise InvalidArgument(f"{versions[0]} applies to --task infer or serve")
+        require_engine_versions(self.engine, self.vllm_version, self.sglang_version)
         serve_only = [n for n, v in (("--request-rate", self.request_rate), ("--slo-ttft-ms", self.slo_ttft_ms),
                                      ("--slo-tpot-ms", self.slo_tpot_ms)) if v is not None]
         if self.task != "serve" and serve_only:

@@ -81,7 +81,8 @@ def _infer(req: PickRequest, gpu: GPU, n: int, price: float | None, source: str)
     weights, said = _weights(req, gpu, n, req.batch)
     r = infer(InferRequest(model=req.model, gpu=gpu, num_gpus=n, weights=weights, kv_dtype=req.kv_dtype,
                            batch=req.batch, prompt_tokens=req.prompt_tokens, output_tokens=req.output_tokens,
-                           engine=req.engine, usd_per_gpu_hour=price))
+                           engine=req.engine, usd_per_gpu_hour=price, vllm_version=req.vllm_version,
+                           sglang_version=req.sglang_version))
     fits = r.memory.fits
     speed = req.batch * req.output_tokens / r.request_s  # whole requests: prefill included, as infer's cost
     per_hour, per_m, kwh = _money(req, gpu, n, price, speed)
@@ -249,7 +250,8 @@ def serve_bound(req: PickRequest, gpu: GPU, n: int, price: float | None, source:
     weights, said = _weights(req, gpu, n, 1)
     ireq = InferRequest(model=req.model, gpu=gpu, num_gpus=n, weights=weights, kv_dtype=req.kv_dtype,
                         prompt_tokens=req.prompt_tokens, output_tokens=req.output_tokens, engine=req.engine,
-                        request_rate=req.request_rate, num_prompts=SERVE_SIM_REQUESTS)
+                        request_rate=req.request_rate, num_prompts=SERVE_SIM_REQUESTS, vllm_version=req.vllm_version,
+                        sglang_version=req.sglang_version)
     ks = kernel_setup(ireq)
     setup = ("one GPU per replica" if n == 1 else f"tensor parallel {n} per replica") + said
     if not ks.mem.fits:
