@@ -75,7 +75,7 @@ def load() -> list[dict]:
 
 MODEL_REFS = {
     # a published checkpoint -> the catalog model of the same architecture (its weights format set from the row)
-    "Qwen/Qwen3-8B": "qwen3-8b", "Qwen/Qwen3-14B": "qwen3-14b", "Qwen/Qwen3-14B-FP8": "qwen3-14b",
+    "Qwen/Qwen3-0.6B": "qwen3-0.6b", "Qwen/Qwen3-8B": "qwen3-8b", "Qwen/Qwen3-14B": "qwen3-14b", "Qwen/Qwen3-14B-FP8": "qwen3-14b",
     "Qwen/Qwen3-32B": "qwen3-32b", "Qwen/Qwen3-235B-A22B-Instruct-2507": "qwen3-235b-a22b",
     "nvidia/Qwen3-235B-A22B-FP8": "qwen3-235b-a22b", "deepseek-ai/DeepSeek-R1-0528": "deepseek-r1",
     "deepseek-ai/DeepSeek-R1": "deepseek-r1", "deepseek-ai/DeepSeek-V3": "deepseek-v3",
@@ -209,6 +209,9 @@ def resolve(row: dict) -> tuple[str, str, dict] | str:
     for key in ("max_num_seqs", "max_num_batched_tokens"):
         if key in row:
             opts[key] = int(row[key])
+    for key in ("gpu_memory_utilization", "mem_fraction_static"):
+        if key in row:
+            opts[key] = float(row[key])
     if opts["engine"] == "sglang":
         opts["sglang_version"] = _sglang_version(row)
     elif opts["engine"] == "vllm":

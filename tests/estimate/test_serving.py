@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuwise.estimate.serving import EngineLimits, OutputReservation, StepCost, Workload, simulate, stats, stretch_steps
+from gpuwise.estimate.serving import (EngineLimits, Frontend, OutputReservation, StepCost, Workload, simulate, stats,
+                                     stretch_steps)
 
 
 def _cost(per_row_s=20e-6, fixed_s=5e-3, kv_s=2e-8, pair_s=1e-10, overhead_s=1e-3) -> StepCost:
@@ -24,6 +25,32 @@ LIMITS = EngineLimits(max_num_seqs=256, max_num_batched_tokens=2048, kv_capacity
 
 def _wl(n=300, prompt=500, out=100, **kw) -> Workload:
     return Workload(prompt_tokens=(prompt,) * n, output_tokens=(out,) * n, **kw)
+
+
+def test_a_first_chunk_of_n_tokens_reaches_the_client_with_the_nth():
+    """SGLang --stream-interval N streams a request's output when its length is a multiple of N (or it has finished):
+    a lone request's first token reaches the client N - 1 decode steps later than with N = 1, its last at the same
+    time; TPOT is what the client computes, (e2e - TTFT) / (output - 1); an output of at most N tokens is seen
+    whole at its end. Under load (the decode-only stretches stop at a first chunk) the same holds per request."""
+    cost = _cost()
+    fe = Frontend(latency_s=0.01)
+    one = simulate(cost, _wl(n=1, prompt=500, out=40), LIMITS, frontend=fe)
+    ten = simulate(cost, _wl(n=1, prompt=500, out=40), LIMITS, frontend=Frontend(latency_s=0.01, first_chunk_tokens=10))
+    decode = [cost.seconds(1, 1, 501 + k, 0) for k in range(39)]
+    assert ten.ttft_s.mean == pytest.approx(one.ttft_s.mean + sum(decode[:9]))
+    assert ten.e2e_s.mean == pytest.approx(one.e2e_s.mean)
+    assert ten.tpot_s.mean == pytest.approx((ten.e2e_s.mean - ten.ttft_s.mean) / 39)
+    short = simulate(cost, _wl(n=1, prompt=500, out=8), LIMITS, frontend=Frontend(first_chunk_tokens=10))
+    assert short.ttft_s.mean == pytest.approx(short.e2e_s.mean)
+    wl = _wl(n=200, prompt=300, out=60, max_concurrency=16)
+    base = simulate(cost, wl, LIMITS, frontend=fe)
+    chunked = simulate(cost, wl, LIMITS, frontend=Frontend(latency_s=0.01, first_chunk_tokens=8))
+    assert chunked.e2e_s.mean == pytest.approx(base.e2e_s.mean, rel=1e-9)
+    shift = [a - b for a, b in zip(chunked.ttft_values, base.ttft_values)]
+    step = min(cost.seconds(16, 16, 16 * 360, 0), cost.seconds(1, 1, 301, 0))
+    assert min(shift) >= 7 * step * (1 - 1e-9)  # seven more decode steps at least, each no shorter than the shortest
+    with pytest.raises(ValueError, match="first_chunk_tokens"):
+        Frontend(first_chunk_tokens=0)
 
 
 def test_a_lone_request_costs_its_prefill_step_then_one_step_per_token():

@@ -317,6 +317,27 @@ def test_vllm_schedules_asynchronously_from_0_14(capsys) -> None:
         assert code == 2 and ("vLLM" in err or "contradict" in err), (argv, err)
 
 
+def test_stream_interval_delays_sglangs_first_token_not_vllms(capsys) -> None:
+    """--stream-interval N: SGLang streams when a request's output length is a multiple of N, so its TTFT grows by
+    about N - 1 decode steps and its end-to-end latency does not; vLLM sends the first token at once (its
+    output processor streams 'the first token' and then every N), so nothing it reports moves."""
+    base = dict(model=load_model("llama-3.1-8b"), gpu=get_gpu("h100-sxm"), max_concurrency=1, num_prompts=5,
+                prompt_tokens=500, output_tokens=200)
+    sg = infer(InferRequest(**base, engine="sglang"))
+    sg10 = infer(InferRequest(**base, engine="sglang", stream_interval=10))
+    a, b = sg.serving.result, sg10.serving.result
+    assert b.ttft_s.p50 - a.ttft_s.p50 == pytest.approx(9 * a.tpot_s.p50, rel=0.05)
+    assert b.e2e_s.p50 == pytest.approx(a.e2e_s.p50)
+    assert any("--stream-interval 10" in x and "output token 10" in x for x in sg10.serving.assumptions)
+    v, v10 = (infer(InferRequest(**base, engine="vllm", stream_interval=k)).serving.result for k in (1, 10))
+    assert v10.ttft_s.p50 == pytest.approx(v.ttft_s.p50) and v10.tpot_s.p50 == pytest.approx(v.tpot_s.p50)
+    for argv in (["--engine", "trtllm", "--request-rate", "2", "--stream-interval", "4"],
+                 ["--stream-interval", "4"], ["--request-rate", "2", "--offline", "--stream-interval", "4"],
+                 ["--request-rate", "2", "--stream-interval", "0"]):
+        code, _, err = run(capsys, "infer", "llama-3.1-8b", "--gpu", "h100-sxm", *argv)
+        assert code == 2 and "--stream-interval" in err, (argv, err)
+
+
 def test_sglang_keeps_prefill_eager_where_its_rules_say() -> None:
     """ServerArgs turns the piecewise graphs off on GPUs without CUDA, for multimodal checkpoints, blacklisted
     architectures, DP attention and PD disaggregation; an MLA model graphs passes of at most 2,048 tokens."""

@@ -290,12 +290,19 @@ class Frontend:
     """Frontend CPU to take in one request (template, tokenize, validate, hand to the engine)."""
     token_s: float = 0.0
     """Frontend CPU to stream one output token to its client."""
+    first_chunk_tokens: int = 1
+    """Output tokens a request has produced when its first chunk is streamed: 1, except SGLang with
+    --stream-interval N > 1, which streams a request's output whenever its length is a multiple of N (or it has
+    finished), so the client's first token arrives with the N-th (vLLM sends the first token at once whatever its
+    interval)."""
 
     def __post_init__(self) -> None:
         for name in ("latency_s", "request_s", "token_s"):
             v = getattr(self, name)
             if not (v >= 0 and math.isfinite(v)):
                 raise ValueError(f"frontend {name} must be a finite number >= 0, got {v}")
+        if not (isinstance(self.first_chunk_tokens, int) and self.first_chunk_tokens >= 1):
+            raise ValueError(f"frontend first_chunk_tokens must be a whole number >= 1, got {self.first_chunk_tokens}")
 
     @property
     def idle(self) -> bool:
@@ -430,7 +437,7 @@ class _Memo:
 
 class _Req:
     __slots__ = ("i", "prompt", "out", "sent", "computed", "target", "produced", "first", "dec0", "ctx0", "order",
-                 "alive", "done", "first_step", "last_step", "res_a", "res_b", "prod0")
+                 "alive", "done", "first_step", "last_step", "res_a", "res_b", "prod0", "chunk_step")
 
     def __init__(self, i: int, prompt: int, out: int, sent: float) -> None:
         self.i, self.prompt, self.out, self.sent = i, prompt, out, sent
@@ -445,6 +452,7 @@ class _Req:
         self.done = math.nan       # time of its last token
         self.first_step = -1       # the step that emitted its first token
         self.last_step = -1        # the step that emitted its last token
+        self.chunk_step = -1       # the step whose tokens make its first streamed chunk, where that is not the first
         self.res_a = self.res_b = 0.0  # its output reservation while decoding: res_a - res_b x decode counter
         self.prod0 = 0.0           # produced - dec0 x tokens per step, when it entered decode
 
@@ -532,6 +540,8 @@ def simulate(cost: StepCost, workload: Workload, limits: EngineLimits, *, specul
     stall_n = 0                    # how many of them waited
     fe = frontend if (frontend is not None and not frontend.idle) else None
     fe_latency = frontend.latency_s if frontend is not None else 0.0
+    chunk = frontend.first_chunk_tokens if frontend is not None else 1
+    chunk_heap: list[tuple[int, int, int]] = []  # (decode counter of a first chunk's last token, request, its dec0)
     ingest: deque[list] = deque()  # [request, frontend CPU seconds left], in arrival order
     outq: deque[list] = deque()    # [step, frontend CPU seconds left]: each step's tokens to stream, in order
     delivered: dict[int, float] = {}  # step -> when the client has its tokens
@@ -612,6 +622,18 @@ def simulate(cost: StepCost, workload: Workload, limits: EngineLimits, *, specul
             if dt < need:  # `to` reached before the next job is done
                 break
         fe_t = max(fe_t, to)
+
+    def chunks_due() -> bool:
+        """Requests whose first streamed chunk (SGLang --stream-interval) completed at `dec_counter` take the
+        current step as its step; True if any did."""
+        due = False
+        while chunk_heap and chunk_heap[0][0] <= dec_counter:
+            _, i, d0 = heapq.heappop(chunk_heap)
+            r = reqs[i]
+            if i in decoding and r.dec0 == d0 and r.chunk_step < 0:  # (else preempted since: pushed again later)
+                r.chunk_step = cur_step
+                due = True
+        return due
 
     def retire() -> None:
         """Decoding requests whose last token came out in the step just run (at `dec_counter`) finish."""
@@ -834,8 +856,11 @@ def simulate(cost: StepCost, workload: Workload, limits: EngineLimits, *, specul
                                                                                - reqs[finish_heap[0][1]].produced)
                                    != finish_heap[0][0]):
                 heapq.heappop(finish_heap)  # stale entries of preempted requests
-            # through the step in which the next request finishes (it is retired below, as a slow step would)
+            # through the step in which the next request finishes (it is retired below, as a slow step would), or
+            # completes its first streamed chunk
             k_max = (finish_heap[0][0] - dec_counter) if finish_heap else 0
+            if chunk_heap:
+                k_max = min(k_max, max(chunk_heap[0][0] - dec_counter, 1))
             if not no_evict:  # (the no-evict policy reserved the whole lengths: the pool cannot run out)
                 room = cap_blocks - used_blocks()
                 k_max = min(k_max, int(room * bs / (n_dec * per_step)) - 1)
@@ -857,8 +882,11 @@ def simulate(cost: StepCost, workload: Workload, limits: EngineLimits, *, specul
             if k:
                 dec_counter += k
                 steps += k
-                if finish_heap and finish_heap[0][0] <= dec_counter:  # the stretch's last step finishes requests
+                if (finish_heap and finish_heap[0][0] <= dec_counter) or (chunk_heap and chunk_heap[0][0]
+                                                                           <= dec_counter):
+                    # the stretch's last step finishes requests or completes first chunks
                     cur_step = steps
+                    chunks_due()
                     if fe is None:
                         delivered[cur_step] = now
                     else:
@@ -949,6 +977,7 @@ def simulate(cost: StepCost, workload: Workload, limits: EngineLimits, *, specul
             stall_s, stall_n = 0.0, 0
             if res is not None:
                 ratio = max(ratio - res.decay, res.minimum)
+            chunks_due()
             retire()
         else:
             dec_counter += 1
@@ -965,13 +994,17 @@ def simulate(cost: StepCost, workload: Workload, limits: EngineLimits, *, specul
             r.dec0 = dec_counter
             r.ctx0 = r.computed + 1
             decoding[r.i] = r
+            if r.chunk_step < 0 and r.produced < chunk < r.out:
+                heapq.heappush(chunk_heap, (dec_counter + steps_for(chunk - r.produced), r.i, dec_counter))
             res_join(r)
             dec_ctx_sum += r.ctx0
             heapq.heappush(finish_heap, (dec_counter + steps_for(r.out - r.produced), r.i))
     if fe is not None:
         fe_advance(math.inf)
     for r in finished:  # what the client sees: a step's tokens once streamed, plus the fixed latency
-        r.first = delivered[r.first_step] + fe_latency
+        # (the first chunk: the first token's step, or the step of the chunk's last token, or the last step)
+        r.first = delivered[r.first_step if chunk == 1 else r.chunk_step if r.chunk_step >= 0 else r.last_step] \
+            + fe_latency
         r.done = delivered[r.last_step] + fe_latency
         ttft.append(r.first - r.sent)
         e2e.append(r.done - r.sent)

@@ -129,6 +129,10 @@ class InferRequest:
     offline: bool = False
     """Under load: the engine's in-process API with no HTTP server (vLLM's LLM class, trtllm-bench, SGLang's
     Engine): no frontend taking requests in and streaming tokens (catalog/data/engine_perf.toml)."""
+    stream_interval: int = 1
+    """Under load, vLLM and SGLang: output tokens per streamed chunk (their --stream-interval). SGLang streams a
+    request's output when its length is a multiple of it, so the client's first token comes with the N-th (TTFT
+    later by N - 1 decode steps, TPOT over the rest); vLLM sends the first token at once, so no figure moves."""
     prefix_cache_hit_rate: float | None = None
     """Under load: share of each prompt already in the engine's prefix cache (vLLM automatic prefix caching,
     SGLang's radix cache; shared system prompts, multi-turn chats): not computed again, still held in the pool."""
@@ -207,6 +211,13 @@ class InferRequest:
         if self.enable_piecewise_cuda_graph and self.disable_piecewise_cuda_graph:
             raise InvalidArgument("--enable-piecewise-cuda-graph and --disable-piecewise-cuda-graph contradict each "
                                   "other: give one")
+        if self.stream_interval != 1:
+            require_positive_int("--stream-interval", self.stream_interval, MAX_TOKENS)
+            if self.engine not in ("vllm", "sglang"):
+                raise InvalidArgument(f"--stream-interval is vLLM's and SGLang's; this engine is {self.engine}")
+            if self.offline or self.request_rate is None and self.max_concurrency is None:
+                raise InvalidArgument("--stream-interval applies to serving over HTTP under load (--request-rate or "
+                                      "--max-concurrency, without --offline)")
         if self.enable_mixed_chunk and self.engine != "sglang":
             raise InvalidArgument(f"--enable-mixed-chunk is SGLang's option (the other engines always mix prompt "
                                   f"chunks into decode steps); this engine is {self.engine}")
@@ -522,7 +533,7 @@ def _under_load(req: InferRequest, ks: KernelSetup) -> ServingAnswer:
              f"tokens per step ({load.limits_reason}); chunked prefill, "
              + ("no preemption (whole requests reserved)" if load.limits.reserve_full_length
                 else "recompute preemption") + ", no prefix cache",
-             _frontend_note(load.frontend, req.engine, req.offline),
+             _frontend_note(load.frontend, req.engine, req.offline, req.stream_interval),
              f"KV pool: {capacity:,} tokens ({cap_reason})"
              + (f"; data-parallel attention: one of {dp} GPUs simulated with every {dp}th request, each GPU "
                 "holding its own requests' KV, the experts shared" if dp > 1 else ""),
@@ -544,14 +555,19 @@ def _under_load(req: InferRequest, ks: KernelSetup) -> ServingAnswer:
                                slo_ttft_s=ttft, slo_tpot_s=tpot, goodput=goodput, assumptions=tuple(notes))
 
 
-def _frontend_note(fe: serve.Frontend | None, engine: str, offline: bool) -> str:
+def _frontend_note(fe: serve.Frontend | None, engine: str, offline: bool, stream_interval: int = 1) -> str:
     if offline:
         return "frontend: none (--offline: the engine's in-process API, as trtllm-bench or vLLM's LLM class)"
     if fe is None:
         return f"frontend: the {engine} server's own time is not modelled (no figures in catalog/data/engine_perf.toml)"
+    chunks = ("" if stream_interval == 1 else
+              f"; --stream-interval {stream_interval}: the client's first token comes with a request's output token "
+              f"{stream_interval} (SGLang streams when the output's length is a multiple of it)"
+              if fe.first_chunk_tokens > 1 else
+              f"; --stream-interval {stream_interval} groups the later tokens only (vLLM sends the first at once)")
     return (f"frontend: the {engine} server process takes each request in ({fe.request_s * 1e3:g} ms of CPU) and "
             f"streams each token ({fe.token_s * 1e6:g} us of CPU) on one CPU, plus {fe.latency_s * 1e3:g} ms of fixed "
-            "latency per request (catalog/data/engine_perf.toml; --offline drops it)")
+            "latency per request (catalog/data/engine_perf.toml; --offline drops it)" + chunks)
 
 
 def _assumptions(req: InferRequest, eng: EnginePerf, mem: FitResult, dtype: str,

@@ -319,7 +319,7 @@ def load_spec(req, *, gpu_memory_bytes: int, gpu_id: str, kv_pool_bytes: float |
                           prefill_first=sglang and not req.enable_mixed_chunk,
                           output_reservation=OutputReservation() if sglang else None)
     return (LoadSpec(workload=workload, limits=limits, limits_reason=reason, lengths_source=source,
-                     speculation=speculation, frontend=None if req.offline else frontend_of(req.engine)),
+                     speculation=speculation, frontend=None if req.offline else frontend_of(req.engine, req.stream_interval)),
             capacity, cap_reason)
 
 
@@ -338,10 +338,12 @@ def hybrid_slots(pool: float, per_token: float, state: float, seqs: int, context
     return slots, capacity, note
 
 
-def frontend_of(engine: str) -> Frontend | None:
-    """The engine's HTTP server as `infer` models it (catalog/data/engine_perf.toml); None when it has none."""
+def frontend_of(engine: str, stream_interval: int = 1) -> Frontend | None:
+    """The engine's HTTP server as `infer` models it (catalog/data/engine_perf.toml); None when it has none.
+    `stream_interval`: the engine's --stream-interval; SGLang's first chunk waits for that many tokens."""
     e = engine_perf(engine)
-    f = Frontend(latency_s=e.frontend_latency_s, request_s=e.frontend_request_s, token_s=e.frontend_token_s)
+    f = Frontend(latency_s=e.frontend_latency_s, request_s=e.frontend_request_s, token_s=e.frontend_token_s,
+                 first_chunk_tokens=stream_interval if engine == "sglang" else 1)
     return None if (f.idle and f.latency_s == 0) else f
 
 
