@@ -209,9 +209,8 @@ def resolve(row: dict) -> tuple[str, str, dict] | str:
     for key in ("max_num_seqs", "max_num_batched_tokens"):
         if key in row:
             opts[key] = int(row[key])
-    for key in ("gpu_memory_utilization", "mem_fraction_static"):
-        if key in row:
-            opts[key] = float(row[key])
+    if "gpu_memory_utilization" in row:
+        opts["gpu_memory_utilization"] = float(row["gpu_memory_utilization"])
     if opts["engine"] == "sglang":
         opts["sglang_version"] = _sglang_version(row)
     elif opts["engine"] == "vllm":

@@ -323,9 +323,10 @@ class KernelSetup:
 def require_engine_versions(engine: str, vllm: str | None, sglang: str | None) -> None:
     """--vllm-version and --sglang-version, as `infer` and `pick` take them: each for its own engine, and a version
     gpuwise models."""
-    for name, value, owner in (("--vllm-version", vllm, "vllm"), ("--sglang-version", sglang, "sglang")):
+    for name, value, owner, label in (("--vllm-version", vllm, "vllm", "vLLM"),
+                                      ("--sglang-version", sglang, "sglang", "SGLang")):
         if value is not None and engine != owner:
-            raise InvalidArgument(f"{name} is {'vLLM' if owner == 'vllm' else 'SGLang'}'s; this engine is {engine}")
+            raise InvalidArgument(f"{name} is {label}'s; this engine is {engine}")
     require_vllm_version(vllm)
     if sglang is not None:
         try:
