@@ -255,6 +255,37 @@ def test_serve_and_infer_price_the_engine_version_given():
     assert first(**short, sglang_version="0.5.9").latency["ttft_s"] > first(**short).latency["ttft_s"] + 5e-3
 
 
+def test_pick_chooses_the_weights_by_the_memory_rule_of_the_version_given():
+    """Without --weights, pick costs the most faithful format that `gpuwise fit` says fits under the vLLM release
+    given (its pool rule changes between releases: the sampler's warm-up, the memory outside PyTorch), not under the
+    newest one: Qwen3-8B at 32K tokens on one RTX 4090 fits in bf16 under vLLM 0.19's rule but not under 0.10's."""
+    from gpuwise.catalog.models import load_model
+    from gpuwise.plan.fit import FitRequest, fit
+    from gpuwise.plan.pick import pick
+    from gpuwise.plan.pick_request import PickRequest
+    from gpuwise.plan.runnable import _formats
+
+    model, gpu = load_model("qwen3-8b"), get_gpu("rtx-4090")
+
+    def fitting(version):
+        for fmt in _formats(model, "vllm"):
+            if fit(FitRequest(model=model, gpu=gpu, weights=fmt.name, engine="vllm", context=32768,
+                              vllm_version=version)).fits:
+                return fmt.name
+        return None
+
+    old, new = fitting("0.10.0"), fitting(None)
+    assert old != new  # the two rules disagree here, so the check below can tell them apart
+
+    def chosen(version):
+        c = pick(PickRequest(model=model, task="infer", gpus=(gpu,), mig=False, max_gpus=1, prompt_tokens=32000,
+                             output_tokens=768, headroom=0.0, vllm_version=version))
+        return (c.ranked + c.rejected)[0].setup
+
+    assert old in chosen("0.10.0") and new not in chosen("0.10.0")
+    assert new in chosen(None)
+
+
 def test_serve_search_skips_only_what_cannot_rank():
     """The best-first search on cost floors gives the ranking of a full search (top large enough that nothing is
     skipped), and the candidates it skips carry the cost rule with a floor above the last ranked cost."""

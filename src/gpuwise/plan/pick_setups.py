@@ -67,9 +67,10 @@ def _weights(req: PickRequest, gpu: GPU, n: int, batch: int) -> tuple[str | None
     from dataclasses import replace
 
     kept = replace(gpu, memory_bytes=int(gpu.memory_bytes * (1 - req.headroom)))  # the format must leave the headroom
-    fmt = most_faithful_format(req.model, kept, n, req.engine, context=req.prompt_tokens + req.output_tokens,
-                               batch=batch) or most_faithful_format(
-        req.model, gpu, n, req.engine, context=req.prompt_tokens + req.output_tokens, batch=batch)
+    context = req.prompt_tokens + req.output_tokens
+    fmt = most_faithful_format(req.model, kept, n, req.engine, context=context, batch=batch,
+                               vllm_version=req.vllm_version) or most_faithful_format(
+        req.model, gpu, n, req.engine, context=context, batch=batch, vllm_version=req.vllm_version)
     if fmt is None:  # none fits: cost the smallest, so that a memory rejection gives the least this setup needs
         fmt = smallest_format(req.model, req.engine)
     return (fmt.name, f", {fmt.name.removeprefix('gguf:')}") if fmt is not None else (None, "")

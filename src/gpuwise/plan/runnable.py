@@ -114,14 +114,17 @@ def smallest_format(model: LoadedModel, engine: str) -> WeightFormat | None:
 
 
 def most_faithful_format(model: LoadedModel, gpu: GPU, n: int, engine: str, *, context: int,
-                         batch: int = 1) -> WeightFormat | None:
+                         batch: int = 1, vllm_version: str | None = None) -> WeightFormat | None:
     """The first of the engine's formats (`_formats`) whose memory fits `batch` sequences of `context` tokens on `n`
-    GPUs, None when none does (or the engine cannot run the model so): `pick` uses it where no --weights is given."""
+    GPUs, None when none does (or the engine cannot run the model so): `pick` uses it where no --weights is given.
+    `vllm_version`: the vLLM release whose memory rule sizes the pool (vLLM and TensorRT-LLM, whose pool is modelled
+    as vLLM's); None: the newest checked."""
     from ..estimate.inference_memory import inference_memory
 
+    version = vllm_version if memory_engine(engine) == "vllm" else None
     for fmt in _formats(model, engine):
         req = FitRequest(model=model, gpu=gpu, num_gpus=n, weights=fmt.name, engine=memory_engine(engine), context=context,
-                         batch=batch)
+                         batch=batch, vllm_version=version)
         try:
             check_tensor_parallel(req)
             w, _, kv, _ = _resolve_formats(req)
