@@ -71,6 +71,8 @@ BAD = [
     ["qwen3-30b-a3b", "--gpu", "h100", "--num-gpus", "8", "--framework", "megatron", "--ep", "8", "--moe-a2a-overlap",
      "--recompute", "full"],
     ["qwen3-30b-a3b", "--gpu", "h100", "--num-gpus", "8", "--framework", "torchtitan", "--moe-a2a-overlap"],
+    ["llama-3.1-8b", "--gpu", "a100-sxm-80gb", "--precision", "fp8"],
+    ["llama-3.1-8b", "--gpu", "t4", "--precision", "fp8", "--framework", "megatron"],
 ]
 
 

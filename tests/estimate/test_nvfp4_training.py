@@ -10,7 +10,7 @@ import pytest
 
 import gpuwise
 from gpuwise.catalog.devices import default_profile
-from gpuwise.catalog.gpus import get_gpu
+from gpuwise.catalog.gpus import get_gpu, with_memory
 from gpuwise.catalog.models import load_model
 from gpuwise.estimate.activations import layer_terms
 from gpuwise.estimate.job import NVFP4_ELEMENT_BYTES, NVFP4_WEIGHT_CACHE_BYTES, TrainJob
@@ -139,6 +139,27 @@ def test_torchtitans_per_op_policy_keeps_no_output_of_the_opaque_nvfp4_linear():
 def test_what_nvfp4_cannot_run_is_refused(kw, match):
     with pytest.raises(gpuwise.errors.InvalidArgument, match=match):
         _train(precision="nvfp4", **kw)
+
+
+@pytest.mark.parametrize("gpu, refused", [("a100-sxm-80gb", True), ("v100-sxm2-32gb", True), ("mi250x", True),
+                                           ("rtx-4090", False), ("h100-sxm", False), ("mi300x", False)])
+def test_fp8_training_needs_fp8_tensor_cores(gpu, refused):
+    """Transformer Engine refuses fp8 below compute capability 8.9 and torchao's float8 likewise, so `train`, `plan`
+    and `pick` refuse it on a GPU whose catalog entry has no fp8 rate (it was priced in 16 bits before), and keep it on
+    Ada, Hopper and CDNA 3."""
+    from gpuwise.plan.train import fp8_hardware_problem
+
+    assert (fp8_hardware_problem(get_gpu(gpu)) is not None) == refused
+    kw = dict(gpu=gpu, num_gpus=8, seq=2048, global_batch=16, precision="fp8")
+    if refused:
+        with pytest.raises(gpuwise.errors.InvalidArgument, match="fp8 tensor cores"):
+            gpuwise.train("llama-3.2-1b", **kw)
+        with pytest.raises(gpuwise.errors.InvalidArgument, match="fp8 tensor cores"):
+            gpuwise.plan("llama-3.2-1b", **kw)
+    else:
+        assert gpuwise.train("llama-3.2-1b", **kw).perf.peak_dtype == "fp8"
+    # a GPU known by its memory alone has no rates to judge by: its memory is still estimated in fp8
+    assert fp8_hardware_problem(with_memory(None, "80GiB")) is None
 
 
 def test_nvfp4_is_modelled_for_full_training():

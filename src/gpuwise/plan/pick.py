@@ -107,12 +107,18 @@ def _priced_kinds(req: PickRequest, candidates: list[Candidate]):
         if missing:
             candidates.append(_unknown(gpu, price, source, f"its {missing} not in the catalog: no speed to rank it by"))
             continue
-        if req.task in ("train", "finetune") and req.precision == "fp8" and not gpu.peak("fp8"):
+        if req.task in ("train", "finetune") and req.precision == "fp8" and _fp8_refused(gpu):
             candidates.append(replace(_unknown(gpu, price, source, "no fp8 tensor cores: fp8 training (torchao's "
                                                "float8, Transformer Engine) needs them (Ada, Hopper, Blackwell, "
                                                "CDNA 3 and later)"), rule="precision"))
             continue
         yield gpu, price, source
+
+
+def _fp8_refused(gpu: GPU) -> bool:
+    from .train import fp8_hardware_problem  # train's own rule, imported when a training pick needs it
+
+    return fp8_hardware_problem(gpu) is not None
 
 
 def _unknown(gpu: GPU, price: float | None, source: str, reason: str) -> Candidate:

@@ -79,7 +79,10 @@ NVFP4_FRAMEWORKS = {"megatron": "Transformer Engine's NVFP4BlockScaling recipe (
 def precision_problem(precision: str, framework: str, gpu: GPU, finetune: str = "full") -> str | None:
     """Why this job cannot train at `precision` (None: it can). NVFP4 training runs Transformer Engine's recipe
     (Megatron-Core) or torchao's (torchtitan), on data-center Blackwell (SM 10.0 / 10.3: B200, GB200, B300, GB300;
-    Transformer Engine's NVFP4 docs and torchtitan's nvfp4.md name no other), and trains whole models."""
+    Transformer Engine's NVFP4 docs and torchtitan's nvfp4.md name no other), and trains whole models. FP8 needs
+    fp8 tensor cores (`fp8_hardware_problem`)."""
+    if precision == "fp8":
+        return fp8_hardware_problem(gpu)
     if precision != "nvfp4":
         return None
     if framework not in NVFP4_FRAMEWORKS:
@@ -92,6 +95,20 @@ def precision_problem(precision: str, framework: str, gpu: GPU, finetune: str = 
     if finetune != "full":
         return f"--precision nvfp4 is modelled for full training, not --finetune {finetune}"
     return None
+
+
+def fp8_hardware_problem(gpu: GPU) -> str | None:
+    """Why fp8 training cannot run on `gpu` (None: it can, or its rates are unknown, as for a GPU given by memory
+    only): Transformer Engine refuses fp8 below compute capability 8.9 ("Device compute capability 8.9 or higher
+    required for FP8 execution", transformer_engine/pytorch/quantization.py `_compute_fp8_support` @d0067d0) and
+    torchao's float8 wants
+    SM 8.9 as well, so a GPU whose catalog entry has rates but no fp8 rate (Volta, Turing, Ampere, CDNA 2) is
+    refused rather than priced in 16 bits."""
+    if not gpu.peak_flops or "fp8" in gpu.peak_flops:
+        return None
+    return (f"--precision fp8 needs fp8 tensor cores (Transformer Engine and torchao's float8: compute capability "
+            f"8.9+, i.e. Ada, Hopper, Blackwell; AMD CDNA 3 and later), and {gpu.name} has no fp8 rate in the catalog; "
+            f"use --precision bf16")
 
 
 def bf16_layers_problem(start: int, end: int, *, precision: str, framework: str, num_layers: int) -> str | None:
