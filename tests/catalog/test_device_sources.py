@@ -27,6 +27,25 @@ def test_the_flashinfer_moe_figure_stays_on_the_data_center_blackwell_parts():
         assert default_profile(get_gpu(gpu)).fused_moe_call_s is None, gpu
 
 
+def test_geforce_blackwell_runs_16_bit_gemms_at_its_own_measured_share():
+    """A segment's table within an architecture ([architecture.Blackwell.consumer]) applies to that segment's cards
+    only: the GeForce Blackwell cards reach their half-rate FP32-accumulate 16-bit peak (RTX 5060 Ti 47.0 of 47.4,
+    RTX 5090 224.3 of 209.5 TFLOP/s), where B200 sustains 0.647 of its full rate at 1000 W; the workstation RTX PRO
+    6000 and the data-center parts keep the architecture's figures, and Blackwell Ultra, which takes Blackwell's
+    figures (`like`), takes none of its segment tables."""
+    b200 = default_profile(get_gpu("b200"))
+    for gpu in ("rtx-5090", "rtx-5060-ti-16gb", "rtx-5080"):
+        p = default_profile(get_gpu(gpu))
+        assert p.matmul_efficiency["bf16"] == p.matmul_efficiency["fp16"] == 0.95, gpu
+        assert "BLACKWALL" in p.sources["matmul_efficiency.bf16"] and "5090-mm-perf" in p.sources["matmul_efficiency.bf16"]
+        # fp8 and fp4 keep Blackwell's figures
+        assert p.matmul_efficiency["fp8"] == b200.matmul_efficiency["fp8"], gpu
+    for gpu in ("rtx-pro-6000", "b200", "gb200", "b300"):
+        p = default_profile(get_gpu(gpu))
+        assert "bf16" not in p.matmul_efficiency or p.matmul_efficiency["bf16"] != 0.95, gpu
+        assert not any("BLACKWALL" in s for s in p.sources.values()), gpu
+
+
 def test_a_measured_profile_names_its_figures_as_the_catalog_does(tmp_path):
     f = tmp_path / "p.json"
     f.write_text(json.dumps({"gpu": "h100-sxm", "kernel_overhead_us": 3.0, "gemm_overhead_us": 5.0}))

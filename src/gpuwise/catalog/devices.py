@@ -141,6 +141,9 @@ def _merge(into: dict, row: dict, origin: str, sources: dict[str, str]) -> None:
             sources[key] = own.get(key, row.get("source", origin))
 
 
+SEGMENTS = ("consumer", "workstation", "datacenter")
+"""`GPU.segment` values a [architecture.<name>.<segment>] table of devices.toml may key."""
+
 _DEFAULTS: dict[tuple[str, float | None], DeviceProfile] = {}
 
 
@@ -161,13 +164,18 @@ def _default_profile(gpu: GPU) -> DeviceProfile:
     _merge(values, data["generic"], "generic default (no public measurement for this architecture)", sources)
     archs = data.get("architecture", {})
     arch = dict(archs.get(gpu.architecture_family) or {})
+    # a segment's own figures within an architecture ([architecture.<name>.consumer]: GeForce cards, whose figures
+    # differ from the data-center parts' of the same SM generation), over the architecture's
+    segment = {s: arch.pop(s) for s in SEGMENTS if isinstance(arch.get(s), dict)}.get(gpu.segment)
     like = arch.pop("like", None)  # an architecture without measurements of its own takes a sibling's
     if like:
-        base = archs[like]
+        base = {k: v for k, v in archs[like].items() if k not in SEGMENTS}
         _merge(values, {**base, "source": f"{base['source']} (taken for {gpu.architecture_family}: {arch['source']})"},
                f"{like} default", sources)
     if arch:
         _merge(values, arch, f"{gpu.architecture_family} default", sources)
+    if segment:
+        _merge(values, segment, f"{gpu.architecture_family} {gpu.segment} default", sources)
     own = dict(data.get("gpu", {}).get(gpu.id) or {})
     measured_at_w = gpu.tdp_w  # the board power its own measurements ran at
     sibling = own.pop("same_die_as", None)
