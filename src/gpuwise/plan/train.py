@@ -101,9 +101,8 @@ def fp8_hardware_problem(gpu: GPU) -> str | None:
     """Why fp8 training cannot run on `gpu` (None: it can, or its rates are unknown, as for a GPU given by memory
     only): Transformer Engine refuses fp8 below compute capability 8.9 ("Device compute capability 8.9 or higher
     required for FP8 execution", transformer_engine/pytorch/quantization.py `_compute_fp8_support` @d0067d0) and
-    torchao's float8 wants
-    SM 8.9 as well, so a GPU whose catalog entry has rates but no fp8 rate (Volta, Turing, Ampere, CDNA 2) is
-    refused rather than priced in 16 bits."""
+    torchao's float8 wants SM 8.9 as well, so a GPU whose catalog entry has rates but no fp8 rate (Volta, Turing,
+    Ampere, CDNA 2) is refused rather than priced in 16 bits."""
     if not gpu.peak_flops or "fp8" in gpu.peak_flops:
         return None
     return (f"--precision fp8 needs fp8 tensor cores (Transformer Engine and torchao's float8: compute capability "
