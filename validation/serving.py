@@ -88,9 +88,11 @@ MODEL_REFS = {
     "Qwen/Qwen3-Next-80B-A3B-Instruct": "qwen3-next-80b-a3b-thinking",
     "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16": "nemotron-3-nano-30b-a3b",
     "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-FP8": "nemotron-3-nano-30b-a3b",
+    "Qwen/Qwen3-4B": "qwen3-4b", "Qwen/Qwen2.5-0.5B-Instruct": "qwen2.5-0.5b",
 }
 GPU_IDS = (("H100", "h100-sxm"), ("H200", "h200-sxm"), ("A100", "a100-sxm-80gb"), ("RTX 4090", "rtx-4090"),
-           ("GB300", "gb300"), ("GB200", "gb200"), ("B200", "b200"), ("MI300X", "mi300x"), ("MI355X", "mi355x"))
+           ("GB300", "gb300"), ("GB200", "gb200"), ("B200", "b200"), ("MI300X", "mi300x"), ("MI355X", "mi355x"),
+           ("RTX 5090", "rtx-5090"), ("L4 ", "l4"))
 """A row's GPU text -> catalog id, by the first name it contains (H100 without a form factor is the SXM part, as
 every source's node description is an 8-GPU HGX server)."""
 ENGINE_MODELS = {"vllm": "vllm", "trtllm": "trtllm", "sglang": "sglang", "llamacpp": "llamacpp"}

@@ -27,6 +27,7 @@ from ..model.spec import ModelSpec
 from ..units import GB
 from .comm import Topology
 from .engines import SERVING_ENGINES as ENGINES
+from .engines import release_version
 from .kernels import attention_s, matmul_s, memory_s, recurrent_scan_s
 from .layer_ops import (ROUTED_GEMMS, attention_head_dim, block_ops, block_parts, block_signature, head_gemm,
                         keys_per_query, recurrent_blocks)
@@ -81,6 +82,17 @@ class EnginePerf:
     async_step_overhead_s: float | None = None
     """`step_overhead_s` when the engine schedules asynchronously (the host's part of the step overlaps the GPU);
     None: the same either way."""
+    frontend_from: tuple[tuple[str, float, float, float], ...] = ()
+    """Frontend figures of later releases: (first version, latency_s, request_s, token_s), oldest first; the
+    `frontend_*` fields above hold for the versions before the first."""
+
+    def frontend_figures(self, version: str | None) -> tuple[float, float, float]:
+        """(latency_s, request_s, token_s) of the engine's HTTP server at release `version` (None: the newest)."""
+        figures = (self.frontend_latency_s, self.frontend_request_s, self.frontend_token_s)
+        for first, *later in self.frontend_from:
+            if version is None or release_version(version, self.name) >= release_version(first, self.name):
+                figures = tuple(later)
+        return figures
 
 
 FUSED_MOE_KERNELS = 6
@@ -147,7 +159,11 @@ def engine_perf(name: str) -> EnginePerf:
                       bool(r.get("fused_moe", False)), float(r.get("prefill_host_us_per_kernel", 0.0)) * 1e-6,
                       str(r.get("prefill_graphs_from", "")), int(r.get("prefill_graph_rows_mla", 0)),
                       tuple(r.get("prefill_graph_eager_families", ())), str(r.get("async_scheduling_from", "")),
-                      float(r["async_step_overhead_us"]) * 1e-6 if "async_step_overhead_us" in r else None)
+                      float(r["async_step_overhead_us"]) * 1e-6 if "async_step_overhead_us" in r else None,
+                      tuple((v, float(f["latency_ms"]) * 1e-3, float(f["request_ms"]) * 1e-3,
+                             float(f["token_us"]) * 1e-6)
+                            for v, f in sorted(r.get("frontend_from", {}).items(),
+                                               key=lambda kv: release_version(kv[0], name))))
 
 
 def decode_kv_bandwidth(profile: DeviceProfile, engine: EnginePerf, spec: ModelSpec) -> float:

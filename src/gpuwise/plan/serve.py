@@ -318,8 +318,9 @@ def load_spec(req, *, gpu_memory_bytes: int, gpu_id: str, kv_pool_bytes: float |
                           block_size=block, reserve_full_length=req.engine == "trtllm",
                           prefill_first=sglang and not req.enable_mixed_chunk,
                           output_reservation=OutputReservation() if sglang else None)
+    frontend = None if req.offline else frontend_of(req.engine, req.stream_interval, engine_version(req))
     return (LoadSpec(workload=workload, limits=limits, limits_reason=reason, lengths_source=source,
-                     speculation=speculation, frontend=None if req.offline else frontend_of(req.engine, req.stream_interval)),
+                     speculation=speculation, frontend=frontend),
             capacity, cap_reason)
 
 
@@ -338,11 +339,17 @@ def hybrid_slots(pool: float, per_token: float, state: float, seqs: int, context
     return slots, capacity, note
 
 
-def frontend_of(engine: str, stream_interval: int = 1) -> Frontend | None:
-    """The engine's HTTP server as `infer` models it (catalog/data/engine_perf.toml); None when it has none.
-    `stream_interval`: the engine's --stream-interval; SGLang's first chunk waits for that many tokens."""
-    e = engine_perf(engine)
-    f = Frontend(latency_s=e.frontend_latency_s, request_s=e.frontend_request_s, token_s=e.frontend_token_s,
+def engine_version(req) -> str | None:
+    """The release of the engine `req` serves with, as given (--vllm-version, --sglang-version); None: the newest."""
+    return {"vllm": req.vllm_version, "sglang": req.sglang_version}.get(req.engine)
+
+
+def frontend_of(engine: str, stream_interval: int = 1, version: str | None = None) -> Frontend | None:
+    """The engine's HTTP server as `infer` models it at release `version` (None: the newest modelled;
+    catalog/data/engine_perf.toml); None when it has none. `stream_interval`: the engine's --stream-interval;
+    SGLang's first chunk waits for that many tokens."""
+    latency, request, token = engine_perf(engine).frontend_figures(version)
+    f = Frontend(latency_s=latency, request_s=request, token_s=token,
                  first_chunk_tokens=stream_interval if engine == "sglang" else 1)
     return None if (f.idle and f.latency_s == 0) else f
 
