@@ -26,8 +26,7 @@ from ..errors import InvalidArgument
 from ..model.spec import ModelSpec
 from ..units import GB
 from .comm import Topology
-from .engines import SERVING_ENGINES as ENGINES
-from .engines import release_version
+from .engines import SERVING_ENGINES as ENGINES, release_version
 from .kernels import attention_s, matmul_s, memory_s, recurrent_scan_s
 from .layer_ops import (ROUTED_GEMMS, attention_head_dim, block_ops, block_parts, block_signature, head_gemm,
                         keys_per_query, recurrent_blocks)

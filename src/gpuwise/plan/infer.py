@@ -115,8 +115,8 @@ class InferRequest:
     piecewise CUDA graphs it captures by default."""
     vllm_version: str | None = None
     """vLLM's version, e.g. 0.11.0 (default: the newest checked, 0.19; 0.10 and later): its memory rule (as in
-    `fit`) and, under load, its scheduling: synchronous before 0.14 unless --async-scheduling, asynchronous since
-    unless --no-async-scheduling."""
+    `fit`) and, under load, its scheduling (synchronous before 0.14 unless --async-scheduling, asynchronous since
+    unless --no-async-scheduling) and its HTTP server's figures (0.19 and later: their own, engine_perf.toml)."""
     async_scheduling: bool = False
     """vLLM before 0.14: schedule step n + 1 while step n runs (vLLM --async-scheduling), hiding the host's time per
     running request; vLLM's default since 0.14."""
