@@ -263,6 +263,7 @@ def test_vllm_frontend_figures_follow_the_release() -> None:
     # releases compare as numbers, not text ("0.9.2" sorts after "0.19" as a string), whatever their spelling
     assert frontend_of("vllm", version="0.9.2") == old
     assert frontend_of("vllm", version="v0.19.0") == frontend_of("vllm", version="0.19.0rc1") == new
+    assert frontend_of("vllm", version="vv0.19") == new  # what --vllm-version's own check lets through
     assert new.latency_s < old.latency_s and new.token_s < old.token_s
     assert frontend_of("sglang", version="0.5.3") == frontend_of("sglang")
     cpu = lambda fe: 500 * fe.request_s + 64_000 * fe.token_s  # noqa: E731
