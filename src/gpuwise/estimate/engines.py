@@ -166,7 +166,7 @@ def vllm_version(text: str | None) -> tuple[int, int]:
     return int(parts[0]), int(parts[1])
 
 
-_RELEASE = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?")
+_RELEASE = re.compile(r"v*(\d+)\.(\d+)(?:\.(\d+))?")  # leading v's skipped, as `vllm_version` skips them
 
 
 def release_version(text: str, engine: str) -> tuple[int, int, int]:

@@ -86,10 +86,9 @@ class EnginePerf:
     `frontend_*` fields above hold for the versions before the first."""
 
     def frontend_figures(self, version: str | None) -> tuple[float, float, float]:
-        """(latency_s, request_s, token_s) of the engine's HTTP server at release `version` (None: the newest; a
-        leading 'v' ignored, as --vllm-version's own check ignores it)."""
+        """(latency_s, request_s, token_s) of the engine's HTTP server at release `version` (None: the newest)."""
         figures = (self.frontend_latency_s, self.frontend_request_s, self.frontend_token_s)
-        given = None if version is None else release_version(version.strip().lstrip("vV"), self.name)
+        given = None if version is None else release_version(version, self.name)
         for first, *later in self.frontend_from:
             if given is None or given >= release_version(first, self.name):
                 figures = tuple(later)
